@@ -1,0 +1,1 @@
+"""The `sextant` command line, also installed as the kubectl plugin `kubectl-sextant`."""

@@ -1,0 +1,48 @@
+"""`sextant …` / `kubectl sextant …`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from .. import kubeconfig
+
+
+def _operator(args: argparse.Namespace) -> int:
+    from ..controller.main import Settings, run
+
+    logging.basicConfig(level=getattr(logging, args.log_level.upper()),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    conn = kubeconfig.load(args.kubeconfig, args.context)
+    run(conn, Settings(namespaces=args.watch_namespace or [], workers=args.workers, events=not args.no_events))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sextant", description="Sextant: a job queue that runs on Kubernetes.")
+    parser.add_argument("--kubeconfig", help="path to the kubeconfig file")
+    parser.add_argument("--context", help="the kubeconfig context to use")
+    sub = parser.add_subparsers(dest="command", required=True)
+    op = sub.add_parser("operator", help="run the operator in the foreground")
+    op.add_argument("--watch-namespace", action="append", help="watch only this namespace (repeatable)")
+    op.add_argument("--workers", type=int, default=16, help="parallel reconciles (default 16)")
+    op.add_argument("--no-events", action="store_true", help="post no Kubernetes Events")
+    op.add_argument("--log-level", default="warning", help="debug, info, warning (default) or error")
+    op.set_defaults(func=_operator)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except kubeconfig.ConfigError as exc:
+        print(f"sextant: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

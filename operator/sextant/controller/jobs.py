@@ -1,0 +1,241 @@
+"""The job reconciler: one level-triggered reconcile per job key, fed by the view, acting through kube.py.
+
+Order of writes, chosen so that a crash between any two of them is repaired by the next reconcile:
+the attempt's pod is created before the status records it (a pod of run status.run+1 is adopted), and
+a stop (cancel, timeout, lease expiry) is recorded before the pod is deleted (the rules re-derive it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from ..lifecycle import transitions as T
+from ..resources import API_VERSION, GROUP, VERSION
+from ..resources.job import JobStatus
+from ..resources.common import parse_time
+from .admission import Admission
+from .events import EventRecorder
+from .informer import Key, key_of
+from .kube import ApiError, Kube
+from .pods import build_pod
+from .timers import Timers
+from .view import View, state_of
+from .workqueue import WorkQueue
+
+log = logging.getLogger(__name__)
+
+JOBS = f"/apis/{GROUP}/{VERSION}/jobs"
+RETRY_AFTER_ERROR = timedelta(seconds=5)
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def job_path(key: Key, sub: str = "") -> str:
+    return f"/apis/{GROUP}/{VERSION}/namespaces/{key[0]}/jobs/{key[1]}{sub}"
+
+
+def pod_path(namespace: str, name: str = "") -> str:
+    return f"/api/v1/namespaces/{namespace}/pods" + (f"/{name}" if name else "")
+
+
+class JobController:
+    def __init__(self, kube: Kube, view: View, events: EventRecorder, *, now: Callable[[], datetime] = utcnow,
+                 workers: int = 16) -> None:
+        self.kube = kube
+        self.view = view
+        self.events = events
+        self.now = now
+        self.admission = Admission()
+        self.timers = Timers(now)
+        self.queue = WorkQueue()
+        self.workers = workers
+        self.started = asyncio.Event()
+        self.reconcile_errors = 0
+
+    # --- informer callbacks ---------------------------------------------------------------------------------
+    def on_job(self, kind: str, obj: dict[str, Any]) -> None:
+        key = key_of(obj)
+        if kind == "delete":
+            self.view.delete_job(key)
+        elif not self.view.upsert_job(obj):
+            return
+        self._touch(key)
+
+    def on_pod(self, kind: str, obj: dict[str, Any]) -> None:
+        job = self.view.delete_pod(obj) if kind == "delete" else self.view.upsert_pod(obj)
+        if job is not None:
+            self._touch(job)
+
+    def on_queue(self, kind: str, obj: dict[str, Any]) -> None:
+        from ..resources.queue import QueueSpec
+
+        key = key_of(obj)
+        if kind == "delete":
+            self.view.queues.pop(key, None)
+        else:
+            self.view.queues[key] = QueueSpec.model_validate(obj.get("spec") or {})
+        for job in list(self.view.unfinished_by_queue.get(key, ())):
+            self._touch(job)
+        if kind != "delete" and self.started.is_set():
+            self._pump(key)
+
+    def on_handler(self, kind: str, obj: dict[str, Any]) -> None:
+        from ..resources.handler import HandlerSpec
+
+        key = key_of(obj)
+        if kind == "delete":
+            self.view.handlers.pop(key, None)
+        else:
+            self.view.handlers[key] = HandlerSpec.model_validate(obj.get("spec") or {})
+        for job in list(self.view.unfinished_by_handler.get(key, ())):
+            self._touch(job)
+
+    def _touch(self, key: Key) -> None:
+        """A job or its pods changed: refresh its slot, and reconcile it (once the view is complete)."""
+        self._refresh_slot(key)
+        if self.started.is_set():
+            self.queue.add(key)
+
+    def _queue_of(self, key: Key) -> Key | None:
+        raw = self.view.jobs.get(key)
+        return (key[0], (raw.get("spec") or {}).get("queue", "")) if raw else None
+
+    def _refresh_slot(self, key: Key) -> None:
+        queue = self._queue_of(key)
+        if queue is None:
+            if key not in self.view.pods:
+                self.admission.forget(key)
+            return
+        if self.admission.hold(key, queue, self.view.holds_slot(key)) and self.started.is_set():
+            self._pump(queue)
+
+    def _pump(self, queue: Key) -> None:
+        spec = self.view.queues.get(queue)
+        if spec is None:
+            return
+        for granted in self.admission.take(queue, spec.concurrency):
+            self.queue.add(granted)
+
+    # --- running --------------------------------------------------------------------------------------------
+    async def run(self, synced: list[asyncio.Event]) -> None:
+        """Wait for every informer's first list, then reconcile everything and keep going."""
+        await asyncio.gather(*(event.wait() for event in synced))
+        for key in list(self.view.jobs):  # slots first: nothing is admitted before every holder is counted
+            self._refresh_slot(key)
+        self.started.set()
+        for key, raw in list(self.view.jobs.items()):
+            if self._needs_look(raw, key):
+                self.queue.add(key)
+        log.info("view complete: %d jobs, %d queues, %d handlers", len(self.view.jobs), len(self.view.queues),
+                 len(self.view.handlers))
+        await asyncio.gather(self.timers.run(self.queue.add), *(self._work() for _ in range(self.workers)))
+
+    def _needs_look(self, raw: dict[str, Any], key: Key) -> bool:
+        """A finished job whose spec was already seen needs nothing at start (100k of them must be cheap)."""
+        from ..lifecycle.states import FINISHED
+
+        status = raw.get("status") or {}
+        settled = state_of(raw) in FINISHED and status.get("observedGeneration") == raw["metadata"].get("generation")
+        return not settled or key in self.view.pods
+
+    async def _work(self) -> None:
+        while True:
+            key = await self.queue.get()
+            try:
+                await self.reconcile(key)
+            except Exception:  # one bad job must not stop the operator
+                self.reconcile_errors += 1
+                log.exception("reconcile of %s/%s failed", *key)
+                self.timers.schedule(key, self.now() + RETRY_AFTER_ERROR)
+            finally:
+                self.queue.done(key)
+
+    async def reconcile(self, key: Key) -> None:
+        job = self.view.snapshot(key)
+        if job is None:
+            self.admission.forget(key)
+            self.timers.schedule(key, None)
+            return
+        raw = self.view.jobs[key]
+        obs = self.view.observations(key, job)
+        now = self.now()
+        decision = T.reconcile(job, obs, now)
+        queue = (key[0], job.spec.queue)
+        admissible = decision.wants_admission and obs.queue and obs.handler and not obs.alive_pods
+        if admissible:
+            if key not in self.admission.reserved:
+                qtime = parse_time(decision.status.queued_at) or now
+                self.admission.offer(key, queue, job.spec.priority, qtime.timestamp())
+                for granted in self.admission.take(queue, obs.queue.concurrency):
+                    if granted != key:
+                        self.queue.add(granted)
+            if key in self.admission.reserved:
+                snapshot = T.JobSnapshot(job.name, job.uid, job.generation, job.created_at, job.spec, decision.status)
+                started = T.admit(snapshot, obs, now)
+                started.events[:0] = decision.events
+                decision = started
+        else:
+            self.admission.withdraw(key)
+        try:
+            await self._apply(key, raw, job, decision)
+        finally:
+            self.admission.release(key)
+            self._refresh_slot(key)
+        self.timers.schedule(key, decision.wake_at)
+
+    async def _apply(self, key: Key, raw: dict[str, Any], job: T.JobSnapshot, decision: T.Decision) -> None:
+        ns = key[0]
+        for action in decision.actions:
+            if isinstance(action, T.CreatePod) and not await self._create_pod(key, raw, job, action):
+                return
+        if decision.status != job.status:
+            if not await self._write_status(key, raw, decision.status):
+                return
+        for event in decision.events:
+            self.events.record(raw, event)
+        for action in decision.actions:
+            if isinstance(action, T.DeletePod):
+                try:
+                    await self.kube.delete(pod_path(ns, action.name), action.grace_seconds)
+                except ApiError as exc:
+                    if exc.status != 404:
+                        raise
+
+    async def _create_pod(self, key: Key, raw: dict[str, Any], job: T.JobSnapshot, action: T.CreatePod) -> bool:
+        ns = key[0]
+        handler = self.view.handlers.get((ns, job.spec.handler))
+        queue = self.view.queues.get((ns, job.spec.queue))
+        if handler is None or queue is None:
+            return False
+        try:
+            created = await self.kube.create(pod_path(ns), build_pod(raw, job, handler, queue, action))
+        except ApiError as exc:
+            if exc.status != 409:
+                log.warning("job %s/%s: cannot create pod %s: %s", ns, key[1], action.name, exc)
+                self.events.record(raw, T.Event("PodCreateFailed", exc.message or str(exc), "Warning"))
+                self.timers.schedule(key, self.now() + RETRY_AFTER_ERROR)
+                return False
+            created = await self.kube.get(pod_path(ns, action.name))  # ours from before a crash: adopt it
+        self.view.upsert_pod(created)
+        return True
+
+    async def _write_status(self, key: Key, raw: dict[str, Any], status: JobStatus) -> bool:
+        body = {
+            "metadata": {"resourceVersion": raw["metadata"]["resourceVersion"]},
+            "status": status.model_dump(by_alias=True, mode="json"),
+        }
+        try:
+            updated = await self.kube.merge_patch(job_path(key, "/status"), body, retry=False)
+        except ApiError as exc:
+            if exc.status in (404, 409):
+                return False  # gone, or changed meanwhile: the watch brings the new version and another look
+            raise
+        updated.setdefault("apiVersion", API_VERSION)
+        self.view.upsert_job(updated, ours=True)
+        return True

@@ -1,0 +1,176 @@
+"""The few Kubernetes API calls the operator makes, over one aiohttp session, with retries and counters."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+from collections import Counter
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+
+from ..kubeconfig import Connection
+
+log = logging.getLogger(__name__)
+
+RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, body: dict[str, Any] | str, method: str = "", path: str = "") -> None:
+        self.status = status
+        self.body = body
+        self.reason = body.get("reason", "") if isinstance(body, dict) else ""
+        message = body.get("message", "") if isinstance(body, dict) else str(body)[:300]
+        super().__init__(f"{method} {path}: {status} {self.reason}: {message}")
+
+    @property
+    def message(self) -> str:
+        return self.body.get("message", "") if isinstance(self.body, dict) else str(self.body)
+
+
+class Gone(Exception):
+    """The watch's resourceVersion is too old: list again."""
+
+
+def _resource_of(path: str) -> str:
+    """'/api/v1/namespaces/ns/pods/x/status' → 'pods/status' (for the request counters)."""
+    parts = [p for p in path.split("?")[0].split("/") if p]
+    if "namespaces" in parts:
+        i = parts.index("namespaces")
+        parts = parts[:i] + parts[i + 2:] if len(parts) > i + 2 else parts[:i] + ["namespaces"]
+    core = parts[2:] if parts and parts[0] == "api" else parts[3:]
+    if not core:
+        return "?"
+    resource = core[0]
+    return f"{resource}/{core[2]}" if len(core) > 2 else resource
+
+
+class Kube:
+    """An async Kubernetes client: JSON in, JSON out, ApiError for every non-2xx answer."""
+
+    def __init__(self, conn: Connection, user_agent: str = "sextant-operator", attempts: int = 5) -> None:
+        self.conn = conn
+        self.user_agent = user_agent
+        self.attempts = attempts
+        self.requests: Counter[tuple[str, str, int]] = Counter()  # (verb, resource, code)
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> Kube:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(ssl=self.conn.ssl_context, limit=64)
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                headers={"User-Agent": self.user_agent, "Accept": "application/json"},
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
+            )
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    def _count(self, verb: str, path: str, code: int) -> None:
+        self.requests[(verb, _resource_of(path), code)] += 1
+
+    async def request(self, method: str, path: str, *, params: dict[str, Any] | None = None,
+                      body: Any = None, content_type: str = "application/json",
+                      retry: bool = True) -> dict[str, Any]:
+        data = json.dumps(body) if body is not None else None
+        headers = {**self.conn.headers(), **({"Content-Type": content_type} if data is not None else {})}
+        verb = method.lower() if method != "GET" else ("list" if params and "watch" not in params else "get")
+        for attempt in range(1, self.attempts + 1):
+            try:
+                async with self.session.request(method, self.conn.server + path, params=params, data=data,
+                                                headers=headers, timeout=aiohttp.ClientTimeout(total=60)) as resp:
+                    text = await resp.text()
+                    self._count(verb, path, resp.status)
+                    payload = _decode(text)
+                    if resp.status < 300:
+                        return payload if isinstance(payload, dict) else {}
+                    error = ApiError(resp.status, payload, method, path)
+                    if not retry or resp.status not in RETRYABLE_STATUS or attempt == self.attempts:
+                        raise error
+                    delay = float(resp.headers.get("Retry-After", 0) or 0)
+            except (aiohttp.ClientConnectionError, asyncio.TimeoutError) as exc:
+                self._count(verb, path, 0)
+                if not retry or attempt == self.attempts:
+                    raise ApiError(0, str(exc), method, path) from exc
+                delay = 0.0
+            await asyncio.sleep(max(delay, min(5.0, 0.1 * 2**attempt) * (0.5 + random.random())))
+        raise AssertionError("unreachable")
+
+    async def get(self, path: str) -> dict[str, Any]:
+        return await self.request("GET", path)
+
+    async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        return await self.request("POST", path, body=body)
+
+    async def merge_patch(self, path: str, body: dict[str, Any], *, retry: bool = True) -> dict[str, Any]:
+        return await self.request("PATCH", path, body=body, content_type="application/merge-patch+json", retry=retry)
+
+    async def delete(self, path: str, grace_seconds: int | None = None,
+                     preconditions: dict[str, str] | None = None) -> dict[str, Any]:
+        options: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
+        if grace_seconds is not None:
+            options["gracePeriodSeconds"] = grace_seconds
+        if preconditions:
+            options["preconditions"] = preconditions
+        return await self.request("DELETE", path, body=options)
+
+    async def list(self, path: str, params: dict[str, Any] | None = None,
+                   page: int = 500) -> tuple[list[dict[str, Any]], str]:
+        """All items (in pages) and the list's resourceVersion, from which a watch continues."""
+        items: list[dict[str, Any]] = []
+        query = {**(params or {}), "limit": str(page)}
+        while True:
+            body = await self.request("GET", path, params=query)
+            items.extend(body.get("items", []))
+            meta = body.get("metadata", {})
+            if not meta.get("continue"):
+                return items, meta.get("resourceVersion", "")
+            query["continue"] = meta["continue"]
+
+    async def watch(self, path: str, resource_version: str,
+                    params: dict[str, Any] | None = None, timeout: int = 300) -> AsyncIterator[tuple[str, dict]]:
+        """Watch events from resource_version on: (type, object); BOOKMARKs included. Raises Gone on 410."""
+        query = {**(params or {}), "watch": "true", "resourceVersion": resource_version,
+                 "allowWatchBookmarks": "true", "timeoutSeconds": str(timeout)}
+        async with self.session.get(self.conn.server + path, params=query, headers=self.conn.headers(),
+                                    timeout=aiohttp.ClientTimeout(total=timeout + 30, sock_read=timeout + 30)) as resp:
+            self._count("watch", path, resp.status)
+            if resp.status == 410:
+                raise Gone()
+            if resp.status >= 300:
+                raise ApiError(resp.status, _decode(await resp.text()), "WATCH", path)
+            buffer = b""
+            async for chunk in resp.content.iter_any():
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    if event.get("type") == "ERROR":
+                        status = event.get("object", {})
+                        if status.get("code") == 410:
+                            raise Gone()
+                        raise ApiError(status.get("code", 500), status, "WATCH", path)
+                    yield event["type"], event["object"]
+
+
+def _decode(text: str) -> Any:
+    try:
+        return json.loads(text) if text else {}
+    except json.JSONDecodeError:
+        return text

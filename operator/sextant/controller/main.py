@@ -1,0 +1,93 @@
+"""The operator process: informers → view → reconciler, plus the central timers and the event poster."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from dataclasses import dataclass, field
+
+from ..kubeconfig import Connection
+from ..resources import GROUP, VERSION
+from .events import EventRecorder
+from .informer import Informer
+from .jobs import JobController, utcnow
+from .kube import Kube
+from .pods import LABEL_JOB
+from .view import View
+
+log = logging.getLogger("sextant.operator")
+
+
+@dataclass
+class Settings:
+    namespaces: list[str] = field(default_factory=list)  # empty: all namespaces
+    workers: int = 16
+    events: bool = True
+
+
+def _paths(plural: str, group: str | None, namespaces: list[str]) -> list[str]:
+    base = f"/apis/{group}/{VERSION}" if group else "/api/v1"
+    if not namespaces:
+        return [f"{base}/{plural}"]
+    return [f"{base}/namespaces/{ns}/{plural}" for ns in namespaces]
+
+
+class Operator:
+    def __init__(self, conn: Connection, settings: Settings | None = None) -> None:
+        self.settings = settings or Settings()
+        self.kube = Kube(conn)
+        self.view = View()
+        self.events = EventRecorder(self.kube, utcnow, enabled=self.settings.events)
+        self.jobs = JobController(self.kube, self.view, self.events, workers=self.settings.workers)
+        ns = self.settings.namespaces
+        c = self.jobs
+        self.informers = [
+            *(Informer(self.kube, p, c.on_queue, name="queues") for p in _paths("queues", GROUP, ns)),
+            *(Informer(self.kube, p, c.on_handler, name="handlers") for p in _paths("handlers", GROUP, ns)),
+            *(Informer(self.kube, p, c.on_job, name="jobs") for p in _paths("jobs", GROUP, ns)),
+            # Only Sextant's own pods: a server-side label selector, never every pod of the cluster.
+            *(Informer(self.kube, p, c.on_pod, label_selector=LABEL_JOB, name="pods")
+              for p in _paths("pods", None, ns)),
+        ]
+
+    @property
+    def ready(self) -> bool:
+        return self.jobs.started.is_set() and all(i.healthy for i in self.informers)
+
+    async def run(self) -> None:
+        tasks = [asyncio.create_task(i.run(), name=f"informer {i.name}") for i in self.informers]
+        tasks.append(asyncio.create_task(self.events.run(), name="events"))
+        tasks.append(asyncio.create_task(self.jobs.run([i.synced for i in self.informers]), name="jobs"))
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            for task in done:
+                task.result()
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self.kube.close()
+
+
+def run(conn: Connection, settings: Settings | None = None) -> None:
+    """Run until SIGINT/SIGTERM."""
+    try:
+        import uvloop  # kopf does not enable it; it halves the event loop's cost per watch event
+
+        uvloop.install()
+    except ImportError:
+        pass
+
+    async def main() -> None:
+        operator = Operator(conn, settings)
+        task = asyncio.create_task(operator.run())
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, task.cancel)
+        try:
+            await task
+        except asyncio.CancelledError:
+            log.info("stopped")
+
+    asyncio.run(main())

@@ -1,0 +1,121 @@
+"""Attempt pods: built from the Handler's template, and read back into PodObservations."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+from ..lifecycle.attempts import PodObservation
+from ..lifecycle.transitions import CreatePod, JobSnapshot
+from ..resources import API_VERSION
+from ..resources.common import format_time, parse_duration, parse_time
+from ..resources.handler import HandlerSpec
+from ..resources.job import job_id
+from ..resources.queue import QueueSpec
+
+LABEL_JOB = "sextant.dev/job"
+LABEL_QUEUE = "sextant.dev/queue"
+LABEL_HANDLER = "sextant.dev/handler"
+LABEL_ATTEMPT = "sextant.dev/attempt"
+LABEL_RUN = "sextant.dev/run"
+ANNOTATION_SCHEDULED_AT = "sextant.dev/scheduled-at"
+ANNOTATION_JOB_ID = "sextant.dev/job-id"
+
+
+def scheduled_at(job: JobSnapshot, raw: dict[str, Any]) -> str:
+    """The job's scheduled time: a Schedule's tick, else runAt, else its creation."""
+    annotations = raw["metadata"].get("annotations") or {}
+    if ANNOTATION_SCHEDULED_AT in annotations:
+        return annotations[ANNOTATION_SCHEDULED_AT]
+    return format_time(job.spec.run_at or job.created_at, precise=False)
+
+
+def build_pod(raw: dict[str, Any], job: JobSnapshot, handler: HandlerSpec, queue: QueueSpec,
+              create: CreatePod) -> dict[str, Any]:
+    namespace = raw["metadata"]["namespace"]
+    template = handler.template
+    spec = copy.deepcopy(handler.pod_spec())
+    spec["restartPolicy"] = "Never"  # a retry is a new attempt, decided by the operator, not the kubelet
+    spec.setdefault("terminationGracePeriodSeconds", int(parse_duration(queue.cancel_grace).total_seconds()))
+    identity = {
+        "SEXTANT_JOB_ID": job_id(job.name),
+        "SEXTANT_JOB_NAME": job.name,
+        "SEXTANT_NAMESPACE": namespace,
+        "SEXTANT_QUEUE": job.spec.queue,
+        "SEXTANT_HANDLER": job.spec.handler,
+        "SEXTANT_ATTEMPT": str(create.attempt),
+        "SEXTANT_RUN": str(create.run),
+        "SEXTANT_SCHEDULED_AT": scheduled_at(job, raw),
+        "SEXTANT_PAYLOAD": json.dumps(job.spec.payload, separators=(",", ":")),
+        "SEXTANT_LEASE_NAME": create.name,
+        "SEXTANT_LEASE_DURATION": queue.lease_duration,
+        "SEXTANT_CANCEL_GRACE": queue.cancel_grace,
+    }
+    first = spec["containers"][0]
+    env = [e for e in first.get("env", []) if e.get("name") not in identity]
+    env += [{"name": k, "value": v} for k, v in identity.items()]
+    env.append({"name": "SEXTANT_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
+    first["env"] = env
+    labels = {
+        **template.metadata.labels,
+        LABEL_JOB: job.name,
+        LABEL_QUEUE: job.spec.queue,
+        LABEL_HANDLER: job.spec.handler,
+        LABEL_ATTEMPT: str(create.attempt),
+        LABEL_RUN: str(create.run),
+    }
+    annotations = {**template.metadata.annotations, ANNOTATION_JOB_ID: job_id(job.name)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": create.name,
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": annotations,
+            "ownerReferences": [
+                {"apiVersion": API_VERSION, "kind": "Job", "name": job.name, "uid": job.uid, "controller": True}
+            ],
+        },
+        "spec": spec,
+    }
+
+
+def run_of(pod: dict[str, Any]) -> int | None:
+    value = (pod["metadata"].get("labels") or {}).get(LABEL_RUN, "")
+    return int(value) if value.isdigit() else None
+
+
+def observe(pod: dict[str, Any]) -> PodObservation | None:
+    """The lifecycle's view of an attempt pod; None for a pod that is not one (no run label)."""
+    run = run_of(pod)
+    if run is None:
+        return None
+    meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
+    handler_container = (spec.get("containers") or [{}])[0].get("name")
+    exit_code = started_at = None
+    message = status.get("message")
+    for cs in status.get("containerStatuses") or []:
+        if cs.get("name") != handler_container:
+            continue
+        state = cs.get("state") or {}
+        if "terminated" in state:
+            exit_code = state["terminated"].get("exitCode")
+            message = message or state["terminated"].get("message") or state["terminated"].get("reason")
+            started_at = parse_time(state["terminated"].get("startedAt"))
+        elif "running" in state:
+            started_at = parse_time(state["running"].get("startedAt"))
+        elif "waiting" in state:
+            message = message or state["waiting"].get("message") or state["waiting"].get("reason")
+    return PodObservation(
+        name=meta["name"],
+        run=run,
+        phase=status.get("phase", "Pending"),
+        node=spec.get("nodeName"),
+        exit_code=exit_code,
+        reason=status.get("reason"),
+        message=message,
+        deleting=bool(meta.get("deletionTimestamp")),
+        started_at=started_at,
+    )

@@ -1,0 +1,52 @@
+"""The one heap of wake-ups (runAt, backoff, timeout, lease expiry, force-delete): no timer per object."""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+from collections.abc import Callable, Hashable
+from datetime import datetime
+
+
+class Timers:
+    def __init__(self, now: Callable[[], datetime]) -> None:
+        self._now = now
+        self._heap: list[tuple[float, int, Hashable]] = []
+        self._due: dict[Hashable, float] = {}  # the one live wake-up per key; older heap entries are stale
+        self._seq = itertools.count()
+        self._changed = asyncio.Event()
+
+    def schedule(self, key: Hashable, when: datetime | None) -> None:
+        """Replace key's wake-up with `when` (None: no wake-up)."""
+        if when is None:
+            self._due.pop(key, None)
+            return
+        stamp = when.timestamp()
+        if self._due.get(key) == stamp:
+            return
+        self._due[key] = stamp
+        heapq.heappush(self._heap, (stamp, next(self._seq), key))
+        if self._heap[0][0] == stamp:  # the new earliest: the sleeper must wake sooner
+            self._changed.set()
+
+    def __len__(self) -> int:
+        return len(self._due)
+
+    async def run(self, fire: Callable[[Hashable], None]) -> None:
+        while True:
+            now = self._now().timestamp()
+            while self._heap and self._heap[0][0] <= now:
+                stamp, _, key = heapq.heappop(self._heap)
+                if self._due.get(key) == stamp:
+                    del self._due[key]
+                    fire(key)
+            if len(self._heap) > 2 * len(self._due) + 1024:  # drop stale entries now and then
+                self._heap = [(s, n, k) for s, n, k in self._heap if self._due.get(k) == s]
+                heapq.heapify(self._heap)
+            self._changed.clear()
+            timeout = (self._heap[0][0] - now) if self._heap else None
+            try:
+                await asyncio.wait_for(self._changed.wait(), timeout)
+            except asyncio.TimeoutError:
+                pass

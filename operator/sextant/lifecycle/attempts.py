@@ -1,0 +1,98 @@
+"""What an attempt's pod tells: still running, or the attempt's outcome (what counts as a failed attempt)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from datetime import datetime
+
+# Timeline reasons (DESIGN.md §7).
+ERROR = "Error"
+TIMEOUT = "Timeout"
+LEASE_EXPIRED = "LeaseExpired"
+POD_LOST = "PodLost"
+NON_RETRYABLE = "NonRetryableExitCode"
+CANCELLED = "Cancelled"
+STOP_REASONS = frozenset({CANCELLED, TIMEOUT, LEASE_EXPIRED})
+
+# Pod-level reasons for a pod the cluster took away rather than one whose handler failed.
+LOST_POD_REASONS = frozenset(
+    {"Evicted", "Preempted", "NodeLost", "NodeAffinity", "NodeShutdown", "Shutdown", "Terminated",
+     "UnexpectedAdmissionError", "OutOfcpu", "OutOfmemory", "OutOfpods"}
+)
+
+SUCCEEDED = "succeeded"
+FAILED = "failed"
+CANCELLED_RESULT = "cancelled"
+
+
+@dataclass(frozen=True)
+class PodObservation:
+    """The few facts of an attempt pod that the lifecycle needs."""
+
+    name: str
+    run: int
+    phase: str = "Pending"  # Pending | Running | Succeeded | Failed | Unknown
+    node: str | None = None
+    exit_code: int | None = None
+    reason: str | None = None  # pod-level status.reason (Evicted, ...)
+    message: str | None = None
+    deleting: bool = False
+    started_at: datetime | None = None  # when the handler container started
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
+
+    @property
+    def alive(self) -> bool:
+        """Still running or still terminating: a replacement must wait for it."""
+        return not self.finished or self.deleting
+
+
+@dataclass(frozen=True)
+class Outcome:
+    result: str  # succeeded | failed | cancelled
+    reason: str | None = None
+    exit_code: int | None = None
+    message: str | None = None
+    node: str | None = None
+
+
+def outcome_of(
+    pod: PodObservation | None, stop_reason: str | None, non_retryable: Collection[int] = ()
+) -> Outcome | None:
+    """The outcome of the current attempt, or None while it still runs.
+
+    pod is the attempt's pod, None once it no longer exists. stop_reason is set when the operator asked
+    the pod to stop (cancel, timeout, lease expiry): that reason wins over whatever the pod then reports,
+    and its exit code (137 after SIGKILL) is recorded but not read as an ordinary Error.
+    """
+    node = pod.node if pod else None
+    if stop_reason is not None:
+        if pod is not None and not pod.finished:
+            return None
+        result = CANCELLED_RESULT if stop_reason == CANCELLED else FAILED
+        return Outcome(result, stop_reason, pod.exit_code if pod else None, _stop_message(stop_reason), node)
+    if pod is None:
+        return Outcome(FAILED, POD_LOST, None, "the attempt's pod was deleted before it finished")
+    if pod.phase == "Succeeded":
+        return Outcome(SUCCEEDED, None, 0 if pod.exit_code is None else pod.exit_code, None, node)
+    if pod.phase != "Failed":
+        return None  # running, or terminating after someone else's delete: wait until it is gone
+    if pod.reason in LOST_POD_REASONS:
+        return Outcome(FAILED, POD_LOST, pod.exit_code, f"{pod.reason}: {pod.message or 'the pod was lost'}", node)
+    if pod.exit_code is not None and pod.exit_code in non_retryable:
+        return Outcome(
+            FAILED, NON_RETRYABLE, pod.exit_code, f"exit code {pod.exit_code} is listed in nonRetryableExitCodes", node
+        )
+    message = pod.message or (f"exit code {pod.exit_code}" if pod.exit_code is not None else "the pod failed")
+    return Outcome(FAILED, ERROR, pod.exit_code, message, node)
+
+
+def _stop_message(stop_reason: str) -> str:
+    return {
+        CANCELLED: "cancelled while running",
+        TIMEOUT: "ran longer than the queue's timeout",
+        LEASE_EXPIRED: "the lease expired: the worker stopped renewing it",
+    }[stop_reason]

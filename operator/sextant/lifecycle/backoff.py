@@ -1,0 +1,41 @@
+"""The delay before the next attempt: exponential with factor, cap and jitter, or fixed."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import timedelta
+
+from ..resources.queue import Backoff
+
+
+def jitter_sample(uid: str, run: int) -> float:
+    """A number in [0, 1) fixed per (job, run), so a re-evaluated decision never changes its delay."""
+    digest = hashlib.sha256(f"{uid}/{run}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def backoff_delay(backoff: Backoff, failed_attempt: int, sample: float) -> timedelta:
+    """The delay after attempt number `failed_attempt` (1-based) failed.
+
+    exponential: initial × factor^(n−1), capped at max; fixed: initial. Jitter spreads the delay by
+    ±jitter (sample 0 → −jitter, sample → 1 → +jitter) and never pushes an exponential delay past max.
+    """
+    if failed_attempt < 1:
+        raise ValueError("failed_attempt counts from 1")
+    initial = backoff.initial_delta.total_seconds()
+    if backoff.policy == "fixed":
+        base, cap = initial, None
+    else:
+        cap = backoff.max_delta.total_seconds()
+        # Stop multiplying at the cap: factor**n overflows for a job that fails for a long time.
+        base = initial
+        for _ in range(failed_attempt - 1):
+            base *= backoff.factor
+            if base >= cap:
+                break
+        base = min(base, cap)
+    spread = base * backoff.jitter * (2 * sample - 1)
+    delay = max(0.0, base + spread)
+    if cap is not None:
+        delay = min(delay, cap)
+    return timedelta(seconds=delay)

@@ -1,0 +1,358 @@
+"""The lifecycle as two pure functions: reconcile (everything but admission) and admit.
+
+Both take the job as last stored plus what the cluster shows now, and return the status to store, the
+actions to take and when to look again. Level-triggered: called again with the same inputs, they return
+the same status and actions that are safe to repeat (pod names are deterministic).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from ..resources.common import Condition, format_time, parse_duration, parse_time
+from ..resources.handler import HandlerSpec
+from ..resources.job import Attempt, JobSpec, JobStatus, State
+from ..resources.queue import QueueSpec
+from . import attempts as A
+from .backoff import backoff_delay, jitter_sample
+from .states import CANCELLED, DEAD, FAILED, QUEUED, RUNNING, SCHEDULED, SUCCEEDED, cancel_refusal, retry_refusal
+
+# How long past its grace period a stopping pod may linger before it is force-deleted.
+FORCE_DELETE_AFTER = timedelta(seconds=5)
+
+COND_SUCCEEDED, COND_DEAD, COND_CANCELLED, COND_RUNNING, COND_BLOCKED = (
+    "Succeeded", "Dead", "Cancelled", "Running", "Blocked",
+)
+
+
+@dataclass(frozen=True)
+class JobSnapshot:
+    name: str
+    uid: str
+    generation: int
+    created_at: datetime
+    spec: JobSpec
+    status: JobStatus
+
+
+@dataclass(frozen=True)
+class Observations:
+    queue: QueueSpec | None
+    handler: HandlerSpec | None
+    pods: tuple[A.PodObservation, ...] = ()  # the job's pods that exist now
+    lease_renewed_at: datetime | None = None  # the current attempt's last heartbeat, if it has a lease
+    duplicate_of: str | None = None  # another job already holds this idempotency key
+
+    def pod(self, run: int) -> A.PodObservation | None:
+        return next((p for p in self.pods if p.run == run), None)
+
+    @property
+    def alive_pods(self) -> list[A.PodObservation]:
+        return [p for p in self.pods if p.alive]
+
+
+@dataclass(frozen=True)
+class CreatePod:
+    name: str
+    run: int
+    attempt: int
+
+
+@dataclass(frozen=True)
+class DeletePod:
+    name: str
+    grace_seconds: int | None  # None: the pod's own; 0: force
+
+
+@dataclass(frozen=True)
+class Event:
+    reason: str
+    message: str
+    type: str = "Normal"
+
+
+Action = CreatePod | DeletePod
+
+
+@dataclass
+class Decision:
+    status: JobStatus
+    actions: list[Action] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    wake_at: datetime | None = None
+
+    @property
+    def wants_admission(self) -> bool:
+        return self.status.state == QUEUED
+
+    def wake(self, when: datetime | None) -> None:
+        if when is not None and (self.wake_at is None or when < self.wake_at):
+            self.wake_at = when
+
+
+def pod_name(job_name: str, run: int) -> str:
+    return f"{job_name}-{run}"
+
+
+def effective_queue(obs: Observations) -> QueueSpec:
+    """The queue's settings, or the defaults while it is missing (a running job keeps running)."""
+    return obs.queue if obs.queue is not None else QueueSpec()
+
+
+def set_condition(status: JobStatus, type_: str, value: bool, reason: str, message: str, now: datetime,
+                  generation: int) -> None:
+    """Sets one condition; lastTransitionTime moves only when the value changes."""
+    text = "True" if value else "False"
+    for i, cond in enumerate(status.conditions):
+        if cond.type == type_:
+            if cond.status == text and cond.reason == reason and cond.message == message:
+                return
+            moved = cond.last_transition_time if cond.status == text else format_time(now, precise=False)
+            status.conditions[i] = Condition(type=type_, status=text, reason=reason, message=message,
+                                             last_transition_time=moved, observed_generation=generation)
+            return
+    if not value and reason == "":
+        return
+    status.conditions.append(Condition(type=type_, status=text, reason=reason, message=message,
+                                       last_transition_time=format_time(now, precise=False),
+                                       observed_generation=generation))
+
+
+def _clear_condition(status: JobStatus, type_: str, reason: str, now: datetime, generation: int) -> None:
+    if any(c.type == type_ and c.status == "True" for c in status.conditions):
+        set_condition(status, type_, False, reason, "", now, generation)
+
+
+class _Step:
+    """One reconcile's working state: the status being built, and what it decided."""
+
+    def __init__(self, job: JobSnapshot, obs: Observations, now: datetime) -> None:
+        self.job, self.obs, self.now = job, obs, now
+        self.queue = effective_queue(obs)
+        self.status = job.status.model_copy(deep=True)
+        self.decision = Decision(self.status)
+
+    def event(self, reason: str, message: str, warning: bool = False) -> None:
+        self.decision.events.append(Event(reason, message, "Warning" if warning else "Normal"))
+
+    def cond(self, type_: str, value: bool, reason: str, message: str = "") -> None:
+        set_condition(self.status, type_, value, reason, message, self.now, self.job.generation)
+
+    def move(self, state: State, reason: str, message: str, warning: bool = False) -> None:
+        self.status.state = state
+        self.status.message = message
+        self.event(reason, message, warning)
+
+    def finish(self, state: State, reason: str, message: str, warning: bool = False) -> None:
+        self.move(state, reason, message, warning)
+        self.status.finished_at = format_time(self.now)
+        self.status.next_attempt_at = None
+        _clear_condition(self.status, COND_BLOCKED, "Finished", self.now, self.job.generation)
+        cond = {SUCCEEDED: COND_SUCCEEDED, DEAD: COND_DEAD, CANCELLED: COND_CANCELLED}.get(state)
+        if cond:
+            self.cond(cond, True, reason, message)
+
+    def queued(self, since: datetime, reason: str, message: str) -> None:
+        self.move(QUEUED, reason, message)
+        self.status.queued_at = format_time(since)
+        self.status.next_attempt_at = None
+
+
+def reconcile(job: JobSnapshot, obs: Observations, now: datetime) -> Decision:
+    """Everything that moves a job except taking a queue slot (see admit)."""
+    s = _Step(job, obs, now)
+    st = s.status
+    if obs.queue is not None:
+        st.max_attempts = obs.queue.max_attempts
+    if st.state is None:
+        _first_sight(s)
+    _adopt_or_remove_strays(s)
+    _cancel(s)
+    _retry(s)
+    _blocked(s)
+    if st.state == SCHEDULED or st.state == FAILED:
+        _wait_until_runnable(s)
+    if st.state == RUNNING:
+        _watch_running(s)
+    st.observed_generation = job.generation
+    return s.decision
+
+
+def admit(job: JobSnapshot, obs: Observations, now: datetime) -> Decision:
+    """Take a queue slot: start the next attempt. The caller holds the slot; the job must be queued."""
+    s = _Step(job, obs, now)
+    st = s.status
+    if st.state != QUEUED:
+        raise ValueError(f"only a queued job can be admitted, not a {st.state} one")
+    if obs.alive_pods:
+        raise ValueError("a previous attempt's pod still exists")
+    st.run += 1
+    st.attempt += 1
+    name = pod_name(job.name, st.run)
+    timeout = parse_duration(s.queue.timeout)
+    st.timeout_at = format_time(now + timeout)
+    st.stop_reason = st.stop_requested_at = None
+    st.attempts.append(Attempt(attempt=st.attempt, run=st.run, pod=name, started_at=format_time(now), result="running"))
+    s.decision.actions.append(CreatePod(name, st.run, st.attempt))
+    message = f"attempt {st.attempt} of {st.max_attempts or s.queue.max_attempts} started in pod {name}"
+    s.move(RUNNING, "Started", message)
+    s.cond(COND_RUNNING, True, "Started", message)
+    _clear_condition(st, COND_BLOCKED, "Admitted", now, job.generation)
+    s.decision.wake(now + timeout)
+    st.observed_generation = job.generation
+    return s.decision
+
+
+def _first_sight(s: _Step) -> None:
+    job, st = s.job, s.status
+    st.retry_token = job.spec.retry_token  # a token present at creation is not a request to retry
+    if s.obs.duplicate_of:
+        st.duplicate_of = s.obs.duplicate_of
+        s.finish(CANCELLED, "DuplicateIdempotencyKey",
+                 f"idempotency key {job.spec.idempotency_key!r} already belongs to job {s.obs.duplicate_of}; "
+                 "this job does not run", warning=True)
+    elif job.spec.cancel:
+        s.finish(CANCELLED, "Cancelled", "cancelled before it was queued")
+    elif job.spec.run_at is not None and job.spec.run_at > s.now:
+        st.next_attempt_at = format_time(job.spec.run_at)
+        s.move(SCHEDULED, "Scheduled", f"waiting for runAt {st.next_attempt_at}")
+    else:
+        since = max(job.created_at, job.spec.run_at) if job.spec.run_at else job.created_at
+        s.queued(since, "Queued", "runnable, waiting for a slot in queue " + job.spec.queue)
+
+
+def _adopt_or_remove_strays(s: _Step) -> None:
+    """Pods of runs the status does not know: the operator stopped between creating a pod and recording it."""
+    st = s.status
+    strays = sorted((p for p in s.obs.pods if p.run > st.run), key=lambda p: p.run)
+    for pod in strays:
+        if st.state == QUEUED and not s.job.spec.cancel and pod.run == st.run + 1 and pod is strays[0]:
+            # The attempt did start: record it exactly as admit would have.
+            adopted = admit(JobSnapshot(s.job.name, s.job.uid, s.job.generation, s.job.created_at, s.job.spec, st),
+                            Observations(s.obs.queue, s.obs.handler), s.now)
+            s.status = st = adopted.status
+            s.decision.status = st
+            s.decision.events.extend(adopted.events)
+            s.decision.wake(adopted.wake_at)
+        elif not pod.deleting:
+            s.decision.actions.append(DeletePod(pod.name, 0))
+
+
+def _cancel(s: _Step) -> None:
+    st, spec = s.status, s.job.spec
+    if not spec.cancel or st.state in (None, SUCCEEDED, DEAD, CANCELLED):
+        return
+    if st.state == RUNNING:
+        if st.stop_reason != A.CANCELLED:
+            _stop(s, A.CANCELLED)
+            s.event("Cancelling", f"stopping the running attempt: SIGTERM, then SIGKILL after {s.queue.cancel_grace}")
+        return
+    s.finish(CANCELLED, "Cancelled", f"cancelled while {st.state.value}")
+
+
+def _retry(s: _Step) -> None:
+    st, token = s.status, s.job.spec.retry_token
+    if token is None or token == st.retry_token:
+        return
+    st.retry_token = token  # consumed either way: a refused request does not fire later
+    refusal = retry_refusal(st.state)
+    if refusal:
+        s.event("RetryRefused", refusal, warning=True)
+        return
+    st.attempt = 0
+    st.finished_at = None
+    _clear_condition(st, COND_DEAD, "Retried", s.now, s.job.generation)
+    s.queued(s.now, "Retried", "retry requested: the attempt counter is reset to 0")
+
+
+def _blocked(s: _Step) -> None:
+    st = s.status
+    if st.state not in (SCHEDULED, QUEUED, FAILED):
+        return
+    if s.obs.queue is None:
+        s.cond(COND_BLOCKED, True, "QueueNotFound", f"queue {s.job.spec.queue!r} does not exist in this namespace")
+    elif s.obs.handler is None:
+        s.cond(COND_BLOCKED, True, "HandlerNotFound",
+               f"handler {s.job.spec.handler!r} does not exist in this namespace")
+    else:
+        _clear_condition(st, COND_BLOCKED, "Found", s.now, s.job.generation)
+
+
+def _wait_until_runnable(s: _Step) -> None:
+    st = s.status
+    due = parse_time(st.next_attempt_at)
+    if due is None or due <= s.now:
+        s.queued(due or s.now, "Queued", "runnable, waiting for a slot in queue " + s.job.spec.queue)
+    else:
+        s.decision.wake(due)
+
+
+def _stop(s: _Step, reason: str) -> None:
+    st = s.status
+    st.stop_reason = reason
+    st.stop_requested_at = format_time(s.now)
+    current = s.obs.pod(st.run)
+    if current is not None and not current.finished:
+        grace = int(parse_duration(s.queue.cancel_grace).total_seconds())
+        s.decision.actions.append(DeletePod(current.name, grace))
+
+
+def _watch_running(s: _Step) -> None:
+    st, now = s.status, s.now
+    pod = s.obs.pod(st.run)
+    lease_duration = parse_duration(s.queue.lease_duration)
+    if st.stop_reason is None:
+        timeout_at = parse_time(st.timeout_at)
+        lease_expires = s.obs.lease_renewed_at + lease_duration if s.obs.lease_renewed_at else None
+        if timeout_at is not None and now >= timeout_at:
+            _stop(s, A.TIMEOUT)
+            s.event("Timeout", f"attempt {st.attempt} ran longer than {s.queue.timeout}; stopping it", warning=True)
+        elif lease_expires is not None and now >= lease_expires:
+            _stop(s, A.LEASE_EXPIRED)
+            s.event("LeaseExpired", f"attempt {st.attempt}'s lease was not renewed for {s.queue.lease_duration}",
+                    warning=True)
+        else:
+            s.decision.wake(timeout_at)
+            s.decision.wake(lease_expires)
+    if st.stop_reason is not None and pod is not None and not pod.finished:
+        force_at = parse_time(st.stop_requested_at) + parse_duration(s.queue.cancel_grace) + FORCE_DELETE_AFTER
+        if now >= force_at:
+            s.decision.actions.append(DeletePod(pod.name, 0))
+        s.decision.wake(force_at if now < force_at else now + FORCE_DELETE_AFTER)
+    non_retryable = s.obs.handler.non_retryable_exit_codes if s.obs.handler else ()
+    outcome = A.outcome_of(pod, st.stop_reason, non_retryable)
+    if outcome is not None:
+        _finish_attempt(s, outcome)
+
+
+def _finish_attempt(s: _Step, outcome: A.Outcome) -> None:
+    st, now = s.status, s.now
+    if st.attempts and st.attempts[-1].run == st.run:
+        entry = st.attempts[-1]
+        entry.finished_at = format_time(now)
+        entry.result = outcome.result
+        entry.exit_code = outcome.exit_code
+        entry.reason = outcome.reason
+        entry.message = outcome.message
+        entry.node = outcome.node or entry.node
+    st.stop_reason = st.stop_requested_at = st.timeout_at = None
+    max_attempts = st.max_attempts or s.queue.max_attempts
+    label = f"attempt {st.attempt} of {max_attempts}"
+    s.cond(COND_RUNNING, False, "AttemptFinished", f"{label} {outcome.result}")
+    if outcome.result == A.SUCCEEDED:
+        s.finish(SUCCEEDED, "Succeeded", f"{label} succeeded")
+    elif outcome.result == A.CANCELLED_RESULT:
+        s.finish(CANCELLED, "Cancelled", f"{label} was stopped by cancel")
+    elif outcome.reason == A.NON_RETRYABLE:
+        s.finish(DEAD, "Dead", f"{label} failed: {outcome.message}", warning=True)
+    elif st.attempt >= max_attempts:
+        s.finish(DEAD, "Dead", f"{label} failed ({outcome.reason}: {outcome.message}); attempts exhausted",
+                 warning=True)
+    else:
+        delay = backoff_delay(s.queue.backoff, st.attempt, jitter_sample(s.job.uid, st.run))
+        due = now + delay
+        st.next_attempt_at = format_time(due)
+        s.move(FAILED, "Failed", f"{label} failed ({outcome.reason}: {outcome.message}); "
+               f"next attempt at {st.next_attempt_at}", warning=True)
+        s.decision.wake(due)

@@ -1,0 +1,209 @@
+"""Generates crds/*.yaml from the pydantic models: `python -m sextant.resources.crds [--check] [DIR]`.
+
+Pydantic's JSON Schema is turned into a structural OpenAPI v3 schema: $refs inlined, Optional unwrapped,
+titles dropped, open objects marked x-kubernetes-preserve-unknown-fields, CEL rules kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel
+
+from . import CATEGORY, GROUP, VERSION, handler, job, queue, schedule
+
+PRESERVE = "x-kubernetes-preserve-unknown-fields"
+_DROP = {"title", "additionalProperties"}
+
+
+def _resolve(node: Any, defs: dict[str, Any], in_status: bool) -> Any:
+    if isinstance(node, list):
+        return [_resolve(n, defs, in_status) for n in node]
+    if not isinstance(node, dict):
+        return node
+    node = dict(node)
+    if "$ref" in node:
+        target = copy.deepcopy(defs[node.pop("$ref").rsplit("/", 1)[-1]])
+        node = {**target, **node}  # a field's own description beats its type's
+    if "anyOf" in node:  # Optional[X] → X: absence, not null, is how Kubernetes spells "unset"
+        branches = [b for b in node.pop("anyOf") if b.get("type") != "null"]
+        if len(branches) != 1:
+            raise ValueError(f"cannot express union {branches} in a structural schema")
+        node = {**_resolve(branches[0], defs, in_status), **node}
+    if node.get("default", ...) is None or in_status:
+        node.pop("default", None)
+    open_object = node.get("additionalProperties") is True
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in _DROP and not (key == "additionalProperties" and isinstance(value, dict)):
+            continue
+        if key == "properties":
+            out[key] = {
+                name: _resolve(sub, defs, in_status or name == "status") for name, sub in value.items()
+            }
+        elif key in ("items", "additionalProperties"):
+            out[key] = _resolve(value, defs, in_status)
+        else:
+            out[key] = value
+    if open_object:
+        out[PRESERVE] = True
+    if out.get(PRESERVE) and "type" not in out:
+        out["type"] = "object"
+    return out
+
+
+def openapi_schema(model: type[BaseModel], *, root_rules: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    """The structural openAPIV3Schema of one resource model."""
+    raw = model.model_json_schema(by_alias=True, mode="validation")
+    defs = raw.pop("$defs", {})
+    body = _resolve(raw, defs, in_status=False)
+    properties = {
+        "apiVersion": {"type": "string", "description": "sextant.dev/v1alpha1"},
+        "kind": {"type": "string", "description": model.__name__},
+        "metadata": {"type": "object"},
+        **body["properties"],
+    }
+    schema: dict[str, Any] = {
+        "type": "object",
+        "description": (model.__doc__ or "").strip().splitlines()[0] if model.__doc__ else model.__name__,
+        "properties": properties,
+        "required": ["spec"] if "spec" in body.get("required", []) else [],
+    }
+    if not schema["required"]:
+        del schema["required"]
+    if root_rules:
+        schema["x-kubernetes-validations"] = root_rules
+    return schema
+
+
+_NAME_FITS_A_LABEL = {
+    "rule": "self.metadata.name.size() <= 63",
+    "message": "metadata.name must be at most 63 characters (it is used as a label value on the job's pods)",
+}
+
+_AGE = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+
+RESOURCES: list[dict[str, Any]] = [
+    {
+        "module": job,
+        "model": job.Job,
+        "doc": "A unit of work: a handler, a queue, a JSON payload and a time to run; status is its lifecycle.",
+        "root_rules": [_NAME_FITS_A_LABEL],
+        "columns": [
+            {"name": "State", "type": "string", "jsonPath": ".status.state"},
+            {"name": "Attempt", "type": "integer", "jsonPath": ".status.attempt"},
+            {"name": "Queue", "type": "string", "jsonPath": ".spec.queue"},
+            {"name": "Handler", "type": "string", "jsonPath": ".spec.handler"},
+            _AGE,
+        ],
+    },
+    {
+        "module": queue,
+        "model": queue.Queue,
+        "doc": "A named line of jobs with its own concurrency, retry, timeout, lease and retention settings.",
+        "columns": [
+            {"name": "Concurrency", "type": "integer", "jsonPath": ".spec.concurrency"},
+            {"name": "Max-Attempts", "type": "integer", "jsonPath": ".spec.maxAttempts"},
+            {"name": "Timeout", "type": "string", "jsonPath": ".spec.timeout"},
+            {"name": "Running", "type": "integer", "jsonPath": ".status.running"},
+            {"name": "Queued", "type": "integer", "jsonPath": ".status.queued"},
+            _AGE,
+        ],
+    },
+    {
+        "module": handler,
+        "model": handler.Handler,
+        "doc": "How a handler runs: the pod template of its attempts.",
+        "columns": [
+            {"name": "Image", "type": "string", "jsonPath": ".spec.template.spec.containers[0].image"},
+            _AGE,
+        ],
+    },
+    {
+        "module": schedule,
+        "model": schedule.Schedule,
+        "doc": "Creates jobs on a cron expression or a fixed interval.",
+        "columns": [
+            {"name": "Cron", "type": "string", "jsonPath": ".spec.cron"},
+            {"name": "Interval", "type": "string", "jsonPath": ".spec.interval"},
+            {"name": "Suspend", "type": "boolean", "jsonPath": ".spec.suspend"},
+            {"name": "Last", "type": "date", "jsonPath": ".status.lastScheduleTime"},
+            {"name": "Next", "type": "string", "jsonPath": ".status.nextScheduleTime"},
+            _AGE,
+        ],
+    },
+]
+
+
+def crd(entry: dict[str, Any]) -> dict[str, Any]:
+    module = entry["module"]
+    schema = openapi_schema(entry["model"], root_rules=entry.get("root_rules"))
+    schema["description"] = entry["doc"]
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{module.PLURAL}.{GROUP}"},
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": module.KIND,
+                "listKind": f"{module.KIND}List",
+                "plural": module.PLURAL,
+                "singular": module.KIND.lower(),
+                "shortNames": module.SHORT_NAMES,
+                "categories": [CATEGORY],
+            },
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": entry["columns"],
+                    "schema": {"openAPIV3Schema": schema},
+                }
+            ],
+        },
+    }
+
+
+HEADER = "# Generated by `python -m sextant.resources.crds` from operator/sextant/resources/. Do not edit.\n"
+
+
+def render() -> dict[str, str]:
+    """File name → YAML text of every CRD."""
+    return {
+        f"{e['module'].PLURAL}.{GROUP}.yaml": HEADER + yaml.safe_dump(crd(e), sort_keys=False, width=120)
+        for e in RESOURCES
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("dir", nargs="?", default=str(Path(__file__).resolve().parents[3] / "crds"))
+    parser.add_argument("--check", action="store_true", help="fail if the files differ from the models")
+    args = parser.parse_args(argv)
+    out = Path(args.dir)
+    stale = []
+    for name, text in render().items():
+        path = out / name
+        if args.check:
+            if not path.exists() or path.read_text() != text:
+                stale.append(str(path))
+        else:
+            out.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+    if stale:
+        print("CRDs differ from the models; run `python -m sextant.resources.crds`: " + ", ".join(stale), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,138 @@
+"""Job: one unit of work (core-concepts: Jobs) and its lifecycle status (job-lifecycle)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import Enum
+from typing import Any
+
+from pydantic import Field
+
+from .common import Condition, Model, validations
+
+KIND = "Job"
+PLURAL = "jobs"
+SHORT_NAMES = ["sjob"]
+IDEMPOTENCY_WINDOW_HOURS = 24
+
+_REPLACE = "cancel this job and create a new one with a fresh idempotency key"
+
+
+def _immutable(field: str) -> dict[str, str]:
+    """A CEL rule on the spec: an optional field may not be added, removed or changed after creation."""
+    return {
+        "rule": f"has(self.{field}) == has(oldSelf.{field}) && (!has(self.{field}) || self.{field} == oldSelf.{field})",
+        "message": f"{field} is immutable: {_REPLACE}",
+        "fieldPath": f".{field}",
+    }
+
+
+class State(str, Enum):
+    """The seven states of job-lifecycle."""
+
+    SCHEDULED = "scheduled"
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    DEAD = "dead"
+    CANCELLED = "cancelled"
+
+
+class JobSpec(Model):
+    queue: str = Field(min_length=1, max_length=63, description="The Queue (in this namespace) the job runs on.")
+    handler: str = Field(min_length=1, max_length=63, description="The Handler (in this namespace) that runs it.")
+    payload: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Any JSON object; handed to the handler on standard input.",
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+    )
+    run_at: datetime | None = Field(default=None, description="Do not run before this time (RFC 3339).")
+    idempotency_key: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=253,
+        description="A second job with the same key in this namespace within 24 h is not run; see status.duplicateOf.",
+    )
+    priority: int = Field(default=0, description="Higher runs first within its queue; FIFO among equals.")
+    cancel: bool = Field(
+        default=False,
+        description="Set to true to cancel the job (scheduled/queued at once, running after cancelGrace).",
+    )
+    retry_token: str | None = Field(
+        default=None,
+        max_length=253,
+        description="Set to a new value to retry a failed or dead job; re-applying the same value retries once.",
+    )
+
+    model_config = Model.model_config | {
+        "json_schema_extra": validations(
+            {"rule": "self.queue == oldSelf.queue", "message": f"queue is immutable: {_REPLACE}", "fieldPath": ".queue"},
+            {
+                "rule": "self.handler == oldSelf.handler",
+                "message": f"handler is immutable: {_REPLACE}",
+                "fieldPath": ".handler",
+            },
+            _immutable("payload"),
+            _immutable("runAt"),
+            _immutable("idempotencyKey"),
+            {
+                "rule": "!has(oldSelf.cancel) || !oldSelf.cancel || (has(self.cancel) && self.cancel)",
+                "message": "cancel cannot be withdrawn once requested",
+                "fieldPath": ".cancel",
+            },
+        )
+    }
+
+
+class Attempt(Model):
+    """One entry of the timeline: one run of the handler."""
+
+    attempt: int = Field(description="The attempt number (1-based; retry starts again at 1).")
+    run: int = Field(description="The run sequence number; never reused, names the pod.")
+    pod: str = Field(description="The attempt's pod.")
+    node: str | None = Field(default=None, description="The node (worker) that ran it.")
+    started_at: str | None = Field(default=None, description="When the attempt was admitted (RFC 3339).")
+    finished_at: str | None = Field(default=None, description="When it ended (RFC 3339).")
+    result: str = Field(description="running, succeeded, failed or cancelled.")
+    exit_code: int | None = Field(default=None, description="The handler's exit code, when it exited.")
+    reason: str | None = Field(
+        default=None, description="Error, Timeout, LeaseExpired, PodLost, NonRetryableExitCode or Cancelled."
+    )
+    message: str | None = Field(default=None, description="What went wrong, for a person.")
+
+
+class JobStatus(Model):
+    state: State | None = Field(default=None, description="scheduled|queued|running|succeeded|failed|dead|cancelled")
+    attempt: int = Field(default=0, description="Attempts made since creation or the last retry.")
+    max_attempts: int | None = Field(default=None, description="The queue's maxAttempts when last evaluated.")
+    run: int = Field(default=0, description="Runs started over the job's life; never reset, names the pods.")
+    next_attempt_at: str | None = Field(default=None, description="When a scheduled job becomes queued.")
+    queued_at: str | None = Field(default=None, description="When the job last became runnable (FIFO order).")
+    finished_at: str | None = Field(default=None, description="When the job reached a terminal state.")
+    stop_reason: str | None = Field(
+        default=None, description="Why the running attempt is being stopped: Cancelled, Timeout or LeaseExpired."
+    )
+    stop_requested_at: str | None = Field(default=None, description="When the running attempt was asked to stop.")
+    timeout_at: str | None = Field(default=None, description="When the running attempt times out.")
+    retry_token: str | None = Field(default=None, description="The last spec.retryToken acted upon.")
+    duplicate_of: str | None = Field(default=None, description="The job that already holds this idempotency key.")
+    message: str | None = Field(default=None, description="The latest word on the job, for a person.")
+    attempts: list[Attempt] = Field(default_factory=list, description="The timeline of attempts.")
+    conditions: list[Condition] = Field(default_factory=list, description="Succeeded, Dead, Cancelled, Running, Blocked.")
+    observed_generation: int | None = Field(default=None, description="The spec generation last acted upon.")
+
+
+class Job(Model):
+    spec: JobSpec
+    status: JobStatus = Field(default_factory=JobStatus)
+
+
+def job_id(name: str) -> str:
+    """The id the docs show (job_8f3k2m9q) for an object named job-8f3k2m9q."""
+    return name.replace("job-", "job_", 1) if name.startswith("job-") else name
+
+
+def object_name(job_or_id: str) -> str:
+    """Accept both spellings: job_8f3k2m9q and job-8f3k2m9q name the object job-8f3k2m9q."""
+    return job_or_id.replace("_", "-")

@@ -1,0 +1,82 @@
+"""Queue: a named line of jobs with its own settings (core-concepts: Queues)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Literal
+
+from pydantic import Field
+
+from .common import Duration, Model, parse_duration, validations
+
+KIND = "Queue"
+PLURAL = "queues"
+SHORT_NAMES = ["squeue"]
+
+
+class Backoff(Model):
+    """How long a failed job waits before its next attempt."""
+
+    policy: Literal["exponential", "fixed"] = Field(
+        default="exponential",
+        description="exponential: initial × factor^(attempt−1), capped at max; fixed: always initial.",
+    )
+    initial: Duration = Field(default="10s", description="The delay after the first failed attempt.")
+    factor: float = Field(default=2.0, ge=1.0, le=100.0, description="Growth per attempt (exponential only).")
+    max: Duration = Field(default="10m", description="The longest delay (exponential only).")
+    jitter: float = Field(
+        default=0.1, ge=0.0, le=1.0, description="Random spread, as a fraction of the delay (0.1 = ±10%)."
+    )
+
+    model_config = Model.model_config | {
+        "json_schema_extra": validations(
+            {
+                "rule": "duration(self.initial) <= duration(self.max)",
+                "message": "backoff.initial must not be greater than backoff.max",
+                "fieldPath": ".initial",
+            }
+        )
+    }
+
+    @property
+    def initial_delta(self) -> timedelta:
+        return parse_duration(self.initial)
+
+    @property
+    def max_delta(self) -> timedelta:
+        return parse_duration(self.max)
+
+
+class Retention(Model):
+    """How long finished jobs stay visible, per terminal state; "0s" keeps them forever."""
+
+    succeeded: Duration = Field(default="24h", description="How long a succeeded job is kept.")
+    cancelled: Duration = Field(default="24h", description="How long a cancelled job is kept.")
+    dead: Duration = Field(default="168h", description="How long a dead job is kept.")
+
+
+class QueueSpec(Model):
+    concurrency: int = Field(default=10, ge=1, description="Running attempts at once, across the whole queue.")
+    max_attempts: int = Field(
+        default=5, ge=1, description="Attempts before a job is dead (the first run counts as attempt 1)."
+    )
+    backoff: Backoff = Field(default_factory=Backoff, description="The delay between attempts.")
+    timeout: Duration = Field(default="5m", description="How long one attempt may run before it fails with Timeout.")
+    lease_duration: Duration = Field(
+        default="30s", description="How long a running attempt's lease lasts without a heartbeat."
+    )
+    cancel_grace: Duration = Field(
+        default="10s", description="How long a cancelled handler gets between SIGTERM and SIGKILL."
+    )
+    retention: Retention = Field(default_factory=Retention, description="How long finished jobs stay visible.")
+
+
+class QueueStatus(Model):
+    observed_generation: int | None = Field(default=None, description="The spec generation last seen.")
+    running: int | None = Field(default=None, description="Attempts running now.")
+    queued: int | None = Field(default=None, description="Jobs waiting for a slot.")
+
+
+class Queue(Model):
+    spec: QueueSpec = Field(default_factory=QueueSpec)
+    status: QueueStatus | None = None
