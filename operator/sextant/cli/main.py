@@ -19,17 +19,35 @@ def _operator(args: argparse.Namespace) -> int:
     return 0
 
 
+def _dev(args: argparse.Namespace) -> int:
+    from ..dev import dev
+
+    logging.basicConfig(level=getattr(logging, args.log_level.upper()),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return dev(args.kubeconfig, args.context, args.keep,
+               {"namespaces": args.watch_namespace or [], "workers": args.workers, "events": not args.no_events})
+
+
+def _operator_flags(op: argparse.ArgumentParser) -> None:
+    op.add_argument("--watch-namespace", action="append", help="watch only this namespace (repeatable)")
+    op.add_argument("--workers", type=int, default=16, help="parallel reconciles (default 16)")
+    op.add_argument("--no-events", action="store_true", help="post no Kubernetes Events")
+    op.add_argument("--log-level", default="warning", help="debug, info, warning (default) or error")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sextant", description="Sextant: a job queue that runs on Kubernetes.")
     parser.add_argument("--kubeconfig", help="path to the kubeconfig file")
     parser.add_argument("--context", help="the kubeconfig context to use")
     sub = parser.add_subparsers(dest="command", required=True)
     op = sub.add_parser("operator", help="run the operator in the foreground")
-    op.add_argument("--watch-namespace", action="append", help="watch only this namespace (repeatable)")
-    op.add_argument("--workers", type=int, default=16, help="parallel reconciles (default 16)")
-    op.add_argument("--no-events", action="store_true", help="post no Kubernetes Events")
-    op.add_argument("--log-level", default="warning", help="debug, info, warning (default) or error")
+    _operator_flags(op)
     op.set_defaults(func=_operator)
+    dv = sub.add_parser("dev", help="install the CRDs and run the operator; starts a local control plane when "
+                                    "no cluster is configured")
+    dv.add_argument("--keep", action="store_true", help="leave the local control plane running afterwards")
+    _operator_flags(dv)
+    dv.set_defaults(func=_dev)
     return parser
 
 

@@ -82,6 +82,8 @@ def outcome_of(
         return None  # running, or terminating after someone else's delete: wait until it is gone
     if pod.reason in LOST_POD_REASONS:
         return Outcome(FAILED, POD_LOST, pod.exit_code, f"{pod.reason}: {pod.message or 'the pod was lost'}", node)
+    if pod.deleting:  # killed by someone else's delete (137 after SIGKILL): not the handler's own failure
+        return Outcome(FAILED, POD_LOST, pod.exit_code, "the attempt's pod was deleted before it finished", node)
     if pod.exit_code is not None and pod.exit_code in non_retryable:
         return Outcome(
             FAILED, NON_RETRYABLE, pod.exit_code, f"exit code {pod.exit_code} is listed in nonRetryableExitCodes", node

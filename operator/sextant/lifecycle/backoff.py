@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 from datetime import timedelta
 
 from ..resources.queue import Backoff
@@ -11,7 +12,8 @@ from ..resources.queue import Backoff
 def jitter_sample(uid: str, run: int) -> float:
     """A number in [0, 1) fixed per (job, run), so a re-evaluated decision never changes its delay."""
     digest = hashlib.sha256(f"{uid}/{run}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") / 2**64
+    # 53 bits, exactly what a float holds: 64 bits divided by 2**64 can round up to 1.0.
+    return (int.from_bytes(digest[:8], "big") >> 11) / 2**53
 
 
 def backoff_delay(backoff: Backoff, failed_attempt: int, sample: float) -> timedelta:
@@ -27,13 +29,17 @@ def backoff_delay(backoff: Backoff, failed_attempt: int, sample: float) -> timed
         base, cap = initial, None
     else:
         cap = backoff.max_delta.total_seconds()
-        # Stop multiplying at the cap: factor**n overflows for a job that fails for a long time.
-        base = initial
-        for _ in range(failed_attempt - 1):
-            base *= backoff.factor
-            if base >= cap:
-                break
-        base = min(base, cap)
+        # Closed form, not a loop: a job that fails for a long time has a huge attempt number, factor**n
+        # overflows, and multiplying n times hangs when the cap is never reached (factor 1, initial 0s).
+        n = failed_attempt - 1
+        if initial >= cap:
+            base = cap
+        elif n == 0 or initial == 0 or backoff.factor == 1:
+            base = initial
+        elif n * math.log(backoff.factor) >= math.log(cap / initial):
+            base = cap
+        else:
+            base = min(initial * backoff.factor**n, cap)
     spread = base * backoff.jitter * (2 * sample - 1)
     delay = max(0.0, base + spread)
     if cap is not None:

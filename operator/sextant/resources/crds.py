@@ -86,6 +86,24 @@ _NAME_FITS_A_LABEL = {
     "message": "metadata.name must be at most 63 characters (it is used as a label value on the job's pods)",
 }
 
+_RETRY_ONLY_FAILED_OR_DEAD = {
+    "rule": "!has(self.spec.retryToken) || (has(oldSelf.spec.retryToken) && oldSelf.spec.retryToken == "
+            "self.spec.retryToken) || !has(self.status) || !has(self.status.state) || "
+            "self.status.state in ['failed', 'dead']",
+    "messageExpression": "'cannot retry: the job is ' + self.status.state + "
+                         "'; only failed or dead jobs can be retried'",
+    "fieldPath": ".spec.retryToken",
+    "reason": "FieldValueForbidden",
+}
+_CANCEL_ONLY_UNFINISHED = {
+    "rule": "!has(self.spec.cancel) || !self.spec.cancel || (has(oldSelf.spec.cancel) && oldSelf.spec.cancel) || "
+            "!has(self.status) || !has(self.status.state) || !(self.status.state in ['succeeded', 'dead', 'cancelled'])",
+    "messageExpression": "'cannot cancel: the job is ' + self.status.state + "
+                         "'; only scheduled, queued, running or failed jobs can be cancelled'",
+    "fieldPath": ".spec.cancel",
+    "reason": "FieldValueForbidden",
+}
+
 _AGE = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
 
 RESOURCES: list[dict[str, Any]] = [
@@ -93,7 +111,7 @@ RESOURCES: list[dict[str, Any]] = [
         "module": job,
         "model": job.Job,
         "doc": "A unit of work: a handler, a queue, a JSON payload and a time to run; status is its lifecycle.",
-        "root_rules": [_NAME_FITS_A_LABEL],
+        "root_rules": [_NAME_FITS_A_LABEL, _RETRY_ONLY_FAILED_OR_DEAD, _CANCEL_ONLY_UNFINISHED],
         "columns": [
             {"name": "State", "type": "string", "jsonPath": ".status.state"},
             {"name": "Attempt", "type": "integer", "jsonPath": ".status.attempt"},

@@ -1,0 +1,41 @@
+# The two commands of the README:
+#   make run    sets up, starts a local control plane when no cluster is configured, installs the CRDs,
+#               and runs the operator in the foreground
+#   make test   sets up (venv, Python packages, the control plane built from the Go module proxy) and runs
+#               every test: unit tests without a cluster, cluster tests on one real control plane
+# Caches live outside the repo (~/.cache/sextant), so a second run builds nothing.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+CACHE := $(HOME)/.cache/sextant
+export PIP_CACHE_DIR := $(CACHE)/pip
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: setup controlplane test unit run crds bench clean
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+setup: $(VENV)/.installed controlplane
+
+controlplane:
+	hack/build-controlplane.sh >/dev/null
+
+test: setup
+	$(PY) -m pytest -q -p no:cacheprovider tests
+
+unit: $(VENV)/.installed
+	$(PY) -m pytest -q -p no:cacheprovider tests/unit
+
+run: $(VENV)/.installed
+	$(PY) -m sextant.cli.main dev
+
+crds: $(VENV)/.installed
+	$(PY) -m sextant.resources.crds
+
+clean:
+	rm -rf $(VENV) .pytest_cache

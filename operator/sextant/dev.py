@@ -1,0 +1,71 @@
+"""`sextant dev`: run Sextant on the configured cluster, or on a local control plane when there is none.
+
+It installs (server-side applies) the CRDs generated from the models, then runs the operator in the
+foreground. A local control plane it started is torn down when it stops, unless --keep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from pathlib import Path
+
+from . import kubeconfig
+from .controller.kube import ApiError, Kube
+from .resources.crds import RESOURCES, crd
+
+log = logging.getLogger("sextant.dev")
+DEV_CLUSTER = "sextant-dev"
+
+
+def configured_cluster() -> str | None:
+    """The kubeconfig a user has configured, if any (KUBECONFIG, or ~/.kube/config)."""
+    path = os.environ.get("KUBECONFIG")
+    if path:
+        return path
+    default = Path.home() / ".kube" / "config"
+    return str(default) if default.exists() else None
+
+
+async def install_crds(conn: kubeconfig.Connection) -> None:
+    async with Kube(conn, user_agent="sextant-dev") as kube:
+        for entry in RESOURCES:
+            body = crd(entry)
+            name = body["metadata"]["name"]
+            await kube.request("PATCH", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}",
+                               params={"fieldManager": "sextant", "force": "true"}, body=body,
+                               content_type="application/apply-patch+yaml")
+        for entry in RESOURCES:
+            name = crd(entry)["metadata"]["name"]
+            for _ in range(100):
+                got = await kube.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+                conditions = {c["type"]: c["status"] for c in got.get("status", {}).get("conditions", [])}
+                if conditions.get("Established") == "True":
+                    break
+                await asyncio.sleep(0.1)
+            else:
+                raise ApiError(0, f"CRD {name} did not become Established")
+
+
+def dev(kubeconfig_path: str | None, context: str | None, keep: bool, operator_args: dict) -> int:
+    from .controller.main import Settings, run
+
+    cluster = None
+    path = kubeconfig_path or configured_cluster()
+    if path is None:
+        from .localcluster import LocalCluster
+
+        print("sextant: no cluster configured; starting a local control plane (first time: builds it, ~8 min)")
+        cluster = LocalCluster(name=DEV_CLUSTER, teardown_on_exit=not keep).up(reuse=True)
+        path = str(cluster.kubeconfig)
+        print(f"sextant: local control plane ready; in another shell:\n  export KUBECONFIG={path}")
+    try:
+        conn = kubeconfig.load(path, context)
+        asyncio.run(install_crds(conn))
+        print("sextant: CRDs installed; operator running (Ctrl-C stops it)")
+        run(conn, Settings(**operator_args))
+    finally:
+        if cluster is not None and not keep:
+            cluster.down()
+    return 0
