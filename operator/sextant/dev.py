@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from . import kubeconfig
-from .controller.kube import ApiError, Kube
+from .kube import ApiError, Kube
 from .resources.crds import RESOURCES, crd
 
 log = logging.getLogger("sextant.dev")

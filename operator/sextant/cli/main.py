@@ -52,6 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["run"]:  # the pod entrypoint: everything after `--` is the handler's command, untouched
+        from ..runner.run import main as run_main
+
+        return run_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

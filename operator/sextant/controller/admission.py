@@ -8,11 +8,10 @@ from the cluster on start and holds across operator restarts.
 from __future__ import annotations
 
 import heapq
-import itertools
 from collections import defaultdict
 
 Key = tuple[str, str]
-Entry = tuple[int, float, int, Key]  # (-priority, queued_at, arrival order, job)
+Entry = tuple[int, float, int, Key]  # (-priority, queued_at, order first seen, job)
 
 
 class Admission:
@@ -21,7 +20,6 @@ class Admission:
         self._holder_queue: dict[Key, Key] = {}  # job → the queue it holds a slot in
         self._ready: dict[Key, list[Entry]] = defaultdict(list)
         self._entry: dict[Key, Entry] = {}
-        self._arrival = itertools.count()
         self.reserved: set[Key] = set()
 
     def running(self, queue: Key) -> int:
@@ -42,12 +40,14 @@ class Admission:
             self._holder_queue[job] = queue
         return previous is not None and not holds
 
-    def offer(self, job: Key, queue: Key, priority: int, queued_at: float) -> None:
-        """job is runnable: put it in line (once; a changed position replaces the old one)."""
-        current = self._entry.get(job)
-        if current is not None and current[0] == -priority and current[1] == queued_at:
+    def offer(self, job: Key, queue: Key, priority: int, queued_at: float, seen: int) -> None:
+        """job is runnable: put it in line (once; a changed position replaces the old one).
+
+        seen breaks ties of queued_at, which has one-second resolution for new jobs (creationTimestamp):
+        the order in which the watch delivered them, which is the order they were created in."""
+        entry = (-priority, queued_at, seen, job)
+        if self._entry.get(job) == entry:
             return
-        entry = (-priority, queued_at, next(self._arrival), job)
         self._entry[job] = entry
         heapq.heappush(self._ready[queue], entry)
 

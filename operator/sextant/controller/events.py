@@ -9,7 +9,7 @@ from typing import Any
 
 from ..lifecycle.transitions import Event
 from ..resources.common import format_time
-from .kube import ApiError, Kube
+from ..kube import ApiError, Kube
 
 log = logging.getLogger(__name__)
 

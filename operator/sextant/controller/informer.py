@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from .kube import ApiError, Gone, Kube
+from ..kube import ApiError, Gone, Kube
 
 log = logging.getLogger(__name__)
 

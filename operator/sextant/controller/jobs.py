@@ -15,12 +15,12 @@ from typing import Any
 
 from ..lifecycle import transitions as T
 from ..resources import API_VERSION, GROUP, VERSION
-from ..resources.job import JobStatus
+from ..resources.job import JobStatus, State
 from ..resources.common import parse_time
 from .admission import Admission
 from .events import EventRecorder
 from .informer import Key, key_of
-from .kube import ApiError, Kube
+from ..kube import ApiError, Kube
 from .pods import build_pod
 from .timers import Timers
 from .view import View, state_of
@@ -30,6 +30,16 @@ log = logging.getLogger(__name__)
 
 JOBS = f"/apis/{GROUP}/{VERSION}/jobs"
 RETRY_AFTER_ERROR = timedelta(seconds=5)
+
+
+def _line_position(raw: dict[str, Any]) -> datetime:
+    """When the job became runnable, as lifecycle.transitions records it in status.queuedAt."""
+    status, spec = raw.get("status") or {}, raw.get("spec") or {}
+    if status.get("state") == "queued" and status.get("queuedAt"):
+        return parse_time(status["queuedAt"])
+    created = parse_time(raw["metadata"]["creationTimestamp"])
+    run_at = parse_time(spec.get("runAt"))
+    return max(created, run_at) if run_at else created
 
 
 def utcnow() -> datetime:
@@ -60,10 +70,12 @@ class JobController:
 
     # --- informer callbacks ---------------------------------------------------------------------------------
     def on_job(self, kind: str, obj: dict[str, Any]) -> None:
-        key = key_of(obj)
         if kind == "delete":
-            self.view.delete_job(key)
-        elif not self.view.upsert_job(obj):
+            key = self.view.delete_job(obj)
+        elif self.view.upsert_job(obj):
+            key = key_of(obj)
+            self._line_up(key)
+        else:
             return
         self._touch(key)
 
@@ -71,6 +83,11 @@ class JobController:
         job = self.view.delete_pod(obj) if kind == "delete" else self.view.upsert_pod(obj)
         if job is not None:
             self._touch(job)
+
+    def on_lease(self, kind: str, obj: dict[str, Any]) -> None:
+        job = self.view.delete_lease(obj) if kind == "delete" else self.view.upsert_lease(obj)
+        if job is not None and self.started.is_set():
+            self.queue.add(job)
 
     def on_queue(self, kind: str, obj: dict[str, Any]) -> None:
         from ..resources.queue import QueueSpec
@@ -81,6 +98,7 @@ class JobController:
         else:
             self.view.queues[key] = QueueSpec.model_validate(obj.get("spec") or {})
         for job in list(self.view.unfinished_by_queue.get(key, ())):
+            self._line_up(job)
             self._touch(job)
         if kind != "delete" and self.started.is_set():
             self._pump(key)
@@ -94,6 +112,7 @@ class JobController:
         else:
             self.view.handlers[key] = HandlerSpec.model_validate(obj.get("spec") or {})
         for job in list(self.view.unfinished_by_handler.get(key, ())):
+            self._line_up(job)
             self._touch(job)
 
     def _touch(self, key: Key) -> None:
@@ -101,6 +120,22 @@ class JobController:
         self._refresh_slot(key)
         if self.started.is_set():
             self.queue.add(key)
+
+    def _line_up(self, key: Key) -> None:
+        """Put a runnable job in its queue's line as soon as it is seen, before any reconcile takes a slot:
+        jobs that become runnable together (a burst, a Handler that appears, a restart) are then admitted by
+        priority and age, not in whatever order their reconciles happen to run. The reconcile confirms it."""
+        raw = self.view.jobs.get(key)
+        if raw is None or state_of(raw) not in (None, State.QUEUED):
+            return
+        spec = raw.get("spec") or {}
+        ns = key[0]
+        if (ns, spec.get("queue")) not in self.view.queues or (ns, spec.get("handler")) not in self.view.handlers:
+            return
+        if any(p.alive for p in self.view.pods.get(key, {}).values()):
+            return
+        self.admission.offer(key, (ns, spec["queue"]), spec.get("priority", 0), _line_position(raw).timestamp(),
+                             self.view.seen[key])
 
     def _queue_of(self, key: Key) -> Key | None:
         raw = self.view.jobs.get(key)
@@ -128,6 +163,7 @@ class JobController:
         await asyncio.gather(*(event.wait() for event in synced))
         for key in list(self.view.jobs):  # slots first: nothing is admitted before every holder is counted
             self._refresh_slot(key)
+            self._line_up(key)
         self.started.set()
         for key, raw in list(self.view.jobs.items()):
             if self._needs_look(raw, key):
@@ -171,7 +207,8 @@ class JobController:
         if admissible:
             if key not in self.admission.reserved:
                 qtime = parse_time(decision.status.queued_at) or now
-                self.admission.offer(key, queue, job.spec.priority, qtime.timestamp())
+                self.admission.offer(key, queue, job.spec.priority, qtime.timestamp(),
+                                     self.view.seen[key])  # a no-op when _line_up did it
                 for granted in self.admission.take(queue, obs.queue.concurrency):
                     if granted != key:
                         self.queue.add(granted)
@@ -237,5 +274,5 @@ class JobController:
                 return False  # gone, or changed meanwhile: the watch brings the new version and another look
             raise
         updated.setdefault("apiVersion", API_VERSION)
-        self.view.upsert_job(updated, ours=True)
+        self.view.upsert_job(updated)
         return True

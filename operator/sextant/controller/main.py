@@ -12,7 +12,7 @@ from ..resources import GROUP, VERSION
 from .events import EventRecorder
 from .informer import Informer
 from .jobs import JobController, utcnow
-from .kube import Kube
+from ..kube import Kube
 from .pods import LABEL_JOB
 from .view import View
 
@@ -26,8 +26,8 @@ class Settings:
     events: bool = True
 
 
-def _paths(plural: str, group: str | None, namespaces: list[str]) -> list[str]:
-    base = f"/apis/{group}/{VERSION}" if group else "/api/v1"
+def _paths(plural: str, group: str | None, namespaces: list[str], version: str = VERSION) -> list[str]:
+    base = f"/apis/{group}/{version}" if group else "/api/v1"
     if not namespaces:
         return [f"{base}/{plural}"]
     return [f"{base}/namespaces/{ns}/{plural}" for ns in namespaces]
@@ -49,6 +49,8 @@ class Operator:
             # Only Sextant's own pods: a server-side label selector, never every pod of the cluster.
             *(Informer(self.kube, p, c.on_pod, label_selector=LABEL_JOB, name="pods")
               for p in _paths("pods", None, ns)),
+            *(Informer(self.kube, p, c.on_lease, label_selector=LABEL_JOB, name="leases")
+              for p in _paths("leases", "coordination.k8s.io", ns, version="v1")),
         ]
 
     @property

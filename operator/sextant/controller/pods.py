@@ -41,6 +41,7 @@ def build_pod(raw: dict[str, Any], job: JobSnapshot, handler: HandlerSpec, queue
     identity = {
         "SEXTANT_JOB_ID": job_id(job.name),
         "SEXTANT_JOB_NAME": job.name,
+        "SEXTANT_JOB_UID": job.uid,
         "SEXTANT_NAMESPACE": namespace,
         "SEXTANT_QUEUE": job.spec.queue,
         "SEXTANT_HANDLER": job.spec.handler,
@@ -51,12 +52,16 @@ def build_pod(raw: dict[str, Any], job: JobSnapshot, handler: HandlerSpec, queue
         "SEXTANT_LEASE_NAME": create.name,
         "SEXTANT_LEASE_DURATION": queue.lease_duration,
         "SEXTANT_CANCEL_GRACE": queue.cancel_grace,
+        "SEXTANT_HEARTBEAT": "true" if handler.heartbeat else "false",
     }
     first = spec["containers"][0]
     env = [e for e in first.get("env", []) if e.get("name") not in identity]
     env += [{"name": k, "value": v} for k, v in identity.items()]
     env.append({"name": "SEXTANT_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
+    env.append({"name": "SEXTANT_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
     first["env"] = env
+    # A failed handler's last log lines become the timeline's message when it writes no termination message.
+    first.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")
     labels = {
         **template.metadata.labels,
         LABEL_JOB: job.name,

@@ -21,6 +21,9 @@ LOST_POD_REASONS = frozenset(
      "UnexpectedAdmissionError", "OutOfcpu", "OutOfmemory", "OutOfpods"}
 )
 
+# The runner's exit code for the SDK's NonRetryableError (sextant.sdk.NON_RETRYABLE_EXIT_CODE).
+RUNNER_NON_RETRYABLE = 86
+
 SUCCEEDED = "succeeded"
 FAILED = "failed"
 CANCELLED_RESULT = "cancelled"
@@ -84,6 +87,8 @@ def outcome_of(
         return Outcome(FAILED, POD_LOST, pod.exit_code, f"{pod.reason}: {pod.message or 'the pod was lost'}", node)
     if pod.deleting:  # killed by someone else's delete (137 after SIGKILL): not the handler's own failure
         return Outcome(FAILED, POD_LOST, pod.exit_code, "the attempt's pod was deleted before it finished", node)
+    if pod.exit_code == RUNNER_NON_RETRYABLE:
+        return Outcome(FAILED, NON_RETRYABLE, pod.exit_code, pod.message or "the handler raised NonRetryableError", node)
     if pod.exit_code is not None and pod.exit_code in non_retryable:
         return Outcome(
             FAILED, NON_RETRYABLE, pod.exit_code, f"exit code {pod.exit_code} is listed in nonRetryableExitCodes", node

@@ -8,7 +8,7 @@ the same status and actions that are safe to repeat (pod names are deterministic
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 from ..resources.common import Condition, format_time, parse_duration, parse_time
 from ..resources.handler import HandlerSpec
@@ -84,7 +84,10 @@ class Decision:
 
     @property
     def wants_admission(self) -> bool:
-        return self.status.state == QUEUED
+        """Queued, and not Blocked: without its Queue or Handler there is nothing to run."""
+        return self.status.state == QUEUED and not any(
+            c.type == COND_BLOCKED and c.status == "True" for c in self.status.conditions
+        )
 
     def wake(self, when: datetime | None) -> None:
         if when is not None and (self.wake_at is None or when < self.wake_at):
@@ -162,20 +165,22 @@ class _Step:
 def reconcile(job: JobSnapshot, obs: Observations, now: datetime) -> Decision:
     """Everything that moves a job except taking a queue slot (see admit)."""
     s = _Step(job, obs, now)
-    st = s.status
     if obs.queue is not None:
-        st.max_attempts = obs.queue.max_attempts
-    if st.state is None:
+        s.status.max_attempts = obs.queue.max_attempts
+    if s.status.state is None:
         _first_sight(s)
-    _adopt_or_remove_strays(s)
+    _adopt_or_remove_strays(s)  # may replace s.status: always read it through s below
     _cancel(s)
     _retry(s)
-    _blocked(s)
-    if st.state == SCHEDULED or st.state == FAILED:
-        _wait_until_runnable(s)
-    if st.state == RUNNING:
+    if s.status.state == RUNNING:
         _watch_running(s)
-    st.observed_generation = job.generation
+        _cancel(s)  # the attempt may have ended on its own just now, with a cancel standing: stop the retries
+    # After _watch_running, so that a zero backoff is queued in this same call (level-triggered: a second call
+    # on the output changes nothing).
+    if s.status.state in (SCHEDULED, FAILED):
+        _wait_until_runnable(s)
+    _blocked(s)
+    s.status.observed_generation = job.generation
     return s.decision
 
 
@@ -206,6 +211,9 @@ def admit(job: JobSnapshot, obs: Observations, now: datetime) -> Decision:
 
 def _first_sight(s: _Step) -> None:
     job, st = s.job, s.status
+    run_at = job.spec.run_at
+    if run_at is not None and run_at.tzinfo is None:
+        run_at = run_at.replace(tzinfo=timezone.utc)  # "2026-12-01T10:00:00" without an offset: read as UTC
     st.retry_token = job.spec.retry_token  # a token present at creation is not a request to retry
     if s.obs.duplicate_of:
         st.duplicate_of = s.obs.duplicate_of
@@ -214,11 +222,11 @@ def _first_sight(s: _Step) -> None:
                  "this job does not run", warning=True)
     elif job.spec.cancel:
         s.finish(CANCELLED, "Cancelled", "cancelled before it was queued")
-    elif job.spec.run_at is not None and job.spec.run_at > s.now:
-        st.next_attempt_at = format_time(job.spec.run_at)
+    elif run_at is not None and run_at > s.now:
+        st.next_attempt_at = format_time(run_at)
         s.move(SCHEDULED, "Scheduled", f"waiting for runAt {st.next_attempt_at}")
     else:
-        since = max(job.created_at, job.spec.run_at) if job.spec.run_at else job.created_at
+        since = max(job.created_at, run_at) if run_at else job.created_at
         s.queued(since, "Queued", "runnable, waiting for a slot in queue " + job.spec.queue)
 
 
@@ -227,8 +235,8 @@ def _adopt_or_remove_strays(s: _Step) -> None:
     st = s.status
     strays = sorted((p for p in s.obs.pods if p.run > st.run), key=lambda p: p.run)
     for pod in strays:
-        if st.state == QUEUED and not s.job.spec.cancel and pod.run == st.run + 1 and pod is strays[0]:
-            # The attempt did start: record it exactly as admit would have.
+        if st.state == QUEUED and pod.run == st.run + 1 and pod is strays[0]:
+            # The attempt did start: record it exactly as admit would have (a cancel then stops it with its grace).
             adopted = admit(JobSnapshot(s.job.name, s.job.uid, s.job.generation, s.job.created_at, s.job.spec, st),
                             Observations(s.obs.queue, s.obs.handler), s.now)
             s.status = st = adopted.status
@@ -244,6 +252,11 @@ def _cancel(s: _Step) -> None:
     if not spec.cancel or st.state in (None, SUCCEEDED, DEAD, CANCELLED):
         return
     if st.state == RUNNING:
+        current = s.obs.pod(st.run)
+        if (current is not None and current.finished) or (current is None and st.stop_reason is not None):
+            # The attempt already ended, on its own or by an earlier stop: its outcome stands (_watch_running
+            # records it), and the second _cancel in reconcile then stops the retries.
+            return
         if st.stop_reason != A.CANCELLED:
             _stop(s, A.CANCELLED)
             s.event("Cancelling", f"stopping the running attempt: SIGTERM, then SIGKILL after {s.queue.cancel_grace}")
@@ -257,6 +270,9 @@ def _retry(s: _Step) -> None:
         return
     st.retry_token = token  # consumed either way: a refused request does not fire later
     refusal = retry_refusal(st.state)
+    if refusal is None and s.job.spec.cancel:
+        # Only a dead job gets here (cancel does not apply to dead): retried, the standing cancel would cancel it.
+        refusal = f"the job is {st.state.value} and its cancel was requested (spec.cancel cannot be withdrawn)"
     if refusal:
         s.event("RetryRefused", refusal, warning=True)
         return
@@ -302,7 +318,9 @@ def _watch_running(s: _Step) -> None:
     st, now = s.status, s.now
     pod = s.obs.pod(st.run)
     lease_duration = parse_duration(s.queue.lease_duration)
-    if st.stop_reason is None:
+    if st.stop_reason is None and not (pod is not None and pod.finished):
+        # A pod that already finished keeps its result even when the operator sees it only after the timeout or
+        # after its lease went stale (the runner stops renewing once the handler returned).
         timeout_at = parse_time(st.timeout_at)
         lease_expires = s.obs.lease_renewed_at + lease_duration if s.obs.lease_renewed_at else None
         if timeout_at is not None and now >= timeout_at:
@@ -337,6 +355,7 @@ def _finish_attempt(s: _Step, outcome: A.Outcome) -> None:
         entry.message = outcome.message
         entry.node = outcome.node or entry.node
     st.stop_reason = st.stop_requested_at = st.timeout_at = None
+    s.decision.wake_at = None  # the attempt's timeout, lease and force-delete deadlines are moot now
     max_attempts = st.max_attempts or s.queue.max_attempts
     label = f"attempt {st.attempt} of {max_attempts}"
     s.cond(COND_RUNNING, False, "AttemptFinished", f"{label} {outcome.result}")

@@ -42,6 +42,12 @@ class PodTemplate(Model):
 
 class HandlerSpec(Model):
     template: PodTemplate = Field(description="The pod template each attempt runs from.")
+    heartbeat: bool = Field(
+        default=True,
+        description="The handler runs `sextant run`, which renews the attempt's lease. The lease clock starts "
+        "when the container starts; an attempt whose lease is not renewed for leaseDuration fails with "
+        "LeaseExpired. Set false for an image without the runner: then only the timeout stops a hung attempt.",
+    )
     non_retryable_exit_codes: list[int] = Field(
         default_factory=list,
         description="Exit codes that end the job dead at once instead of retrying.",

@@ -31,8 +31,8 @@ class Backoff(Model):
     model_config = Model.model_config | {
         "json_schema_extra": validations(
             {
-                "rule": "duration(self.initial) <= duration(self.max)",
-                "message": "backoff.initial must not be greater than backoff.max",
+                "rule": "self.policy == 'fixed' || duration(self.initial) <= duration(self.max)",
+                "message": "backoff.initial must not be greater than backoff.max (exponential policy)",
                 "fieldPath": ".initial",
             }
         )

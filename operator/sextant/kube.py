@@ -1,4 +1,4 @@
-"""The few Kubernetes API calls the operator makes, over one aiohttp session, with retries and counters."""
+"""The async Kubernetes client of the operator, the runner and `sextant dev`: JSON in, JSON out, retries, counters."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import aiohttp
 
-from ..kubeconfig import Connection
+from .kubeconfig import Connection
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,28 @@
+"""ctx.jobs: create the next job from a handler (job chaining), with idempotency keys."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from ..client import Client
+from ..resources.job import job_id
+
+
+class Jobs:
+    def __init__(self, connect: Callable[[], Client], namespace: str) -> None:
+        self._connect = connect
+        self._client: Client | None = None
+        self.namespace = namespace
+
+    def create(self, *, queue: str, handler: str, payload: dict[str, Any] | None = None,
+               idempotency_key: str | None = None, run_at: datetime | None = None, priority: int = 0,
+               namespace: str | None = None) -> str:
+        """Create a job and return its id; with a key used in the last 24 h, the id of that job."""
+        if self._client is None:
+            self._client = self._connect()
+        job, _ = self._client.create_job(namespace or self.namespace, queue=queue, handler=handler,
+                                         payload=payload, idempotency_key=idempotency_key, run_at=run_at,
+                                         priority=priority)
+        return job_id(job["metadata"]["name"])

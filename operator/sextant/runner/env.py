@@ -1,0 +1,56 @@
+"""What the operator tells an attempt pod, through environment variables (controller/pods.py sets them)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from ..resources.common import parse_duration
+
+
+@dataclass(frozen=True)
+class AttemptEnv:
+    job_id: str
+    job_name: str
+    job_uid: str
+    namespace: str
+    queue: str
+    handler: str
+    attempt: int
+    run: int
+    scheduled_at: str
+    payload: dict[str, Any]
+    lease_name: str | None
+    lease_duration: timedelta
+    cancel_grace: timedelta
+    pod_name: str
+    heartbeat: bool
+
+    @classmethod
+    def from_environ(cls, environ: dict[str, str] | None = None) -> AttemptEnv:
+        env = os.environ if environ is None else environ
+        missing = [k for k in ("SEXTANT_JOB_NAME", "SEXTANT_NAMESPACE", "SEXTANT_HANDLER") if not env.get(k)]
+        if missing:
+            raise RuntimeError(f"not started by Sextant: {', '.join(missing)} not set (sextant run is the "
+                               "entrypoint of attempt pods, which the operator creates)")
+        name = env["SEXTANT_JOB_NAME"]
+        return cls(
+            job_id=env.get("SEXTANT_JOB_ID", name),
+            job_name=name,
+            job_uid=env.get("SEXTANT_JOB_UID", ""),
+            namespace=env["SEXTANT_NAMESPACE"],
+            queue=env.get("SEXTANT_QUEUE", ""),
+            handler=env["SEXTANT_HANDLER"],
+            attempt=int(env.get("SEXTANT_ATTEMPT", "1")),
+            run=int(env.get("SEXTANT_RUN", "1")),
+            scheduled_at=env.get("SEXTANT_SCHEDULED_AT", ""),
+            payload=json.loads(env.get("SEXTANT_PAYLOAD") or "{}"),
+            lease_name=env.get("SEXTANT_LEASE_NAME") or None,
+            lease_duration=parse_duration(env.get("SEXTANT_LEASE_DURATION", "30s")),
+            cancel_grace=parse_duration(env.get("SEXTANT_CANCEL_GRACE", "10s")),
+            pod_name=env.get("SEXTANT_POD_NAME") or env.get("HOSTNAME", ""),
+            heartbeat=env.get("SEXTANT_HEARTBEAT", "true") != "false",
+        )

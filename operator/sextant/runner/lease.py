@@ -1,0 +1,96 @@
+"""The attempt's lease: created when the runner starts, renewed every leaseDuration/3 while the handler runs.
+
+If renewals fail, the keeper keeps trying until the lease would have expired, then reports it lost: by then
+the operator has (or will have) failed the attempt with LeaseExpired, so the handler must stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from collections.abc import Callable
+from datetime import datetime, timezone
+
+from ..kube import ApiError, Kube
+from ..resources import API_VERSION
+from .env import AttemptEnv
+
+log = logging.getLogger("sextant.runner")
+
+LEASES = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def micro_time(moment: datetime) -> str:
+    """metav1.MicroTime: RFC 3339 with microseconds."""
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def lease_body(env: AttemptEnv, now: datetime) -> dict:
+    labels = {"sextant.dev/job": env.job_name, "sextant.dev/queue": env.queue, "sextant.dev/handler": env.handler,
+              "sextant.dev/attempt": str(env.attempt), "sextant.dev/run": str(env.run)}
+    metadata: dict = {"name": env.lease_name, "namespace": env.namespace, "labels": labels}
+    if env.job_uid:  # owned by the Job, so it goes with it
+        metadata["ownerReferences"] = [{"apiVersion": API_VERSION, "kind": "Job", "name": env.job_name,
+                                        "uid": env.job_uid}]
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": metadata,
+        "spec": {
+            "holderIdentity": env.pod_name or env.lease_name,
+            "leaseDurationSeconds": max(1, math.ceil(env.lease_duration.total_seconds())),
+            "acquireTime": micro_time(now),
+            "renewTime": micro_time(now),
+        },
+    }
+
+
+class LeaseKeeper:
+    def __init__(self, kube: Kube, env: AttemptEnv, now: Callable[[], datetime] = utcnow) -> None:
+        self.kube, self.env, self.now = kube, env, now
+        self.period = env.lease_duration.total_seconds() / 3
+        self.renewed_at: datetime | None = None
+        self.writes = 0
+        self.lost = asyncio.Event()
+        self._path = LEASES.format(namespace=env.namespace) + f"/{env.lease_name}"
+
+    async def run(self) -> None:
+        started = self.now()
+        while True:
+            if await self._renew():
+                await asyncio.sleep(self.period)
+                continue
+            deadline = (self.renewed_at or started) + self.env.lease_duration
+            if self.now() >= deadline:
+                log.error("sextant: lease %s not renewed for %s; stopping the handler", self.env.lease_name,
+                          self.env.lease_duration)
+                self.lost.set()
+                return
+            await asyncio.sleep(min(1.0, self.period))
+
+    async def _renew(self) -> bool:
+        now = self.now()
+        try:
+            if self.renewed_at is None:
+                try:
+                    await self.kube.create(LEASES.format(namespace=self.env.namespace), lease_body(self.env, now))
+                except ApiError as exc:
+                    if exc.status != 409:  # already there: a restarted runner of the same attempt
+                        raise
+                    await self._patch(now)
+            else:
+                await self._patch(now)
+        except ApiError as exc:
+            log.warning("sextant: cannot renew lease %s: %s", self.env.lease_name, exc)
+            return False
+        self.writes += 1
+        self.renewed_at = now
+        return True
+
+    async def _patch(self, now: datetime) -> None:
+        await self.kube.merge_patch(self._path, {"spec": {"renewTime": micro_time(now)}}, retry=False)

@@ -1,0 +1,38 @@
+"""Cluster-test fixtures for the operator: one `sextant operator` process per test, watching its namespace."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from .support import Operator
+
+CRDS = Path(__file__).resolve().parents[2] / "crds"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    op = getattr(item, "_sextant_operator", None)
+    if report.when == "call" and report.failed and op is not None:
+        report.sections.append((f"operator log ({op.namespace})", op.log_tail()))
+
+
+@pytest.fixture
+def operator(cluster, namespace, crds, tmp_path_factory, request) -> Iterator[Operator]:
+    op = Operator(cluster.kubeconfig, namespace, tmp_path_factory.mktemp("operator"))
+    request.node._sextant_operator = op
+    op.start()
+    yield op
+    op.stop()
+
+
+@pytest.fixture(scope="session")
+def crds(cluster) -> None:
+    """The CRDs, installed once per session."""
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRDS))
+    names = [f"crd/{p.name.removesuffix('.yaml')}" for p in sorted(CRDS.glob("*.yaml"))]
+    cluster.kubectl("wait", "--for=condition=Established", *names, "--timeout=60s")

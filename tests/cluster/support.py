@@ -1,0 +1,234 @@
+"""What the lifecycle tests share: the operator as a real process, resource builders, and a pod recorder
+that sees every pod change through a watch (so limits are asserted from every event, not from samples)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client as k8s_client
+from kubernetes import config as k8s_config
+from kubernetes import watch as k8s_watch
+
+from tests.harness import wait_for
+
+KWOK_TOLERATION = {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
+
+
+class Operator:
+    """`sextant operator` as its own process, watching one namespace, so a test may kill -9 it."""
+
+    def __init__(self, kubeconfig: Path, namespace: str, log_dir: Path, *extra: str) -> None:
+        self.kubeconfig, self.namespace, self.extra = kubeconfig, namespace, extra
+        self.log_path = log_dir / f"operator-{namespace}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self) -> None:
+        self.starts += 1
+        log = open(self.log_path, "ab")
+        log.write(f"--- start {self.starts}\n".encode())
+        log.flush()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "sextant.cli.main", "--kubeconfig", str(self.kubeconfig), "operator",
+             "--watch-namespace", self.namespace, "--log-level", "info", *self.extra],
+            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup, no last write."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def log_tail(self, lines: int = 60) -> str:
+        if not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def queue(name: str, **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "sextant.dev/v1alpha1", "kind": "Queue", "metadata": {"name": name}, "spec": spec}
+
+
+def handler(name: str, annotations: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
+    """A Handler whose pods land on kwok nodes; `annotations` steer the kwok Stages (how the pod ends)."""
+    template = {
+        "metadata": {"annotations": annotations or {}},
+        "spec": {
+            "containers": [{"name": "handler", "image": "registry.example/handler:1", "command": ["run"]}],
+            "tolerations": [KWOK_TOLERATION],
+            "nodeSelector": {"type": "kwok"},
+        },
+    }
+    return {"apiVersion": "sextant.dev/v1alpha1", "kind": "Handler", "metadata": {"name": name},
+            "spec": {"template": template, **spec}}
+
+
+def job(name: str, queue_name: str = "q", handler_name: str = "h", **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "sextant.dev/v1alpha1", "kind": "Job", "metadata": {"name": name},
+            "spec": {"queue": queue_name, "handler": handler_name, **spec}}
+
+
+def apply(cluster: Any, namespace: str, *objects: dict[str, Any], check: bool = True) -> subprocess.CompletedProcess:
+    text = yaml.safe_dump_all(list(objects))
+    return cluster.kubectl("apply", "-n", namespace, "-f", "-", input=text, check=check)
+
+
+def get_json(cluster: Any, namespace: str, *what: str) -> dict[str, Any]:
+    return json.loads(cluster.kubectl("get", "-n", namespace, *what, "-o", "json").stdout)
+
+
+def jobs(cluster: Any, namespace: str) -> dict[str, dict[str, Any]]:
+    return {j["metadata"]["name"]: j for j in get_json(cluster, namespace, "jobs.sextant.dev")["items"]}
+
+
+def status(cluster: Any, namespace: str, name: str) -> dict[str, Any]:
+    return get_json(cluster, namespace, "jobs.sextant.dev", name).get("status") or {}
+
+
+def wait_state(cluster: Any, namespace: str, name: str, *states: str, timeout: float = 60) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+
+    def reached() -> bool:
+        seen.update(status(cluster, namespace, name))
+        return seen.get("state") in states
+
+    wait_for(reached, timeout, message=lambda: f"job {name} to be {'/'.join(states)}, last status {seen}")
+    return seen
+
+
+def wait_all(cluster: Any, namespace: str, count: int, states: set[str], timeout: float) -> dict[str, dict]:
+    found: dict[str, dict] = {}
+
+    def done() -> bool:
+        found.clear()
+        found.update(jobs(cluster, namespace))
+        return len(found) == count and all((j.get("status") or {}).get("state") in states for j in found.values())
+
+    def describe() -> str:
+        by_state: dict[str, int] = defaultdict(int)
+        for j in found.values():
+            by_state[(j.get("status") or {}).get("state", "new")] += 1
+        return f"{count} jobs to reach {states}; now {dict(by_state)}"
+
+    wait_for(done, timeout, interval=0.5, message=describe)
+    return found
+
+
+def timeline_of(status_: dict[str, Any]) -> list[tuple[str, str | None]]:
+    return [(a["result"], a.get("reason")) for a in status_.get("attempts", [])]
+
+
+@dataclass
+class PodRecord:
+    at: float
+    kind: str  # ADDED | MODIFIED | DELETED
+    name: str
+    job: str
+    queue: str
+    phase: str
+    deleting: bool
+    created: str
+
+
+@dataclass
+class PodRecorder:
+    """Every change of the namespace's Sextant pods, from one watch started before the test acts."""
+
+    kubeconfig: Path
+    namespace: str
+    records: list[PodRecord] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _ready: threading.Event = field(default_factory=threading.Event)
+
+    def __enter__(self) -> PodRecorder:
+        api = k8s_client.CoreV1Api(k8s_config.new_client_from_config(str(self.kubeconfig)))
+        self._thread = threading.Thread(target=self._run, args=(api,), daemon=True)
+        self._thread.start()
+        assert self._ready.wait(30), "pod watch did not start"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+
+    def _run(self, api: k8s_client.CoreV1Api) -> None:
+        listed = api.list_namespaced_pod(self.namespace, label_selector="sextant.dev/job")
+        version = listed.metadata.resource_version
+        self._ready.set()
+        while not self._stop.is_set():
+            stream = k8s_watch.Watch()
+            try:
+                for event in stream.stream(api.list_namespaced_pod, self.namespace, label_selector="sextant.dev/job",
+                                           resource_version=version, timeout_seconds=5):
+                    pod = event["object"]
+                    version = pod.metadata.resource_version
+                    labels = pod.metadata.labels or {}
+                    self.records.append(PodRecord(
+                        time.monotonic(), event["type"], pod.metadata.name, labels.get("sextant.dev/job", ""),
+                        labels.get("sextant.dev/queue", ""), pod.status.phase or "Pending",
+                        pod.metadata.deletion_timestamp is not None, str(pod.metadata.creation_timestamp)))
+                    if self._stop.is_set():
+                        break
+            except Exception:  # a dropped watch resumes from the last version seen
+                time.sleep(0.2)
+
+    def _replay(self) -> list[tuple[PodRecord, dict[str, PodRecord]]]:
+        alive: dict[str, PodRecord] = {}
+        out = []
+        for r in list(self.records):
+            finished = r.phase in ("Succeeded", "Failed")
+            if r.kind == "DELETED" or finished:
+                alive.pop(r.name, None)
+            else:
+                alive[r.name] = r
+            out.append((r, dict(alive)))
+        return out
+
+    def max_unfinished(self, queue_name: str) -> int:
+        """The most pods of the queue that were not finished at one moment."""
+        return max((sum(1 for p in alive.values() if p.queue == queue_name) for _, alive in self._replay()),
+                   default=0)
+
+    def max_alive_per_job(self) -> int:
+        """The most pods of one job alive (running or terminating) at one moment."""
+        best = 0
+        for _, alive in self._replay():
+            per_job: dict[str, int] = defaultdict(int)
+            for p in alive.values():
+                per_job[p.job] += 1
+            best = max([best, *per_job.values()])
+        return best
+
+    def creation_order(self) -> list[str]:
+        """Jobs in the order their first pod appeared."""
+        order: list[str] = []
+        for r in self.records:
+            if r.kind == "ADDED" and r.job not in order:
+                order.append(r.job)
+        return order
+
+    def pods_created(self) -> dict[str, set[str]]:
+        created: dict[str, set[str]] = defaultdict(set)
+        for r in self.records:
+            if r.kind == "ADDED":
+                created[r.job].add(r.name)
+        return created

@@ -1,0 +1,45 @@
+"""The pure parts of the local node agent: $(VAR) expansion, exit codes, log tails."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sextant.localnode import logs
+from sextant.localnode.pods import exit_code_of, expand
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("$(A)-x", "1-x"),
+    ("$(A)$(B)", "12"),
+    ("$(MISSING)", "$(MISSING)"),
+    ("$$(A)", "$(A)"),
+    ("$$", "$"),
+    ("$$$$", "$$"),
+    ("$HOME $1", "$HOME $1"),
+    ("$(A", "$(A"),
+    ("end$", "end$"),
+    ("", ""),
+])
+def test_expand_like_kubernetes(text, expected):
+    assert expand(text, {"A": "1", "B": "2"}) == expected
+
+
+def test_exit_code_of_a_signalled_process_is_128_plus_the_signal():
+    assert exit_code_of(3) == 3
+    assert exit_code_of(-15) == 143
+    assert exit_code_of(-9) == 137
+
+
+def test_log_tail_and_read(tmp_path: Path):
+    path = logs.log_path(tmp_path, "ns", "pod", "main")
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"a\nb\nc\n")
+    assert logs.read(tmp_path, "ns", "pod", "main") == "a\nb\nc\n"
+    assert logs.read(tmp_path, "ns", "pod") == "a\nb\nc\n"
+    assert logs.read(tmp_path, "ns", "other", "main") == ""
+    data = path.read_bytes()
+    assert [data[logs._tail_offset(path, n):] for n in (0, 1, 2, 3, 9)] == [b"", b"c\n", b"b\nc\n", data, data]
+    path.write_bytes(b"a\nb")  # no final newline: the partial line is the last line
+    assert path.read_bytes()[logs._tail_offset(path, 1):] == b"b"
