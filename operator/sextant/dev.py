@@ -48,8 +48,8 @@ async def install_crds(conn: kubeconfig.Connection) -> None:
                 raise ApiError(0, f"CRD {name} did not become Established")
 
 
-def dev(kubeconfig_path: str | None, context: str | None, keep: bool, operator_args: dict) -> int:
-    from .controller.main import Settings, run
+def dev(kubeconfig_path: str | None, context: str | None, keep: bool, settings) -> int:
+    from .controller.main import run
 
     cluster = None
     path = kubeconfig_path or configured_cluster()
@@ -64,7 +64,7 @@ def dev(kubeconfig_path: str | None, context: str | None, keep: bool, operator_a
         conn = kubeconfig.load(path, context)
         asyncio.run(install_crds(conn))
         print("sextant: CRDs installed; operator running (Ctrl-C stops it)")
-        run(conn, Settings(**operator_args))
+        run(conn, settings)
     finally:
         if cluster is not None and not keep:
             cluster.down()

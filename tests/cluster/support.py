@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -25,6 +26,12 @@ from tests.harness import wait_for
 KWOK_TOLERATION = {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 class Operator:
     """`sextant operator` as its own process, watching one namespace, so a test may kill -9 it."""
 
@@ -33,6 +40,8 @@ class Operator:
         self.log_path = log_dir / f"operator-{namespace}.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
+        self.http_port = free_port()
+        self.http_url = f"http://127.0.0.1:{self.http_port}"
 
     def start(self) -> None:
         self.starts += 1
@@ -41,7 +50,8 @@ class Operator:
         log.flush()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "sextant.cli.main", "--kubeconfig", str(self.kubeconfig), "operator",
-             "--watch-namespace", self.namespace, "--log-level", "info", *self.extra],
+             "--watch-namespace", self.namespace, "--log-level", "info", "--http-host", "127.0.0.1",
+             "--http-port", str(self.http_port), *self.extra],
             stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
 

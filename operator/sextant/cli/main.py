@@ -9,13 +9,20 @@ import sys
 from .. import kubeconfig
 
 
+def _settings(args: argparse.Namespace):
+    from ..controller.main import Settings
+
+    return Settings(namespaces=args.watch_namespace or [], workers=args.workers, events=not args.no_events,
+                    http_host=args.http_host, http_port=None if args.http_port < 0 else args.http_port)
+
+
 def _operator(args: argparse.Namespace) -> int:
-    from ..controller.main import Settings, run
+    from ..controller.main import run
 
     logging.basicConfig(level=getattr(logging, args.log_level.upper()),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     conn = kubeconfig.load(args.kubeconfig, args.context)
-    run(conn, Settings(namespaces=args.watch_namespace or [], workers=args.workers, events=not args.no_events))
+    run(conn, _settings(args))
     return 0
 
 
@@ -24,8 +31,7 @@ def _dev(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=getattr(logging, args.log_level.upper()),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return dev(args.kubeconfig, args.context, args.keep,
-               {"namespaces": args.watch_namespace or [], "workers": args.workers, "events": not args.no_events})
+    return dev(args.kubeconfig, args.context, args.keep, _settings(args))
 
 
 def _operator_flags(op: argparse.ArgumentParser) -> None:
@@ -33,6 +39,9 @@ def _operator_flags(op: argparse.ArgumentParser) -> None:
     op.add_argument("--workers", type=int, default=16, help="parallel reconciles (default 16)")
     op.add_argument("--no-events", action="store_true", help="post no Kubernetes Events")
     op.add_argument("--log-level", default="warning", help="debug, info, warning (default) or error")
+    op.add_argument("--http-port", type=int, default=8080,
+                    help="port of health, readiness, metrics and the /v2 API (default 8080; -1: none)")
+    op.add_argument("--http-host", default="0.0.0.0", help="address to listen on (default all)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -55,14 +55,14 @@ def pod_path(namespace: str, name: str = "") -> str:
 
 
 class JobController:
-    def __init__(self, kube: Kube, view: View, events: EventRecorder, *, now: Callable[[], datetime] = utcnow,
-                 workers: int = 16) -> None:
+    def __init__(self, kube: Kube, view: View, events: EventRecorder, timers: Timers, *,
+                 now: Callable[[], datetime] = utcnow, workers: int = 16) -> None:
         self.kube = kube
         self.view = view
         self.events = events
         self.now = now
         self.admission = Admission()
-        self.timers = Timers(now)
+        self.timers = timers
         self.queue = WorkQueue()
         self.workers = workers
         self.started = asyncio.Event()
@@ -170,7 +170,7 @@ class JobController:
                 self.queue.add(key)
         log.info("view complete: %d jobs, %d queues, %d handlers", len(self.view.jobs), len(self.view.queues),
                  len(self.view.handlers))
-        await asyncio.gather(self.timers.run(self.queue.add), *(self._work() for _ in range(self.workers)))
+        await asyncio.gather(*(self._work() for _ in range(self.workers)))
 
     def _needs_look(self, raw: dict[str, Any], key: Key) -> bool:
         """A finished job whose spec was already seen needs nothing at start (100k of them must be cheap)."""
@@ -188,7 +188,7 @@ class JobController:
             except Exception:  # one bad job must not stop the operator
                 self.reconcile_errors += 1
                 log.exception("reconcile of %s/%s failed", *key)
-                self.timers.schedule(key, self.now() + RETRY_AFTER_ERROR)
+                self.timers.schedule(key, self.now() + RETRY_AFTER_ERROR, self.queue.add)
             finally:
                 self.queue.done(key)
 
@@ -196,7 +196,7 @@ class JobController:
         job = self.view.snapshot(key)
         if job is None:
             self.admission.forget(key)
-            self.timers.schedule(key, None)
+            self.timers.schedule(key, None, self.queue.add)
             return
         raw = self.view.jobs[key]
         obs = self.view.observations(key, job)
@@ -224,7 +224,7 @@ class JobController:
         finally:
             self.admission.release(key)
             self._refresh_slot(key)
-        self.timers.schedule(key, decision.wake_at)
+        self.timers.schedule(key, decision.wake_at, self.queue.add)
 
     async def _apply(self, key: Key, raw: dict[str, Any], job: T.JobSnapshot, decision: T.Decision) -> None:
         ns = key[0]
@@ -256,7 +256,7 @@ class JobController:
             if exc.status != 409:
                 log.warning("job %s/%s: cannot create pod %s: %s", ns, key[1], action.name, exc)
                 self.events.record(raw, T.Event("PodCreateFailed", exc.message or str(exc), "Warning"))
-                self.timers.schedule(key, self.now() + RETRY_AFTER_ERROR)
+                self.timers.schedule(key, self.now() + RETRY_AFTER_ERROR, self.queue.add)
                 return False
             created = await self.kube.get(pod_path(ns, action.name))  # ours from before a crash: adopt it
         self.view.upsert_pod(created)

@@ -14,6 +14,7 @@ from .informer import Informer
 from .jobs import JobController, utcnow
 from ..kube import Kube
 from .pods import LABEL_JOB
+from .timers import Timers
 from .view import View
 
 log = logging.getLogger("sextant.operator")
@@ -24,6 +25,8 @@ class Settings:
     namespaces: list[str] = field(default_factory=list)  # empty: all namespaces
     workers: int = 16
     events: bool = True
+    http_host: str = "0.0.0.0"
+    http_port: int | None = 8080  # health, readiness, metrics and the /v2 API; None: no server
 
 
 def _paths(plural: str, group: str | None, namespaces: list[str], version: str = VERSION) -> list[str]:
@@ -39,7 +42,8 @@ class Operator:
         self.kube = Kube(conn)
         self.view = View()
         self.events = EventRecorder(self.kube, utcnow, enabled=self.settings.events)
-        self.jobs = JobController(self.kube, self.view, self.events, workers=self.settings.workers)
+        self.timers = Timers(utcnow)
+        self.jobs = JobController(self.kube, self.view, self.events, self.timers, workers=self.settings.workers)
         ns = self.settings.namespaces
         c = self.jobs
         self.informers = [
@@ -57,9 +61,21 @@ class Operator:
     def ready(self) -> bool:
         return self.jobs.started.is_set() and all(i.healthy for i in self.informers)
 
+    def metrics(self) -> tuple[bytes, str]:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return generate_latest(), CONTENT_TYPE_LATEST
+
     async def run(self) -> None:
+        web_runner = None
+        if self.settings.http_port is not None:
+            from ..http.server import build_app, serve
+
+            web_runner = await serve(build_app(lambda: self.ready, self.metrics), self.settings.http_host,
+                                     self.settings.http_port)
         tasks = [asyncio.create_task(i.run(), name=f"informer {i.name}") for i in self.informers]
         tasks.append(asyncio.create_task(self.events.run(), name="events"))
+        tasks.append(asyncio.create_task(self.timers.run(), name="timers"))
         tasks.append(asyncio.create_task(self.jobs.run([i.synced for i in self.informers]), name="jobs"))
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
@@ -69,6 +85,8 @@ class Operator:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            if web_runner is not None:
+                await web_runner.cleanup()
             await self.kube.close()
 
 

@@ -1,4 +1,5 @@
-"""The one heap of wake-ups (runAt, backoff, timeout, lease expiry, force-delete): no timer per object."""
+"""The one heap of wake-ups of the whole operator (runAt, backoff, timeout, lease expiry, force-delete,
+schedule ticks, retention): no timer or daemon per object. Each key says whom to wake."""
 
 from __future__ import annotations
 
@@ -14,14 +15,17 @@ class Timers:
         self._now = now
         self._heap: list[tuple[float, int, Hashable]] = []
         self._due: dict[Hashable, float] = {}  # the one live wake-up per key; older heap entries are stale
+        self._fire: dict[Hashable, Callable[[Hashable], None]] = {}
         self._seq = itertools.count()
         self._changed = asyncio.Event()
 
-    def schedule(self, key: Hashable, when: datetime | None) -> None:
-        """Replace key's wake-up with `when` (None: no wake-up)."""
+    def schedule(self, key: Hashable, when: datetime | None, fire: Callable[[Hashable], None]) -> None:
+        """Replace key's wake-up with `when` (None: no wake-up); at that time fire(key) is called."""
         if when is None:
             self._due.pop(key, None)
+            self._fire.pop(key, None)
             return
+        self._fire[key] = fire
         stamp = when.timestamp()
         if self._due.get(key) == stamp:
             return
@@ -33,14 +37,14 @@ class Timers:
     def __len__(self) -> int:
         return len(self._due)
 
-    async def run(self, fire: Callable[[Hashable], None]) -> None:
+    async def run(self) -> None:
         while True:
             now = self._now().timestamp()
             while self._heap and self._heap[0][0] <= now:
                 stamp, _, key = heapq.heappop(self._heap)
                 if self._due.get(key) == stamp:
                     del self._due[key]
-                    fire(key)
+                    self._fire.pop(key)(key)
             if len(self._heap) > 2 * len(self._due) + 1024:  # drop stale entries now and then
                 self._heap = [(s, n, k) for s, n, k in self._heap if self._due.get(k) == s]
                 heapq.heapify(self._heap)
