@@ -12,7 +12,7 @@ from datetime import datetime, timedelta, timezone
 
 from ..resources.common import Condition, format_time, parse_duration, parse_time
 from ..resources.handler import HandlerSpec
-from ..resources.job import Attempt, JobSpec, JobStatus, State
+from ..resources.job import Attempt, JobSpec, JobStatus, State, cancel_wanted
 from ..resources.queue import QueueSpec
 from . import attempts as A
 from .backoff import backoff_delay, jitter_sample
@@ -220,7 +220,7 @@ def _first_sight(s: _Step) -> None:
         s.finish(CANCELLED, "DuplicateIdempotencyKey",
                  f"idempotency key {job.spec.idempotency_key!r} already belongs to job {s.obs.duplicate_of}; "
                  "this job does not run", warning=True)
-    elif job.spec.cancel:
+    elif cancel_wanted(job.spec, st):
         s.finish(CANCELLED, "Cancelled", "cancelled before it was queued")
     elif run_at is not None and run_at > s.now:
         st.next_attempt_at = format_time(run_at)
@@ -249,7 +249,7 @@ def _adopt_or_remove_strays(s: _Step) -> None:
 
 def _cancel(s: _Step) -> None:
     st, spec = s.status, s.job.spec
-    if not spec.cancel or st.state in (None, SUCCEEDED, DEAD, CANCELLED):
+    if not cancel_wanted(spec, st) or st.state in (None, SUCCEEDED, DEAD, CANCELLED):
         return
     if st.state == RUNNING:
         current = s.obs.pod(st.run)
@@ -270,7 +270,7 @@ def _retry(s: _Step) -> None:
         return
     st.retry_token = token  # consumed either way: a refused request does not fire later
     refusal = retry_refusal(st.state)
-    if refusal is None and s.job.spec.cancel:
+    if refusal is None and cancel_wanted(s.job.spec, st):
         # Only a dead job gets here (cancel does not apply to dead): retried, the standing cancel would cancel it.
         refusal = f"the job is {st.state.value} and its cancel was requested (spec.cancel cannot be withdrawn)"
     if refusal:

@@ -116,11 +116,21 @@ class JobStatus(Model):
     stop_requested_at: str | None = Field(default=None, description="When the running attempt was asked to stop.")
     timeout_at: str | None = Field(default=None, description="When the running attempt times out.")
     retry_token: str | None = Field(default=None, description="The last spec.retryToken acted upon.")
+    cancel_requested: str | None = Field(
+        default=None,
+        description="A cancel requested by Sextant itself (a Schedule's Replace policy), and why; it acts like "
+        "spec.cancel, so that the operator never writes a Job's spec.",
+    )
     duplicate_of: str | None = Field(default=None, description="The job that already holds this idempotency key.")
     message: str | None = Field(default=None, description="The latest word on the job, for a person.")
     attempts: list[Attempt] = Field(default_factory=list, description="The timeline of attempts.")
     conditions: list[Condition] = Field(default_factory=list, description="Succeeded, Dead, Cancelled, Running, Blocked.")
     observed_generation: int | None = Field(default=None, description="The spec generation last acted upon.")
+
+
+def cancel_wanted(spec: JobSpec, status: JobStatus) -> bool:
+    """Cancel requested by the user (spec.cancel) or by Sextant (status.cancelRequested)."""
+    return spec.cancel or bool(status.cancel_requested)
 
 
 class Job(Model):
