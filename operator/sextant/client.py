@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import secrets
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import Any
 
@@ -12,6 +15,9 @@ from .kubeconfig import Connection
 from .resources import API_VERSION, GROUP, VERSION
 from .resources.common import format_time, parse_time
 from .resources.job import object_name
+
+LABEL_SCHEDULE = "sextant.dev/schedule"
+ANNOTATION_SCHEDULED_AT = "sextant.dev/scheduled-at"
 
 
 class ClientError(Exception):
@@ -47,6 +53,55 @@ class Client:
         resp = self.http.request(method, path, headers=headers, **kwargs)
         _raise_for(resp)
         return resp.json() if resp.content else {}
+
+    @staticmethod
+    def path(plural: str, namespace: str | None = None, name: str = "", *, core: bool = False) -> str:
+        base = "/api/v1" if core else f"/apis/{GROUP}/{VERSION}"
+        base += (f"/namespaces/{namespace}" if namespace else "") + f"/{plural}"
+        return f"{base}/{name}" if name else base
+
+    def list_page(self, path: str, *, limit: int | None = None, continue_: str | None = None,
+                  field_selector: str | None = None, label_selector: str | None = None) -> dict[str, Any]:
+        """One page of a list: the API server's List object (items, metadata.continue, metadata.resourceVersion)."""
+        params = {k: v for k, v in (("limit", limit), ("continue", continue_), ("fieldSelector", field_selector),
+                                     ("labelSelector", label_selector)) if v}
+        return self.request("GET", path, params=params)
+
+    def list_all(self, path: str, *, page: int = 500, field_selector: str | None = None,
+                 label_selector: str | None = None) -> tuple[list[dict[str, Any]], str]:
+        """Every item (fetched in pages) and the list's resourceVersion, from which a watch continues."""
+        items: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            body = self.list_page(path, limit=page, continue_=token, field_selector=field_selector,
+                                  label_selector=label_selector)
+            items.extend(body.get("items") or [])
+            token = (body.get("metadata") or {}).get("continue")
+            if not token:
+                return items, (body.get("metadata") or {}).get("resourceVersion", "")
+
+    def watch(self, path: str, resource_version: str, *, field_selector: str | None = None,
+              timeout_seconds: int = 300) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Watch events (type, object) from resource_version on, until the server ends the watch (at most
+        timeout_seconds). BOOKMARK events are passed on; a 410 Gone raises ClientError(410)."""
+        params = {"watch": "true", "resourceVersion": resource_version, "allowWatchBookmarks": "true",
+                  "timeoutSeconds": str(max(1, int(timeout_seconds)))}
+        if field_selector:
+            params["fieldSelector"] = field_selector
+        timeout = httpx.Timeout(30, read=timeout_seconds + 30)
+        with self.http.stream("GET", path, params=params, headers=self.conn.headers(), timeout=timeout) as resp:
+            if resp.status_code >= 300:
+                resp.read()
+                _raise_for(resp)
+            for line in resp.iter_lines():
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                if event.get("type") == "ERROR":
+                    status = event.get("object") or {}
+                    raise ClientError(status.get("code", 500), status.get("message", "watch failed"),
+                                      status.get("reason", ""))
+                yield event["type"], event["object"]
 
     # --- jobs ----------------------------------------------------------------------------------------------
     @staticmethod
@@ -87,3 +142,61 @@ class Client:
                 return existing, False
             # The key's claim ran out (or, rarely, another key hashed to this name): the next generation.
         raise ClientError(409, f"no free name for idempotency key {idempotency_key!r}")
+
+    def list_jobs(self, namespace: str | None) -> tuple[list[dict[str, Any]], str]:
+        """Every job of a namespace (None: of all namespaces), and the list's resourceVersion."""
+        return self.list_all(self.jobs_path(namespace))
+
+    def patch_job(self, namespace: str, job: str, patch: dict[str, Any]) -> dict[str, Any]:
+        return self.request("PATCH", self.jobs_path(namespace, object_name(job)), json=patch,
+                            headers={"Content-Type": "application/merge-patch+json"})
+
+    def cancel_job(self, namespace: str, job: str) -> dict[str, Any]:
+        """Request cancel (spec.cancel=true). The API server refuses it for a finished job (a CEL rule)."""
+        return self.patch_job(namespace, job, {"spec": {"cancel": True}})
+
+    def retry_job(self, namespace: str, job: str, token: str | None = None) -> dict[str, Any]:
+        """Request a retry with a fresh spec.retryToken. The API server refuses it unless the job is failed or dead."""
+        token = token or f"r-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}"
+        return self.patch_job(namespace, job, {"spec": {"retryToken": token}})
+
+    # --- queues, schedules, pods ------------------------------------------------------------------------------
+    def list_queues(self, namespace: str | None) -> list[dict[str, Any]]:
+        return self.list_all(self.path("queues", namespace))[0]
+
+    def list_schedules(self, namespace: str | None) -> list[dict[str, Any]]:
+        return self.list_all(self.path("schedules", namespace))[0]
+
+    def get_schedule(self, namespace: str, name: str) -> dict[str, Any]:
+        return self.request("GET", self.path("schedules", namespace, name))
+
+    def trigger_schedule(self, namespace: str, name: str,
+                         now: datetime | None = None) -> tuple[dict[str, Any], bool, str]:
+        """Create one job now from a Schedule's jobTemplate, as the Schedule would (label sextant.dev/schedule,
+        annotation sextant.dev/scheduled-at), with the idempotency key `<schedule>/manual/<now>` so that two
+        triggers within the same second create one job. Returns (job, created, key)."""
+        schedule = self.get_schedule(namespace, name)
+        template = (schedule.get("spec") or {}).get("jobTemplate") or {}
+        moment = (now or datetime.now(timezone.utc)).replace(microsecond=0)
+        stamp = format_time(moment, precise=False)
+        key = f"{name}/manual/{stamp}"
+        job, created = self.create_job(
+            namespace, queue=template.get("queue", ""), handler=template.get("handler", ""),
+            payload=template.get("payload") or {}, priority=template.get("priority", 0), idempotency_key=key,
+            labels={LABEL_SCHEDULE: name}, annotations={ANNOTATION_SCHEDULED_AT: stamp}, now=moment)
+        return job, created, key
+
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        return self.request("GET", self.path("pods", namespace, name, core=True))
+
+    def pod_log(self, namespace: str, pod: str, container: str | None = None, *,
+                follow: bool = False) -> Iterator[str]:
+        """The container's log through the API server (pods/log), as text chunks; follow streams until it ends."""
+        params = {k: v for k, v in (("container", container), ("follow", "true" if follow else None)) if v}
+        timeout = httpx.Timeout(30, read=None if follow else 60)
+        with self.http.stream("GET", self.path("pods", namespace, pod, core=True) + "/log", params=params,
+                              headers={**self.conn.headers(), "Accept": "*/*"}, timeout=timeout) as resp:
+            if resp.status_code >= 300:
+                resp.read()
+                _raise_for(resp)
+            yield from resp.iter_text()

@@ -1,7 +1,9 @@
 """`sextant dev`: run Sextant on the configured cluster, or on a local control plane when there is none.
 
 It installs (server-side applies) the CRDs generated from the models, then runs the operator in the
-foreground. A local control plane it started is torn down when it stops, unless --keep.
+foreground. On a local control plane it also starts a local node (sextant.localnode) whose pods really run,
+as processes on this machine, so a job whose handler is a local command runs without Docker. A local
+control plane it started is torn down when it stops, unless --keep.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from .kube import ApiError, Kube
 from .resources.crds import RESOURCES, crd
 
 log = logging.getLogger("sextant.dev")
-DEV_CLUSTER = "sextant-dev"
+DEV_CLUSTER = os.environ.get("SEXTANT_DEV_CLUSTER", "sextant-dev")
+LOCAL_NODE = "local-node-0"
 
 
 def configured_cluster() -> str | None:
@@ -51,21 +54,30 @@ async def install_crds(conn: kubeconfig.Connection) -> None:
 def dev(kubeconfig_path: str | None, context: str | None, keep: bool, settings) -> int:
     from .controller.main import run
 
-    cluster = None
+    cluster = node = None
     path = kubeconfig_path or configured_cluster()
     if path is None:
         from .localcluster import LocalCluster
+        from .localnode import AgentProcess
 
-        print("sextant: no cluster configured; starting a local control plane (first time: builds it, ~8 min)")
+        print("sextant: no cluster configured; starting a local control plane (first time: builds it, ~8 min)",
+              flush=True)
         cluster = LocalCluster(name=DEV_CLUSTER, teardown_on_exit=not keep).up(reuse=True)
         path = str(cluster.kubeconfig)
-        print(f"sextant: local control plane ready; in another shell:\n  export KUBECONFIG={path}")
+        from .localcluster import cache_root
+
+        node = AgentProcess(path, LOCAL_NODE, cache_root() / "localnode" / DEV_CLUSTER).start()
+        node.wait_ready()
+        print(f"sextant: local control plane ready, with node {LOCAL_NODE} running pods as local processes "
+              f"(logs: kubectl logs POD); in another shell:\n  export KUBECONFIG={path}", flush=True)
     try:
         conn = kubeconfig.load(path, context)
         asyncio.run(install_crds(conn))
         print("sextant: CRDs installed; operator running (Ctrl-C stops it)")
         run(conn, settings)
     finally:
+        if node is not None and not keep:
+            node.stop()
         if cluster is not None and not keep:
             cluster.down()
     return 0

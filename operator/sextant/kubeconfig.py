@@ -48,18 +48,24 @@ class Connection:
         return self._token
 
 
-def load(kubeconfig: str | None = None, context: str | None = None) -> Connection:
-    """The connection: an explicit kubeconfig, else KUBECONFIG/~/.kube/config, else in-cluster."""
+def load(kubeconfig: str | None = None, context: str | None = None, token: str | None = None) -> Connection:
+    """The connection: an explicit kubeconfig, else KUBECONFIG/~/.kube/config, else in-cluster.
+
+    `token` (kubectl's --token) authenticates with that bearer token instead of the kubeconfig's credentials.
+    """
     path = kubeconfig or os.environ.get("KUBECONFIG")
     default = Path.home() / ".kube" / "config"
     if path or default.exists():
-        return _from_kubeconfig(path or str(default), context)
+        return _from_kubeconfig(path or str(default), context, token)
     if (SERVICE_ACCOUNT_DIR / "token").exists() and os.environ.get("KUBERNETES_SERVICE_HOST"):
-        return _in_cluster()
+        conn = _in_cluster()
+        if token:
+            conn._token, conn._token_file = token, None
+        return conn
     raise ConfigError("no Kubernetes cluster configured: set KUBECONFIG, pass --kubeconfig, or run in a pod")
 
 
-def _from_kubeconfig(path: str, context: str | None) -> Connection:
+def _from_kubeconfig(path: str, context: str | None, token: str | None = None) -> Connection:
     cfg = k8s_client.Configuration()
     try:
         loader = k8s_config.kube_config._get_kube_config_loader(filename=path.split(os.pathsep)[0],
@@ -68,6 +74,10 @@ def _from_kubeconfig(path: str, context: str | None) -> Connection:
         namespace = loader.current_context.get("context", {}).get("namespace", "default")
     except (k8s_config.ConfigException, FileNotFoundError, KeyError, ValueError) as exc:
         raise ConfigError(f"cannot use kubeconfig {path}: {exc}") from None
+    if token:  # the token replaces the kubeconfig's user: no client certificate, no exec plugin
+        cfg.cert_file = cfg.key_file = None
+        cfg.api_key = {"authorization": f"Bearer {token}"}
+        cfg.refresh_api_key_hook = None
     return _connection(cfg, namespace)
 
 

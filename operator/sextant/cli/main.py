@@ -1,12 +1,26 @@
-"""`sextant …` / `kubectl sextant …`."""
+"""`sextant …` / `kubectl sextant …`.
+
+kubectl's global flags (--kubeconfig, --context, -n/--namespace, -A/--all-namespaces, --token) are accepted
+before or after the subcommand. Every failure is reported in one line on stderr with a non-zero exit status
+(1: an error, or a job that ended without success; 2: bad usage; `jobs wait`: 124 on timeout); never a stack
+trace (SEXTANT_DEBUG=1 shows one for an unexpected failure).
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
+import traceback
 
-from .. import kubeconfig
+import httpx
+
+from .. import inputs, kubeconfig
+from ..client import ClientError
+from . import inspect as inspect_cmd
+from . import jobs, queues, schedules
+from .context import CliError, Context, api_error
 
 
 def _settings(args: argparse.Namespace):
@@ -44,11 +58,31 @@ def _operator_flags(op: argparse.ArgumentParser) -> None:
     op.add_argument("--http-host", default="0.0.0.0", help="address to listen on (default all)")
 
 
+def _global_flags(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """kubectl's global flags. Below the top level their default is SUPPRESS, so a flag given before the
+    subcommand is not overwritten by the subcommand's default."""
+    default = (lambda value: value) if top else (lambda value: argparse.SUPPRESS)
+    parser.add_argument("--kubeconfig", default=default(None), help="path to the kubeconfig file")
+    parser.add_argument("--context", default=default(None), help="the kubeconfig context to use")
+    parser.add_argument("--token", default=default(None), help="bearer token for the API server (instead of "
+                                                               "the kubeconfig's credentials)")
+    parser.add_argument("-n", "--namespace", default=default(None),
+                        help="the namespace (default: the kubeconfig context's namespace)")
+    parser.add_argument("-A", "--all-namespaces", action="store_true", default=default(False),
+                        help="list across all namespaces")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sextant", description="Sextant: a job queue that runs on Kubernetes.")
-    parser.add_argument("--kubeconfig", help="path to the kubeconfig file")
-    parser.add_argument("--context", help="the kubeconfig context to use")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(prog="sextant", description="Sextant: a job queue that runs on Kubernetes. "
+                                     "Also `kubectl sextant ...`.")
+    _global_flags(parser, top=True)
+    flags = argparse.ArgumentParser(add_help=False)
+    _global_flags(flags, top=False)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    jobs.register(sub, flags)
+    inspect_cmd.register(sub, flags)
+    queues.register(sub, flags)
+    schedules.register(sub, flags)
     op = sub.add_parser("operator", help="run the operator in the foreground")
     _operator_flags(op)
     op.set_defaults(func=_operator)
@@ -66,7 +100,9 @@ def main(argv: list[str] | None = None) -> int:
         from ..runner.run import main as run_main
 
         return run_main(argv[1:])
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(argv)  # bad usage: argparse prints it and exits 2
+    if getattr(args, "cli", False):
+        return _run_command(args)
     try:
         return args.func(args)
     except kubeconfig.ConfigError as exc:
@@ -74,6 +110,51 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    """A user-facing command: everything that can go wrong becomes one line on stderr and an exit status."""
+    ctx = Context(args)
+    try:
+        return args.func(ctx)
+    except CliError as exc:
+        _error(str(exc))
+        return exc.code
+    except inputs.InputError as exc:
+        _error(str(exc))
+        return 2
+    except ClientError as exc:
+        _error(str(api_error(exc)))
+        return 1
+    except kubeconfig.ConfigError as exc:
+        _error(str(exc))
+        return 1
+    except httpx.TimeoutException:
+        _error(f"the API server at {ctx.conn.server} did not answer in time")
+        return 1
+    except httpx.HTTPError as exc:
+        server = ctx.conn.server if "conn" in ctx.__dict__ else "the API server"
+        _error(f"cannot reach the API server at {server}: {exc}")
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `sextant jobs list | head`
+        try:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - so that the interpreter's final flush is quiet
+        except OSError:
+            pass
+        return 0
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: never a stack trace
+        if os.environ.get("SEXTANT_DEBUG"):
+            traceback.print_exc()
+        _error(f"unexpected failure: {type(exc).__name__}: {exc} (SEXTANT_DEBUG=1 shows the details)")
+        return 1
+    finally:
+        ctx.close()
+
+
+def _error(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

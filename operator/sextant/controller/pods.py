@@ -38,6 +38,7 @@ def build_pod(raw: dict[str, Any], job: JobSnapshot, handler: HandlerSpec, queue
     spec = copy.deepcopy(handler.pod_spec())
     spec["restartPolicy"] = "Never"  # a retry is a new attempt, decided by the operator, not the kubelet
     spec.setdefault("terminationGracePeriodSeconds", int(parse_duration(queue.cancel_grace).total_seconds()))
+    restrict(spec)  # the Pod Security Standard "restricted", unless the Handler's template says otherwise
     identity = {
         "SEXTANT_JOB_ID": job_id(job.name),
         "SEXTANT_JOB_NAME": job.name,
@@ -85,6 +86,28 @@ def build_pod(raw: dict[str, Any], job: JobSnapshot, handler: HandlerSpec, queue
         },
         "spec": spec,
     }
+
+
+def restrict(spec: dict[str, Any]) -> None:
+    """Defaults that meet the Pod Security Standard "restricted"; every field the Handler's template sets wins.
+
+    Pod level: runAsNonRoot and a RuntimeDefault seccomp profile (containers inherit both, so a template may relax
+    them per pod or per container). Every container: no privilege escalation, all capabilities dropped (a
+    template's `capabilities.add` keeps working: the kernel applies drop before add). A privileged container, or
+    one adding CAP_SYS_ADMIN, keeps privilege escalation (the API server refuses the pair). Windows pods are left
+    alone: the API server refuses these Linux-only fields there.
+    """
+    if (spec.get("os") or {}).get("name") == "windows":
+        return
+    pod = spec.setdefault("securityContext", {})
+    pod.setdefault("runAsNonRoot", True)
+    pod.setdefault("seccompProfile", {"type": "RuntimeDefault"})
+    for container in [*spec.get("initContainers", []), *spec["containers"]]:
+        sc = container.setdefault("securityContext", {})
+        capabilities = sc.setdefault("capabilities", {})
+        capabilities.setdefault("drop", ["ALL"])
+        if not sc.get("privileged") and not {"SYS_ADMIN", "CAP_SYS_ADMIN"} & set(capabilities.get("add") or []):
+            sc.setdefault("allowPrivilegeEscalation", False)
 
 
 def run_of(pod: dict[str, Any]) -> int | None:

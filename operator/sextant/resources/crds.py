@@ -1,4 +1,9 @@
-"""Generates crds/*.yaml from the pydantic models: `python -m sextant.resources.crds [--check] [DIR]`.
+"""Generates crds/*.yaml from the pydantic models: `python -m sextant.resources.crds [--check] [DIR ...]`.
+
+The same files go to charts/sextant/crds/, the Helm chart's copy: one source (the models), two identical outputs,
+and tests/unit/test_crds_generated.py fails while either differs. (A copy, not a symlink: Flux's source-controller
+and Argo CD's repo-server refuse or drop symlinks that leave the chart's directory, and `helm package` would
+inline it anyway.)
 
 Pydantic's JSON Schema is turned into a structural OpenAPI v3 schema: $refs inlined, Optional unwrapped,
 titles dropped, open objects marked x-kubernetes-preserve-unknown-fields, CEL rules kept.
@@ -202,21 +207,34 @@ def render() -> dict[str, str]:
     }
 
 
+REPO_ROOT = Path(__file__).resolve().parents[3]
+# Where the CRDs are written: the repository's crds/ (kubectl apply -f crds/) and the Helm chart's crds/.
+OUTPUT_DIRS = (REPO_ROOT / "crds", REPO_ROOT / "charts" / "sextant" / "crds")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("dir", nargs="?", default=str(Path(__file__).resolve().parents[3] / "crds"))
+    parser.add_argument("dir", nargs="*", default=[str(d) for d in OUTPUT_DIRS],
+                        help="output directories (default: crds/ and charts/sextant/crds/)")
     parser.add_argument("--check", action="store_true", help="fail if the files differ from the models")
     args = parser.parse_args(argv)
-    out = Path(args.dir)
     stale = []
-    for name, text in render().items():
-        path = out / name
-        if args.check:
-            if not path.exists() or path.read_text() != text:
-                stale.append(str(path))
-        else:
-            out.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
+    for out in map(Path, args.dir):
+        rendered = render()
+        extra = sorted(p.name for p in out.glob("*.yaml") if p.name not in rendered) if out.is_dir() else []
+        for name, text in rendered.items():
+            path = out / name
+            if args.check:
+                if not path.exists() or path.read_text() != text:
+                    stale.append(str(path))
+            else:
+                out.mkdir(parents=True, exist_ok=True)
+                path.write_text(text)
+        for name in extra:  # a CRD no model makes any more: removed if generated here, else reported
+            if not args.check and (out / name).read_text().startswith(HEADER):
+                (out / name).unlink()
+            else:
+                stale.append(f"{out / name} (no model makes it)")
     if stale:
         print("CRDs differ from the models; run `python -m sextant.resources.crds`: " + ", ".join(stale), file=sys.stderr)
         return 1

@@ -1,0 +1,132 @@
+"""Checks of what people type, shared by the CLI and the HTTP API: ids, names, payloads, times, keys.
+
+Pure functions; each raises InputError naming the field and saying what a valid value looks like, so that
+bad input is refused before anything is sent to the API server (and nothing changes).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from .resources.common import parse_duration
+from .resources.job import State
+
+# A queue, handler or schedule: a Kubernetes object name (DNS-1123 subdomain) that also fits a label value
+# (pods carry it), so at most 63 characters. A namespace is a DNS-1123 label (no dots).
+NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+_NAME_RE = re.compile(NAME_PATTERN)
+NAMESPACE_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+_NAMESPACE_RE = re.compile(NAMESPACE_PATTERN)
+NAME_MAX = 63
+# A job id in either spelling: job_8f3k2m9q or job-8f3k2m9q (any object name is accepted too).
+JOB_ID_PATTERN = r"^[a-z0-9]([-_.a-z0-9]*[a-z0-9])?$"
+_JOB_ID_RE = re.compile(JOB_ID_PATTERN)
+KEY_MAX = 253
+STATES = [s.value for s in State]
+PRIORITY_MIN, PRIORITY_MAX = -(2**31), 2**31 - 1
+
+
+class InputError(ValueError):
+    """Invalid input; `field` names what was wrong (a CLI flag or an API field)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field, self.message = field, message
+
+
+def job_name(field: str, value: str) -> str:
+    """A job id in either spelling → the object name (job_8f3k2m9q → job-8f3k2m9q)."""
+    if not isinstance(value, str) or not value:
+        raise InputError(field, "a job id is required, e.g. job_8f3k2m9q")
+    if len(value) > NAME_MAX or not _JOB_ID_RE.match(value):
+        raise InputError(field, f"{value!r} is not a job id: ids look like job_8f3k2m9q (lower-case letters, "
+                                f"digits, '-' or '_', at most {NAME_MAX} characters)")
+    return value.replace("_", "-")
+
+
+def object_name(field: str, value: str, what: str = "name") -> str:
+    """A queue, handler or schedule name: a DNS-1123 label."""
+    if not isinstance(value, str) or not value:
+        raise InputError(field, f"a {what} is required")
+    if len(value) > NAME_MAX or not _NAME_RE.match(value):
+        raise InputError(field, f"{value!r} is not a valid {what}: use lower-case letters, digits, '-' and '.', "
+                                f"starting and ending with a letter or digit, at most {NAME_MAX} characters")
+    return value
+
+
+def namespace(field: str, value: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise InputError(field, "a namespace is required")
+    if len(value) > NAME_MAX or not _NAMESPACE_RE.match(value):
+        raise InputError(field, f"{value!r} is not a valid namespace: use lower-case letters, digits and '-', "
+                                f"starting and ending with a letter or digit, at most {NAME_MAX} characters")
+    return value
+
+
+def payload_text(field: str, text: str) -> dict[str, Any]:
+    """A payload given as JSON text: it must be a JSON object."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(field, f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    return payload(field, value)
+
+
+def payload(field: str, value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        kind = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean",
+                type(None): "null"}.get(type(value), type(value).__name__)
+        raise InputError(field, f"the payload must be a JSON object ({{...}}), got {kind}")
+    return value
+
+
+def idempotency_key(field: str, value: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise InputError(field, "an idempotency key must not be empty")
+    if len(value) > KEY_MAX:
+        raise InputError(field, f"an idempotency key has at most {KEY_MAX} characters, got {len(value)}")
+    return value
+
+
+def priority(field: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(field, f"the priority must be an integer, got {value!r}")
+    if not PRIORITY_MIN <= value <= PRIORITY_MAX:
+        raise InputError(field, f"the priority must be between {PRIORITY_MIN} and {PRIORITY_MAX}")
+    return value
+
+
+def state(field: str, value: str) -> str:
+    if value not in STATES:
+        raise InputError(field, f"{value!r} is not a state; use one of {', '.join(STATES)}")
+    return value
+
+
+def run_at(field: str, text: str) -> datetime:
+    """An RFC 3339 time with a time zone ("2026-12-01T10:00:00Z", "2026-12-01T11:00:00+01:00")."""
+    try:
+        moment = datetime.fromisoformat(text.strip().replace("z", "Z"))
+    except ValueError:
+        raise InputError(field, f"{text!r} is not a time: use RFC 3339, e.g. 2026-12-01T10:00:00Z") from None
+    if moment.tzinfo is None:
+        raise InputError(field, f"{text!r} has no time zone: add Z (UTC) or an offset such as +01:00")
+    return moment.astimezone(timezone.utc)
+
+
+def delay(field: str, text: str, now: datetime) -> datetime:
+    """--in 10m → now + 10 minutes."""
+    try:
+        return now + parse_duration(text)
+    except ValueError:
+        raise InputError(field, f"{text!r} is not a duration: use a number and a unit (ms, s, m, h), "
+                                "e.g. 30s, 10m or 1h30m") from None
+
+
+def timeout(field: str, text: str) -> timedelta:
+    try:
+        return parse_duration(text)
+    except ValueError:
+        raise InputError(field, f"{text!r} is not a duration: use e.g. 30s, 10m or 1h") from None

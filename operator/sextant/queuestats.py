@@ -1,0 +1,61 @@
+"""Per-queue numbers for `sextant queues list` and GET /v2/queues: jobs per state, running vs concurrency, and
+the age of the oldest queued job. Pure: raw Queue and Job objects in, numbers out."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from .resources.common import parse_time
+from .resources.job import State
+from .resources.queue import QueueSpec
+
+STATES = [s.value for s in State]
+
+
+@dataclass
+class QueueStats:
+    namespace: str
+    name: str
+    exists: bool  # False: jobs name this queue, but no Queue object exists (they are Blocked)
+    concurrency: int | None = None
+    max_attempts: int | None = None
+    created_at: datetime | None = None
+    jobs: dict[str, int] = field(default_factory=lambda: {s: 0 for s in STATES})
+    oldest_queued_at: datetime | None = None
+
+    @property
+    def running(self) -> int:
+        return self.jobs["running"]
+
+
+def _queued_since(job: dict[str, Any]) -> datetime | None:
+    status = job.get("status") or {}
+    return parse_time(status.get("queuedAt")) or parse_time(job["metadata"].get("creationTimestamp"))
+
+
+def queue_stats(queues: Iterable[dict[str, Any]], jobs: Iterable[dict[str, Any]]) -> list[QueueStats]:
+    """One entry per Queue object, plus one per queue that jobs name but that does not exist; sorted."""
+    out: dict[tuple[str, str], QueueStats] = {}
+    for raw in queues:
+        meta = raw["metadata"]
+        spec = QueueSpec.model_validate(raw.get("spec") or {})
+        out[(meta.get("namespace", ""), meta["name"])] = QueueStats(
+            meta.get("namespace", ""), meta["name"], True, spec.concurrency, spec.max_attempts,
+            parse_time(meta.get("creationTimestamp")))
+    for job in jobs:
+        ns, queue = job["metadata"].get("namespace", ""), (job.get("spec") or {}).get("queue", "")
+        stats = out.get((ns, queue))
+        if stats is None:
+            stats = out[(ns, queue)] = QueueStats(ns, queue, False)
+        state = (job.get("status") or {}).get("state")
+        if state not in stats.jobs:
+            continue  # not yet looked at by the operator
+        stats.jobs[state] += 1
+        if state == "queued":
+            since = _queued_since(job)
+            if since is not None and (stats.oldest_queued_at is None or since < stats.oldest_queued_at):
+                stats.oldest_queued_at = since
+    return [out[k] for k in sorted(out)]
