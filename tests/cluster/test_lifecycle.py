@@ -265,3 +265,13 @@ def test_kill_the_operator_repeatedly_loses_nothing(cluster, namespace, operator
         assert timeline_of(final[name]["status"]) == expected, name
         assert len(created[name]) == len(expected), (name, created[name])
     assert pods.max_alive_per_job() == 1
+
+
+def test_a_kubectl_applied_job_reusing_a_claimed_key_does_not_run(cluster, namespace, operator):
+    apply(cluster, namespace, queue("q", **FAST), handler("h"), job("job-first", idempotencyKey="receipt-42"))
+    wait_state(cluster, namespace, "job-first", "succeeded")
+    apply(cluster, namespace, job("job-copy", idempotencyKey="receipt-42"))
+    final = wait_state(cluster, namespace, "job-copy", "cancelled")
+    assert final["duplicateOf"] == "job-first" and final["attempts"] == []
+    assert "job-first" in final["message"]
+    assert not any(p["metadata"]["name"].startswith("job-copy") for p in get_json(cluster, namespace, "pods")["items"])

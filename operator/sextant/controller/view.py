@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ..idempotency import claimant
 from ..lifecycle.attempts import PodObservation
 from ..lifecycle.states import FINISHED
 from ..lifecycle.transitions import JobSnapshot, Observations
@@ -78,6 +79,7 @@ class View:
         # Unfinished jobs per queue and handler, to wake when those appear or change.
         self.unfinished_by_queue: dict[Key, set[Key]] = defaultdict(set)
         self.unfinished_by_handler: dict[Key, set[Key]] = defaultdict(set)
+        self.by_idempotency_key: dict[Key, dict[str, datetime]] = defaultdict(dict)  # (ns, key) → name → created
         self.seen: dict[Key, int] = {}  # the order jobs were first seen in: creation order, from the watch
         self._seen_order = itertools.count()
         self._job_versions = Versions()
@@ -94,6 +96,10 @@ class View:
             self._unindex(key, previous)
         else:
             self.seen.setdefault(key, next(self._seen_order))
+            idem = (raw.get("spec") or {}).get("idempotencyKey")
+            if idem:
+                created = parse_time(raw["metadata"].get("creationTimestamp"))
+                self.by_idempotency_key[(key[0], idem)][key[1]] = created
         self.jobs[key] = raw
         if state_of(raw) not in FINISHED:
             ns = key[0]
@@ -109,6 +115,12 @@ class View:
         self.seen.pop(key, None)
         if previous is not None:
             self._unindex(key, previous)
+            idem = (previous.get("spec") or {}).get("idempotencyKey")
+            holders = self.by_idempotency_key.get((key[0], idem))
+            if holders is not None:
+                holders.pop(key[1], None)
+                if not holders:
+                    del self.by_idempotency_key[(key[0], idem)]
         return key
 
     def _unindex(self, key: Key, raw: dict[str, Any]) -> None:
@@ -192,7 +204,17 @@ class View:
             handler=handler,
             pods=tuple(pods.values()),
             lease_renewed_at=self._heartbeat(key, job.status.run, pods, handler),
+            duplicate_of=self._duplicate_of(key, job) if job.status.state is None else None,
         )
+
+    def _duplicate_of(self, key: Key, job: JobSnapshot) -> str | None:
+        """The job that holds this job's idempotency key, when it is not this one (a kubectl-applied copy)."""
+        if not job.spec.idempotency_key:
+            return None
+        holders = self.by_idempotency_key.get((key[0], job.spec.idempotency_key), {})
+        if len(holders) < 2:
+            return None
+        return claimant(((created, name) for name, created in holders.items()), job.created_at, job.name)
 
     def _heartbeat(self, key: Key, run: int, pods: dict[int, PodObservation],
                    handler: HandlerSpec | None) -> datetime | None:
