@@ -19,6 +19,18 @@ log = logging.getLogger(__name__)
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 
 
+_VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+
+
+def _is_list(path: str) -> bool:
+    """A GET of a collection (…/pods) rather than of one object (…/pods/NAME): the Kubernetes verb."""
+    parts = [p for p in path.split("?")[0].split("/") if p]
+    core = parts[2:] if parts and parts[0] == "api" else parts[3:]
+    if core[:1] == ["namespaces"] and len(core) >= 3:
+        core = core[2:]
+    return len(core) == 1
+
+
 class ApiError(Exception):
     def __init__(self, status: int, body: dict[str, Any] | str, method: str = "", path: str = "") -> None:
         self.status = status
@@ -88,7 +100,7 @@ class Kube:
                       retry: bool = True) -> dict[str, Any]:
         data = json.dumps(body) if body is not None else None
         headers = {**self.conn.headers(), **({"Content-Type": content_type} if data is not None else {})}
-        verb = method.lower() if method != "GET" else ("list" if params and "watch" not in params else "get")
+        verb = _VERBS.get(method, method.lower()) if method != "GET" else ("list" if _is_list(path) else "get")
         for attempt in range(1, self.attempts + 1):
             try:
                 async with self.session.request(method, self.conn.server + path, params=params, data=data,

@@ -25,6 +25,10 @@ class EventRecorder:
         self._parallel = parallel
         self._instance = socket.gethostname()
 
+    @property
+    def pending(self) -> int:
+        return self._queue.qsize()
+
     def record(self, obj: dict[str, Any], event: Event) -> None:
         if not self.enabled:
             return

@@ -13,9 +13,12 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from .. import metrics, retention
 from ..lifecycle import transitions as T
+from ..lifecycle.states import FINISHED
 from ..resources import API_VERSION, GROUP, VERSION
 from ..resources.job import JobStatus, State
+from ..resources.queue import QueueSpec
 from ..resources.common import parse_time
 from .admission import Admission
 from .events import EventRecorder
@@ -42,6 +45,11 @@ def _line_position(raw: dict[str, Any]) -> datetime:
     return max(created, run_at) if run_at else created
 
 
+def _earliest(*moments: datetime | None) -> datetime | None:
+    present = [m for m in moments if m is not None]
+    return min(present) if present else None
+
+
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -66,7 +74,6 @@ class JobController:
         self.queue = WorkQueue()
         self.workers = workers
         self.started = asyncio.Event()
-        self.reconcile_errors = 0
 
     # --- informer callbacks ---------------------------------------------------------------------------------
     def on_job(self, kind: str, obj: dict[str, Any]) -> None:
@@ -90,8 +97,6 @@ class JobController:
             self.queue.add(job)
 
     def on_queue(self, kind: str, obj: dict[str, Any]) -> None:
-        from ..resources.queue import QueueSpec
-
         key = key_of(obj)
         if kind == "delete":
             self.view.queues.pop(key, None)
@@ -102,6 +107,9 @@ class JobController:
             self._touch(job)
         if kind != "delete" and self.started.is_set():
             self._pump(key)
+            for job_key, raw in self.view.jobs.items():  # retention may have changed (rare: a scan is fine)
+                if job_key[0] == key[0] and (raw.get("spec") or {}).get("queue") == key[1]:
+                    self.schedule_retention(job_key)
 
     def on_handler(self, kind: str, obj: dict[str, Any]) -> None:
         from ..resources.handler import HandlerSpec
@@ -168,14 +176,14 @@ class JobController:
         for key, raw in list(self.view.jobs.items()):
             if self._needs_look(raw, key):
                 self.queue.add(key)
+            else:
+                self.schedule_retention(key)
         log.info("view complete: %d jobs, %d queues, %d handlers", len(self.view.jobs), len(self.view.queues),
                  len(self.view.handlers))
         await asyncio.gather(*(self._work() for _ in range(self.workers)))
 
     def _needs_look(self, raw: dict[str, Any], key: Key) -> bool:
         """A finished job whose spec was already seen needs nothing at start (100k of them must be cheap)."""
-        from ..lifecycle.states import FINISHED
-
         status = raw.get("status") or {}
         settled = state_of(raw) in FINISHED and status.get("observedGeneration") == raw["metadata"].get("generation")
         return not settled or key in self.view.pods
@@ -186,7 +194,7 @@ class JobController:
             try:
                 await self.reconcile(key)
             except Exception:  # one bad job must not stop the operator
-                self.reconcile_errors += 1
+                metrics.RECONCILE_ERRORS.inc()
                 log.exception("reconcile of %s/%s failed", *key)
                 self.timers.schedule(key, self.now() + RETRY_AFTER_ERROR, self.queue.add)
             finally:
@@ -220,20 +228,69 @@ class JobController:
         else:
             self.admission.withdraw(key)
         try:
-            await self._apply(key, raw, job, decision)
+            applied = await self._apply(key, raw, job, decision)
         finally:
             self.admission.release(key)
             self._refresh_slot(key)
-        self.timers.schedule(key, decision.wake_at, self.queue.add)
+        wake = decision.wake_at
+        if applied and decision.status.state in FINISHED:
+            wake = _earliest(wake, await self._retain(key, now))
+        self.timers.schedule(key, wake, self.queue.add)
 
-    async def _apply(self, key: Key, raw: dict[str, Any], job: T.JobSnapshot, decision: T.Decision) -> None:
+    # --- retention ------------------------------------------------------------------------------------------
+    def _expiry(self, key: Key, raw: dict[str, Any]) -> retention.Expiry:
+        status, spec = raw.get("status") or {}, raw.get("spec") or {}
+        queue = self.view.queues.get((key[0], spec.get("queue", "")))
+        return retention.expiry(state_of(raw), status.get("finishedAt"),
+                                queue.retention if queue else QueueSpec().retention)
+
+    async def _retain(self, key: Key, now: datetime) -> datetime | None:
+        """Delete a finished job, or its pods, once its retention is over; else when to look again."""
+        raw = self.view.jobs.get(key)
+        if raw is None:
+            return None
+        due = self._expiry(key, raw)
+        if due.job_at is not None and now >= due.job_at:
+            meta = raw["metadata"]
+            try:  # only the version we judged: a job retried meanwhile is not deleted
+                await self.kube.delete(job_path(key), None, {"uid": meta["uid"],
+                                                             "resourceVersion": meta["resourceVersion"]})
+                metrics.JOBS_DELETED.labels(key[0], (raw.get("spec") or {}).get("queue", "")).inc()
+            except ApiError as exc:
+                if exc.status not in (404, 409):
+                    raise
+            return None
+        pods = self.view.pods.get(key, {})
+        if due.pods_at is not None and pods:
+            if now < due.pods_at:
+                return _earliest(due.pods_at, due.job_at)
+            for pod in list(pods.values()):
+                if not pod.deleting:
+                    try:
+                        await self.kube.delete(pod_path(key[0], pod.name))
+                    except ApiError as exc:
+                        if exc.status != 404:
+                            raise
+        return due.job_at
+
+    def schedule_retention(self, key: Key) -> None:
+        """A finished job that needs no reconcile still needs its retention wake-up (cheap: no parsing)."""
+        raw = self.view.jobs.get(key)
+        if raw is not None and state_of(raw) in FINISHED:
+            due = self._expiry(key, raw)
+            when = due.job_at if not self.view.pods.get(key) else _earliest(due.pods_at, due.job_at)
+            self.timers.schedule(key, when, self.queue.add)
+
+    async def _apply(self, key: Key, raw: dict[str, Any], job: T.JobSnapshot, decision: T.Decision) -> bool:
+        """Act on a decision; False when it could not be recorded (a conflict: the watch brings another look)."""
         ns = key[0]
         for action in decision.actions:
             if isinstance(action, T.CreatePod) and not await self._create_pod(key, raw, job, action):
-                return
+                return False
         if decision.status != job.status:
             if not await self._write_status(key, raw, decision.status):
-                return
+                return False
+            metrics.record_transition(ns, job.spec, job.status, decision.status, self.now())
         for event in decision.events:
             self.events.record(raw, event)
         for action in decision.actions:
@@ -243,6 +300,7 @@ class JobController:
                 except ApiError as exc:
                     if exc.status != 404:
                         raise
+        return True
 
     async def _create_pod(self, key: Key, raw: dict[str, Any], job: T.JobSnapshot, action: T.CreatePod) -> bool:
         ns = key[0]

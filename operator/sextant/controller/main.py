@@ -7,6 +7,7 @@ import logging
 import signal
 from dataclasses import dataclass, field
 
+from .. import metrics
 from ..kubeconfig import Connection
 from ..resources import GROUP, VERSION
 from .events import EventRecorder
@@ -14,6 +15,7 @@ from .informer import Informer
 from .jobs import JobController, utcnow
 from ..kube import Kube
 from .pods import LABEL_JOB
+from .schedules import ScheduleController
 from .timers import Timers
 from .view import View
 
@@ -44,12 +46,16 @@ class Operator:
         self.events = EventRecorder(self.kube, utcnow, enabled=self.settings.events)
         self.timers = Timers(utcnow)
         self.jobs = JobController(self.kube, self.view, self.events, self.timers, workers=self.settings.workers)
+        self.schedules = ScheduleController(self.kube, self.events, self.timers)
+        self.collector = self._collector()
         ns = self.settings.namespaces
         c = self.jobs
         self.informers = [
             *(Informer(self.kube, p, c.on_queue, name="queues") for p in _paths("queues", GROUP, ns)),
             *(Informer(self.kube, p, c.on_handler, name="handlers") for p in _paths("handlers", GROUP, ns)),
-            *(Informer(self.kube, p, c.on_job, name="jobs") for p in _paths("jobs", GROUP, ns)),
+            *(Informer(self.kube, p, self._on_job, name="jobs") for p in _paths("jobs", GROUP, ns)),
+            *(Informer(self.kube, p, self.schedules.on_schedule, name="schedules")
+              for p in _paths("schedules", GROUP, ns)),
             # Only Sextant's own pods: a server-side label selector, never every pod of the cluster.
             *(Informer(self.kube, p, c.on_pod, label_selector=LABEL_JOB, name="pods")
               for p in _paths("pods", None, ns)),
@@ -57,26 +63,43 @@ class Operator:
               for p in _paths("leases", "coordination.k8s.io", ns, version="v1")),
         ]
 
+    def _on_job(self, kind: str, obj: dict) -> None:
+        self.jobs.on_job(kind, obj)
+        self.schedules.on_job(kind, obj)
+
     @property
     def ready(self) -> bool:
-        return self.jobs.started.is_set() and all(i.healthy for i in self.informers)
+        return (self.jobs.started.is_set() and self.schedules.started.is_set()
+                and all(i.healthy for i in self.informers))
 
     def metrics(self) -> tuple[bytes, str]:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-        return generate_latest(), CONTENT_TYPE_LATEST
+        return generate_latest(metrics.REGISTRY), CONTENT_TYPE_LATEST
+
+    def _collector(self) -> metrics.ViewCollector:
+        return metrics.ViewCollector(
+            jobs=lambda: self.view.jobs.values(),
+            requests=lambda: self.kube.requests,
+            depths=lambda: {"timers": len(self.timers), "reconcile": len(self.jobs.queue),
+                            "events": self.events.pending},
+            leader=lambda: True,
+        )
 
     async def run(self) -> None:
+        metrics.REGISTRY.register(self.collector)
         web_runner = None
         if self.settings.http_port is not None:
+            from ..http.api import routes
             from ..http.server import build_app, serve
 
-            web_runner = await serve(build_app(lambda: self.ready, self.metrics), self.settings.http_host,
-                                     self.settings.http_port)
+            web_runner = await serve(build_app(lambda: self.ready, self.metrics, routes(self)),
+                                     self.settings.http_host, self.settings.http_port)
         tasks = [asyncio.create_task(i.run(), name=f"informer {i.name}") for i in self.informers]
         tasks.append(asyncio.create_task(self.events.run(), name="events"))
         tasks.append(asyncio.create_task(self.timers.run(), name="timers"))
         tasks.append(asyncio.create_task(self.jobs.run([i.synced for i in self.informers]), name="jobs"))
+        tasks.append(asyncio.create_task(self.schedules.run([i.synced for i in self.informers]), name="schedules"))
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
             for task in done:
@@ -87,6 +110,7 @@ class Operator:
             await asyncio.gather(*tasks, return_exceptions=True)
             if web_runner is not None:
                 await web_runner.cleanup()
+            metrics.REGISTRY.unregister(self.collector)
             await self.kube.close()
 
 

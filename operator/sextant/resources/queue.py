@@ -53,6 +53,11 @@ class Retention(Model):
     succeeded: Duration = Field(default="24h", description="How long a succeeded job is kept.")
     cancelled: Duration = Field(default="24h", description="How long a cancelled job is kept.")
     dead: Duration = Field(default="168h", description="How long a dead job is kept.")
+    pods: Duration | None = Field(
+        default=None,
+        description="Delete a finished job's pods this long after it finished, before the job itself goes "
+        "(the timeline stays in the job's status; `kubectl logs` needs the pod). Unset: they go with the job.",
+    )
 
 
 class QueueSpec(Model):
@@ -60,7 +65,8 @@ class QueueSpec(Model):
     max_attempts: int = Field(
         default=5, ge=1, description="Attempts before a job is dead (the first run counts as attempt 1)."
     )
-    backoff: Backoff = Field(default_factory=Backoff, description="The delay between attempts.")
+    backoff: Backoff = Field(default_factory=Backoff, description="The delay between attempts.",
+                             json_schema_extra={"default": Backoff().wire()})
     timeout: Duration = Field(default="5m", description="How long one attempt may run before it fails with Timeout.")
     lease_duration: Duration = Field(
         default="30s", description="How long a running attempt's lease lasts without a heartbeat."
@@ -68,7 +74,11 @@ class QueueSpec(Model):
     cancel_grace: Duration = Field(
         default="10s", description="How long a cancelled handler gets between SIGTERM and SIGKILL."
     )
-    retention: Retention = Field(default_factory=Retention, description="How long finished jobs stay visible.")
+    retention: Retention = Field(
+        default_factory=Retention,
+        description="How long finished jobs stay visible.",
+        json_schema_extra={"default": Retention().wire()},  # so that `kubectl get -o yaml` shows them
+    )
 
 
 class QueueStatus(Model):

@@ -1,0 +1,86 @@
+"""Prometheus metrics (prometheus_client, one registry per process). "Run" and "attempt" mean the same thing.
+
+Counters move only after the status write that records the change succeeded, so a retried reconcile never
+counts twice; gauges are read from the operator's in-memory view at scrape time.
+"""
+
+from __future__ import annotations
+
+from collections import Counter as Tally
+from collections.abc import Callable, Iterable
+from datetime import datetime
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from .resources.common import parse_time
+from .resources.job import JobSpec, JobStatus
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+_DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+
+ATTEMPTS = Counter("sextant_attempts_total", "Attempts (runs) finished, by queue, handler and result.",
+                   ["namespace", "queue", "handler", "result"], registry=REGISTRY)
+ATTEMPT_DURATION = Histogram("sextant_attempt_duration_seconds", "How long attempts ran, start to finish.",
+                             ["namespace", "queue", "handler"], buckets=_DURATION_BUCKETS, registry=REGISTRY)
+QUEUE_WAIT = Histogram("sextant_queue_wait_seconds", "How long jobs waited from queued to running.",
+                       ["namespace", "queue"], buckets=_DURATION_BUCKETS, registry=REGISTRY)
+LEASE_EXPIRATIONS = Counter("sextant_lease_expirations_total", "Attempts failed because their lease expired.",
+                            ["namespace", "queue"], registry=REGISTRY)
+RECONCILE_ERRORS = Counter("sextant_reconcile_errors_total", "Reconciles that raised an unexpected error.",
+                           registry=REGISTRY)
+SCHEDULE_FIRE_LAG = Histogram("sextant_schedule_fire_lag_seconds", "From a schedule's tick to its job's creation.",
+                              ["namespace", "schedule"], buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 60),
+                              registry=REGISTRY)
+JOBS_DELETED = Counter("sextant_jobs_deleted_total", "Finished jobs deleted by retention.", ["namespace", "queue"],
+                       registry=REGISTRY)
+
+
+def record_transition(namespace: str, spec: JobSpec, before: JobStatus, after: JobStatus, now: datetime) -> None:
+    """Count what a successful status write recorded: attempts that started and attempts that finished."""
+    ran = {a.run: a for a in before.attempts}
+    for attempt in after.attempts:
+        previous = ran.get(attempt.run)
+        if previous is None and attempt.result == "running":
+            queued = parse_time(after.queued_at)
+            if queued is not None:
+                QUEUE_WAIT.labels(namespace, spec.queue).observe(max(0.0, (now - queued).total_seconds()))
+        if attempt.result != "running" and (previous is None or previous.result == "running"):
+            ATTEMPTS.labels(namespace, spec.queue, spec.handler, attempt.result).inc()
+            started, finished = parse_time(attempt.started_at), parse_time(attempt.finished_at)
+            if started and finished:
+                ATTEMPT_DURATION.labels(namespace, spec.queue, spec.handler).observe(
+                    max(0.0, (finished - started).total_seconds()))
+            if attempt.reason == "LeaseExpired":
+                LEASE_EXPIRATIONS.labels(namespace, spec.queue).inc()
+
+
+class ViewCollector:
+    """Gauges from the operator's view, computed when Prometheus scrapes."""
+
+    def __init__(self, jobs: Callable[[], Iterable[dict]], requests: Callable[[], Tally],
+                 depths: Callable[[], dict[str, int]], leader: Callable[[], bool]) -> None:
+        self._jobs, self._requests, self._depths, self._leader = jobs, requests, depths, leader
+
+    def collect(self) -> Iterable[Metric]:
+        by_state: Tally[tuple[str, str, str]] = Tally()
+        for raw in self._jobs():
+            state = (raw.get("status") or {}).get("state") or "new"
+            by_state[(raw["metadata"].get("namespace", ""), (raw.get("spec") or {}).get("queue", ""), state)] += 1
+        jobs = GaugeMetricFamily("sextant_jobs", "Jobs by queue and state.", labels=["namespace", "queue", "state"])
+        for labels, count in sorted(by_state.items()):
+            jobs.add_metric(list(labels), count)
+        yield jobs
+        api = CounterMetricFamily("sextant_api_requests", "The operator's Kubernetes API requests by verb, "
+                                  "resource and code (0: no answer).", labels=["verb", "resource", "code"])
+        for (verb, resource, code), count in sorted(self._requests().items()):
+            api.add_metric([verb, resource, str(code)], count)
+        yield api
+        depth = GaugeMetricFamily("sextant_scheduler_depth", "Pending items of the operator's loops: timer "
+                                  "wake-ups, reconcile queue, unposted events.", labels=["loop"])
+        for loop, value in sorted(self._depths().items()):
+            depth.add_metric([loop], value)
+        yield depth
+        yield GaugeMetricFamily("sextant_leader", "1 when this replica leads (admits jobs, writes status).",
+                                value=1 if self._leader() else 0)
