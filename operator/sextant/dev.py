@@ -74,7 +74,7 @@ def dev(kubeconfig_path: str | None, context: str | None, keep: bool, settings) 
         conn = kubeconfig.load(path, context)
         asyncio.run(install_crds(conn))
         print("sextant: CRDs installed; operator running (Ctrl-C stops it)")
-        run(conn, settings)
+        run(conn, settings(conn))
     finally:
         if node is not None and not keep:
             node.stop()

@@ -7,7 +7,7 @@ import json
 import logging
 import random
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import aiohttp
@@ -44,6 +44,13 @@ class ApiError(Exception):
         return self.body.get("message", "") if isinstance(self.body, dict) else str(self.body)
 
 
+class NotLeader(ApiError):
+    """A write refused before it was sent: this replica does not lead (fencing, controller/leader.py)."""
+
+    def __init__(self, method: str, path: str) -> None:
+        super().__init__(503, {"reason": "NotLeader", "message": "this replica is not the leader"}, method, path)
+
+
 class Gone(Exception):
     """The watch's resourceVersion is too old: list again."""
 
@@ -64,10 +71,13 @@ def _resource_of(path: str) -> str:
 class Kube:
     """An async Kubernetes client: JSON in, JSON out, ApiError for every non-2xx answer."""
 
-    def __init__(self, conn: Connection, user_agent: str = "sextant-operator", attempts: int = 5) -> None:
+    def __init__(self, conn: Connection, user_agent: str = "sextant-operator", attempts: int = 5,
+                 fence: Callable[[], bool] | None = None) -> None:
         self.conn = conn
         self.user_agent = user_agent
         self.attempts = attempts
+        self.fence = fence  # when set, every write first asks it whether this replica may still write
+        self.fenced = 0  # writes refused by the fence
         self.requests: Counter[tuple[str, str, int]] = Counter()  # (verb, resource, code)
         self._session: aiohttp.ClientSession | None = None
 
@@ -98,6 +108,9 @@ class Kube:
     async def request(self, method: str, path: str, *, params: dict[str, Any] | None = None,
                       body: Any = None, content_type: str = "application/json",
                       retry: bool = True) -> dict[str, Any]:
+        if method != "GET" and self.fence is not None and not self.fence():
+            self.fenced += 1
+            raise NotLeader(method, path)
         data = json.dumps(body) if body is not None else None
         headers = {**self.conn.headers(), **({"Content-Type": content_type} if data is not None else {})}
         verb = _VERBS.get(method, method.lower()) if method != "GET" else ("list" if _is_list(path) else "get")

@@ -134,7 +134,7 @@ def test_metric_values_after_a_known_run(cluster, namespace, operator):
     assert value(samples, "sextant_reconcile_errors_total") == 0
 
 
-def test_readiness_waits_for_the_watches(cluster, namespace, tmp_path_factory):
+def test_readiness_waits_for_the_watches(cluster, namespace, crds, tmp_path_factory):
     """An operator whose account may not list pods is alive but not ready; once it may, it becomes ready."""
     rules = [{"apiGroups": ["sextant.dev"], "resources": ["*"], "verbs": ["*"]},
              {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "list", "watch"]},

@@ -23,11 +23,21 @@ from . import jobs, queues, schedules
 from .context import CliError, Context, api_error
 
 
-def _settings(args: argparse.Namespace):
+def _settings(args: argparse.Namespace, conn: kubeconfig.Connection):
+    from ..controller.leader import ElectionSettings
     from ..controller.main import Settings
+    from ..resources.common import parse_duration
 
+    election = None
+    if args.leader_elect:
+        namespace = args.leader_election_namespace or os.environ.get("POD_NAMESPACE") or conn.namespace
+        election = ElectionSettings(namespace=namespace, name=args.leader_election_name,
+                                    lease_duration=parse_duration(args.leader_election_lease_duration).total_seconds(),
+                                    renew_deadline=parse_duration(args.leader_election_renew_deadline).total_seconds(),
+                                    retry_period=parse_duration(args.leader_election_retry_period).total_seconds())
     return Settings(namespaces=args.watch_namespace or [], workers=args.workers, events=not args.no_events,
-                    http_host=args.http_host, http_port=None if args.http_port < 0 else args.http_port)
+                    http_host=args.http_host, http_port=None if args.http_port < 0 else args.http_port,
+                    leader_election=election)
 
 
 def _operator(args: argparse.Namespace) -> int:
@@ -36,7 +46,7 @@ def _operator(args: argparse.Namespace) -> int:
     logging.basicConfig(level=getattr(logging, args.log_level.upper()),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     conn = kubeconfig.load(args.kubeconfig, args.context)
-    run(conn, _settings(args))
+    run(conn, _settings(args, conn))
     return 0
 
 
@@ -45,7 +55,7 @@ def _dev(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=getattr(logging, args.log_level.upper()),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return dev(args.kubeconfig, args.context, args.keep, _settings(args))
+    return dev(args.kubeconfig, args.context, args.keep, lambda conn: _settings(args, conn))
 
 
 def _operator_flags(op: argparse.ArgumentParser) -> None:
@@ -56,6 +66,14 @@ def _operator_flags(op: argparse.ArgumentParser) -> None:
     op.add_argument("--http-port", type=int, default=8080,
                     help="port of health, readiness, metrics and the /v2 API (default 8080; -1: none)")
     op.add_argument("--http-host", default="0.0.0.0", help="address to listen on (default all)")
+    op.add_argument("--leader-elect", action="store_true",
+                    help="run as one of several replicas: only the holder of a Lease acts (see docs/ha.md)")
+    op.add_argument("--leader-election-namespace", help="the Lease's namespace (default: $POD_NAMESPACE, "
+                                                        "else the kubeconfig's namespace)")
+    op.add_argument("--leader-election-name", default="sextant-operator", help="the Lease's name")
+    op.add_argument("--leader-election-lease-duration", default="15s", help="default 15s")
+    op.add_argument("--leader-election-renew-deadline", default="10s", help="default 10s")
+    op.add_argument("--leader-election-retry-period", default="2s", help="default 2s")
 
 
 def _global_flags(parser: argparse.ArgumentParser, *, top: bool) -> None:

@@ -23,7 +23,7 @@ from ..resources.common import parse_time
 from .admission import Admission
 from .events import EventRecorder
 from .informer import Key, key_of
-from ..kube import ApiError, Kube
+from ..kube import ApiError, Kube, NotLeader
 from .pods import build_pod
 from .timers import Timers
 from .view import View, state_of
@@ -74,6 +74,8 @@ class JobController:
         self.queue = WorkQueue()
         self.workers = workers
         self.started = asyncio.Event()
+        self.leading = asyncio.Event()  # only the leader reconciles; set at once without leader election
+        self.leading.set()
 
     # --- informer callbacks ---------------------------------------------------------------------------------
     def on_job(self, kind: str, obj: dict[str, Any]) -> None:
@@ -169,18 +171,22 @@ class JobController:
     async def run(self, synced: list[asyncio.Event]) -> None:
         """Wait for every informer's first list, then reconcile everything and keep going."""
         await asyncio.gather(*(event.wait() for event in synced))
+        self.resync()
+        self.started.set()
+        log.info("view complete: %d jobs, %d queues, %d handlers", len(self.view.jobs), len(self.view.queues),
+                 len(self.view.handlers))
+        await asyncio.gather(*(self._work() for _ in range(self.workers)))
+
+    def resync(self) -> None:
+        """Start from the whole view: at start, and when this replica becomes the leader."""
         for key in list(self.view.jobs):  # slots first: nothing is admitted before every holder is counted
             self._refresh_slot(key)
             self._line_up(key)
-        self.started.set()
         for key, raw in list(self.view.jobs.items()):
             if self._needs_look(raw, key):
                 self.queue.add(key)
             else:
                 self.schedule_retention(key)
-        log.info("view complete: %d jobs, %d queues, %d handlers", len(self.view.jobs), len(self.view.queues),
-                 len(self.view.handlers))
-        await asyncio.gather(*(self._work() for _ in range(self.workers)))
 
     def _needs_look(self, raw: dict[str, Any], key: Key) -> bool:
         """A finished job whose spec was already seen needs nothing at start (100k of them must be cheap)."""
@@ -192,7 +198,10 @@ class JobController:
         while True:
             key = await self.queue.get()
             try:
+                await self.leading.wait()
                 await self.reconcile(key)
+            except NotLeader:
+                self.queue.add(key)  # deposed mid-reconcile: the next leader (maybe us again) looks again
             except Exception:  # one bad job must not stop the operator
                 metrics.RECONCILE_ERRORS.inc()
                 log.exception("reconcile of %s/%s failed", *key)

@@ -12,6 +12,7 @@ from ..kubeconfig import Connection
 from ..resources import GROUP, VERSION
 from .events import EventRecorder
 from .informer import Informer
+from .leader import ElectionSettings, LeaderElector, default_identity
 from .jobs import JobController, utcnow
 from ..kube import Kube
 from .pods import LABEL_JOB
@@ -29,6 +30,7 @@ class Settings:
     events: bool = True
     http_host: str = "0.0.0.0"
     http_port: int | None = 8080  # health, readiness, metrics and the /v2 API; None: no server
+    leader_election: ElectionSettings | None = None  # None: this replica acts alone
 
 
 def _paths(plural: str, group: str | None, namespaces: list[str], version: str = VERSION) -> list[str]:
@@ -41,12 +43,25 @@ def _paths(plural: str, group: str | None, namespaces: list[str], version: str =
 class Operator:
     def __init__(self, conn: Connection, settings: Settings | None = None) -> None:
         self.settings = settings or Settings()
-        self.kube = Kube(conn)
+        election = self.settings.leader_election
+        self.identity = default_identity()
+        # The controllers' client: with leader election, every write is fenced by leadership.
+        self.kube = Kube(conn, user_agent=f"sextant-operator/{self.identity}" if election else "sextant-operator")
+        # The HTTP API's writes are the callers' requests: any replica may pass them on.
+        self.api_kube = Kube(conn, user_agent="sextant-api")
+        self.elector: LeaderElector | None = None
+        if election is not None:
+            self.elector = LeaderElector(Kube(conn, user_agent=f"sextant-leader-election/{self.identity}"),
+                                         election, self.identity, on_change=self._on_leadership)
+            self.kube.fence = self.elector.is_leader
         self.view = View()
         self.events = EventRecorder(self.kube, utcnow, enabled=self.settings.events)
         self.timers = Timers(utcnow)
         self.jobs = JobController(self.kube, self.view, self.events, self.timers, workers=self.settings.workers)
         self.schedules = ScheduleController(self.kube, self.events, self.timers)
+        if self.elector is not None:
+            self.jobs.leading.clear()
+            self.schedules.leading.clear()
         self.collector = self._collector()
         ns = self.settings.namespaces
         c = self.jobs
@@ -62,6 +77,25 @@ class Operator:
             *(Informer(self.kube, p, c.on_lease, label_selector=LABEL_JOB, name="leases")
               for p in _paths("leases", "coordination.k8s.io", ns, version="v1")),
         ]
+
+    @property
+    def leading(self) -> bool:
+        return self.elector is None or self.elector.is_leader()
+
+    def role(self) -> str:
+        if self.elector is None:
+            return "leader (no leader election)"
+        if self.elector.is_leader():
+            return f"leader ({self.identity})"
+        return f"standby ({self.identity}; the leader is {self.elector.leader_identity or 'unknown'})"
+
+    def _on_leadership(self, leading: bool) -> None:
+        for controller in (self.jobs, self.schedules):
+            (controller.leading.set if leading else controller.leading.clear)()
+        if leading and self.jobs.started.is_set():
+            self.jobs.resync()  # start from the warm view: no cold list on takeover
+        if leading and self.schedules.started.is_set():
+            self.schedules.resume()  # ticks due while no replica led were missed runs
 
     def _on_job(self, kind: str, obj: dict) -> None:
         self.jobs.on_job(kind, obj)
@@ -83,7 +117,7 @@ class Operator:
             requests=lambda: self.kube.requests,
             depths=lambda: {"timers": len(self.timers), "reconcile": len(self.jobs.queue),
                             "events": self.events.pending},
-            leader=lambda: True,
+            leader=lambda: self.leading,
         )
 
     async def run(self) -> None:
@@ -93,11 +127,13 @@ class Operator:
             from ..http.api import routes
             from ..http.server import build_app, serve
 
-            web_runner = await serve(build_app(lambda: self.ready, self.metrics, routes(self)),
+            web_runner = await serve(build_app(lambda: self.ready, self.metrics, routes(self), self.role),
                                      self.settings.http_host, self.settings.http_port)
         tasks = [asyncio.create_task(i.run(), name=f"informer {i.name}") for i in self.informers]
         tasks.append(asyncio.create_task(self.events.run(), name="events"))
         tasks.append(asyncio.create_task(self.timers.run(), name="timers"))
+        if self.elector is not None:
+            tasks.append(asyncio.create_task(self.elector.run(), name="leader election"))
         tasks.append(asyncio.create_task(self.jobs.run([i.synced for i in self.informers]), name="jobs"))
         tasks.append(asyncio.create_task(self.schedules.run([i.synced for i in self.informers]), name="schedules"))
         try:
@@ -111,7 +147,9 @@ class Operator:
             if web_runner is not None:
                 await web_runner.cleanup()
             metrics.REGISTRY.unregister(self.collector)
-            await self.kube.close()
+            for kube in (self.kube, self.api_kube, self.elector.kube if self.elector else None):
+                if kube is not None:
+                    await kube.close()
 
 
 def run(conn: Connection, settings: Settings | None = None) -> None:

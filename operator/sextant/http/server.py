@@ -12,15 +12,16 @@ log = logging.getLogger("sextant.http")
 
 
 def build_app(ready: Callable[[], bool], metrics: Callable[[], tuple[bytes, str]],
-              extra_routes: Callable[[web.Application], None] | None = None) -> web.Application:
+              extra_routes: Callable[[web.Application], None] | None = None,
+              role: Callable[[], str] = lambda: "leader") -> web.Application:
     app = web.Application()
 
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok")  # answering at all means the event loop is alive
 
     async def readyz(_: web.Request) -> web.Response:
-        if ready():
-            return web.Response(text="ok")
+        if ready():  # a standby is ready too: it serves the API from its warm view
+            return web.Response(text=f"ok: {role()}")
         return web.Response(status=503, text="not ready: initial lists not complete or a watch is down")
 
     async def metrics_endpoint(_: web.Request) -> web.Response:

@@ -1,0 +1,153 @@
+"""Leader election on a coordination.k8s.io/v1 Lease, with kube-controller-manager's timing (lease 15 s,
+renew deadline 10 s, retry 2 s).
+
+Only the leader acts (admits jobs, creates pods, writes status); standbys keep their watches and view warm.
+Fencing, so that a deposed leader (paused, partitioned, slow) cannot act twice — see docs/ha.md:
+- is_leader() is true only while the last successful renewal is younger than the renew deadline, measured
+  on this process's monotonic clock, so a process that was paused or cut off stops believing it leads
+  before anyone else may take over (renew deadline < lease duration);
+- every write of the controllers goes through a Kube client that checks is_leader() right before sending;
+- status writes carry the resourceVersion they were computed from, and attempt pods have deterministic
+  names: a write that slips through from a stale leader meets a 409 instead of acting twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from ..kube import ApiError, Kube
+from ..resources.common import parse_time
+
+log = logging.getLogger("sextant.leader")
+
+
+@dataclass(frozen=True)
+class ElectionSettings:
+    namespace: str
+    name: str = "sextant-operator"
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+
+
+def _micro(moment: datetime) -> str:
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def default_identity() -> str:
+    return f"{socket.gethostname()}_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+
+
+class LeaderElector:
+    def __init__(self, kube: Kube, settings: ElectionSettings, identity: str | None = None,
+                 on_change: Callable[[bool], None] = lambda leading: None) -> None:
+        self.kube, self.settings = kube, settings
+        self.identity = identity or default_identity()
+        self.on_change = on_change
+        self.leader_identity: str | None = None  # who leads, as last seen
+        self._renewed_at: float | None = None  # monotonic time of our last successful acquire/renew
+        self._observed: tuple[str, float] | None = None  # (the lease's resourceVersion, monotonic time seen)
+        self._leading = False
+        self.transitions = 0
+        self._path = (f"/apis/coordination.k8s.io/v1/namespaces/{settings.namespace}/leases/{settings.name}")
+
+    def is_leader(self) -> bool:
+        return (self._renewed_at is not None
+                and time.monotonic() - self._renewed_at < self.settings.renew_deadline)
+
+    async def run(self) -> None:
+        try:
+            while True:
+                wait = await self._try()
+                self._set_leading(self.is_leader())
+                await asyncio.sleep(wait)
+        finally:
+            if self._leading:
+                await self._release()
+            self._set_leading(False)
+
+    def _set_leading(self, leading: bool) -> None:
+        if leading != self._leading:
+            self._leading = leading
+            log.warning("%s %s", self.identity, "became the leader" if leading else "stopped leading")
+            self.on_change(leading)
+
+    async def _try(self) -> float:
+        """One acquire-or-renew; returns how long to wait before the next."""
+        s = self.settings
+        now = time.monotonic()
+        try:
+            lease = await self.kube.get(self._path)
+        except ApiError as exc:
+            if exc.status != 404:
+                log.warning("leader election: %s", exc)
+                return s.retry_period
+            return await self._write(None, now)
+        spec = lease.get("spec") or {}
+        holder = spec.get("holderIdentity") or ""
+        rv = lease["metadata"]["resourceVersion"]
+        if self._observed is None or self._observed[0] != rv:
+            self._observed = (rv, now)  # expiry counts from when we saw it change: immune to clock skew
+        self.leader_identity = holder or None
+        duration = float(spec.get("leaseDurationSeconds") or s.lease_duration)
+        expires = self._observed[1] + duration
+        renewed = parse_time(spec.get("renewTime"))
+        if renewed is not None:
+            # The holder's own renewal time: we see the lease expire when it does, not up to a retry period
+            # later. Safe while the replicas' clocks agree within lease duration − renew deadline (5 s by
+            # default), as Kubernetes' node leases also assume; the observed time is the fallback.
+            expires = min(expires, now + (renewed.timestamp() + duration - time.time()))
+        if holder and holder != self.identity and now < expires:
+            self._renewed_at = None
+            return max(0.05, min(s.retry_period, expires - now))  # try again the moment it would expire
+        return await self._write(lease, now)
+
+    async def _write(self, lease: dict | None, now: float) -> float:
+        s = self.settings
+        stamp = _micro(datetime.now(timezone.utc))
+        ours = lease is not None and (lease.get("spec") or {}).get("holderIdentity") == self.identity
+        spec = {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": int(s.lease_duration),
+            "renewTime": stamp,
+            "acquireTime": (lease["spec"].get("acquireTime") if ours else stamp),
+            "leaseTransitions": int((lease or {}).get("spec", {}).get("leaseTransitions") or 0) + (0 if ours else 1),
+        }
+        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": s.name, "namespace": s.namespace}, "spec": spec}
+        try:
+            if lease is None:
+                await self.kube.create(self._path.rsplit("/", 1)[0], body)
+            else:
+                body["metadata"]["resourceVersion"] = lease["metadata"]["resourceVersion"]
+                await self.kube.request("PUT", self._path, body=body, retry=False)
+        except ApiError as exc:
+            if exc.status not in (409, 404):
+                log.warning("leader election: %s", exc)
+            return s.retry_period  # someone else wrote first: look again
+        self._renewed_at = now
+        self.leader_identity = self.identity
+        if not ours:
+            self.transitions += 1
+        return s.retry_period
+
+    async def _release(self) -> None:
+        """On a clean stop, hand over at once instead of making the standby wait out the lease."""
+        try:
+            lease = await self.kube.get(self._path)
+            if (lease.get("spec") or {}).get("holderIdentity") != self.identity:
+                return
+            lease["spec"].update(holderIdentity="", leaseDurationSeconds=1)
+            await self.kube.request("PUT", self._path, body=lease, retry=False)
+        except ApiError as exc:
+            log.info("leader election: release: %s", exc)
+        finally:
+            self._renewed_at = None
