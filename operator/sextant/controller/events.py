@@ -1,10 +1,13 @@
-"""Kubernetes Events, one per transition, posted off the hot path: a bounded backlog, never awaited by a reconcile."""
+"""Kubernetes Events, one per transition, posted off the hot path: never awaited by a reconcile, rate-limited
+(a token bucket, like client-go's recorder) and with a bounded backlog, so that a burst of thousands of jobs
+spends the API server's capacity on the jobs rather than on their Events; what is dropped is counted."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import socket
+import time
 from typing import Any
 
 from ..lifecycle.transitions import Event
@@ -15,12 +18,15 @@ log = logging.getLogger(__name__)
 
 
 class EventRecorder:
-    def __init__(self, kube: Kube, now, enabled: bool = True, parallel: int = 4, backlog: int = 2000) -> None:
+    def __init__(self, kube: Kube, now, enabled: bool = True, parallel: int = 4, backlog: int = 2000,
+                 qps: float = 25.0, burst: int = 100) -> None:
         self.kube = kube
         self.now = now
         self.enabled = enabled
         self.backlog = backlog
         self.dropped = 0
+        self.qps, self.burst = qps, burst
+        self._tokens, self._filled_at = float(burst), time.monotonic()
         self._queue: asyncio.Queue[tuple[dict[str, Any], Event]] = asyncio.Queue()
         self._parallel = parallel
         self._instance = socket.gethostname()
@@ -43,10 +49,21 @@ class EventRecorder:
     async def _post_forever(self) -> None:
         while True:
             obj, event = await self._queue.get()
+            await self._token()
             try:
                 await self.kube.create(f"/api/v1/namespaces/{obj['metadata']['namespace']}/events", self._body(obj, event))
             except ApiError as exc:
                 log.debug("event not posted: %s", exc)
+
+    async def _token(self) -> None:
+        while True:
+            now = time.monotonic()
+            self._tokens = min(self.burst, self._tokens + (now - self._filled_at) * self.qps)
+            self._filled_at = now
+            if self._tokens >= 1:
+                self._tokens -= 1
+                return
+            await asyncio.sleep((1 - self._tokens) / self.qps)
 
     def _body(self, obj: dict[str, Any], event: Event) -> dict[str, Any]:
         meta = obj["metadata"]
