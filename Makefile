@@ -1,8 +1,8 @@
 # The two commands of the README:
 #   make run    sets up, starts a local control plane when no cluster is configured, installs the CRDs,
 #               and runs the operator in the foreground
-#   make test   sets up (venv, Python packages, the control plane built from the Go module proxy) and runs
-#               every test: unit tests without a cluster, cluster tests on one real control plane
+#   make test   sets up (venv, Python packages; the control plane, helm and kube-score built from the Go module
+#               proxy) and runs every test: unit tests without a cluster, cluster tests on one real control plane
 # Caches live outside the repo (~/.cache/sextant), so a second run builds nothing.
 
 PYTHON ?= python3
@@ -12,7 +12,7 @@ CACHE := $(HOME)/.cache/sextant
 export PIP_CACHE_DIR := $(CACHE)/pip
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup controlplane test unit run crds bench clean
+.PHONY: setup controlplane tools test unit run crds bench clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,10 +20,14 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
 
-setup: $(VENV)/.installed controlplane
+setup: $(VENV)/.installed controlplane tools
 
 controlplane:
 	hack/build-controlplane.sh >/dev/null
+
+# helm and kube-score for the chart's tests (tests/cluster/test_helm.py), cached like the control plane.
+tools:
+	hack/build-tools.sh >/dev/null
 
 test: setup
 	$(PY) -m pytest -q -p no:cacheprovider tests
@@ -33,6 +37,12 @@ unit: $(VENV)/.installed
 
 run: $(VENV)/.installed
 	$(PY) -m sextant.cli.main dev
+
+# The benchmark of issue 10 (bench/, not part of `make test`): Sextant against the Kubernetes Job controller.
+# BENCH_ARGS passes options, e.g. make bench BENCH_ARGS=--quick; .venv/bin/python -m bench --help lists them.
+bench: $(VENV)/.installed controlplane
+	$(PY) -m pip install -q -e '.[test,bench]'
+	$(PY) -m bench $(BENCH_ARGS)
 
 crds: $(VENV)/.installed
 	$(PY) -m sextant.resources.crds

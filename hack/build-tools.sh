@@ -10,6 +10,8 @@ CACHE_ROOT=${SEXTANT_CACHE:-$HOME/.cache/sextant}
 BIN="$CACHE_ROOT/tools-helm-$HELM_VERSION-kube-score-$KUBE_SCORE_VERSION/bin"
 
 die() { echo "build-tools: $*" >&2; exit 1; }
+# The reason in `go mod download -json` output (its "Error" field), else its last line.
+why() { local e; e=$(echo "$1" | sed -n 's/^[[:space:]]*"Error": "\(.*\)",\{0,1\}$/\1/p' | tail -n1); echo "${e:-$(echo "$1" | tail -n1)}"; }
 log() { echo "build-tools: $*" >&2; }
 
 if [ -x "$BIN/helm" ] && [ -x "$BIN/kube-score" ]; then echo "$BIN"; exit 0; fi
@@ -26,7 +28,7 @@ start=$(date +%s)
 
 if [ ! -x "$BIN/helm" ]; then
   probe=$(go mod download -json "helm.sh/helm/v3@$HELM_VERSION" 2>&1) \
-    || die "the Go module proxy is not reachable or has no helm.sh/helm/v3@$HELM_VERSION ($(echo "$probe" | tail -n1))"
+    || die "the Go module proxy is not reachable or has no helm.sh/helm/v3@$HELM_VERSION ($(why "$probe"))"
   gomod=$(echo "$probe" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')
   [ -f "$gomod" ] || die "could not read helm.sh/helm/v3@$HELM_VERSION's go.mod"
   # Like helm's own Makefile: the version it reports, and the Kubernetes version `helm template` and `helm lint`
@@ -45,7 +47,7 @@ fi
 
 if [ ! -x "$BIN/kube-score" ]; then
   probe=$(go mod download -json "github.com/zegl/kube-score@$KUBE_SCORE_VERSION" 2>&1) \
-    || die "the Go module proxy is not reachable or has no github.com/zegl/kube-score@$KUBE_SCORE_VERSION ($(echo "$probe" | tail -n1))"
+    || die "the Go module proxy is not reachable or has no github.com/zegl/kube-score@$KUBE_SCORE_VERSION ($(why "$probe"))"
   log "kube-score $KUBE_SCORE_VERSION"
   now=$(date -u +%Y-%m-%dT%H:%M:%SZ)
   GOBIN="$WORK" go install -trimpath -ldflags "-s -w -X main.version=$KUBE_SCORE_VERSION -X main.date=$now" \

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import secrets
 from collections.abc import Iterator
 from datetime import datetime, timezone
@@ -26,6 +27,16 @@ class ClientError(Exception):
     def __init__(self, status: int, message: str, reason: str = "") -> None:
         super().__init__(message)
         self.status, self.reason = status, reason
+
+
+_REFUSAL = re.compile(r"(?:^|: )Forbidden: (cannot (?:cancel|retry): .*?)(?:, <nil>)?$")
+
+
+def refusal_message(message: str) -> str | None:
+    """The words of the CEL rule with which the API server refused a cancel or retry for the job's state
+    ("cannot cancel: the job is succeeded; only ..."), found in its 422 message; else None."""
+    match = _REFUSAL.search(message)
+    return match.group(1) if match else None
 
 
 def _raise_for(resp: httpx.Response) -> None:

@@ -43,7 +43,7 @@ def job_name(field: str, value: str) -> str:
         raise InputError(field, "a job id is required, e.g. job_8f3k2m9q")
     if len(value) > NAME_MAX or not _JOB_ID_RE.match(value):
         raise InputError(field, f"{value!r} is not a job id: ids look like job_8f3k2m9q (lower-case letters, "
-                                f"digits, '-' or '_', at most {NAME_MAX} characters)")
+                                f"digits, '-', '_' or '.', at most {NAME_MAX} characters)")
     return value.replace("_", "-")
 
 

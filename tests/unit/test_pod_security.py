@@ -77,7 +77,8 @@ def test_added_capabilities_keep_working_on_top_of_drop_all():
 
 def test_privileged_or_sys_admin_containers_keep_privilege_escalation():
     """allowPrivilegeEscalation=false with privileged or CAP_SYS_ADMIN is refused by the API server's validation."""
-    for sc in ({"privileged": True}, {"capabilities": {"add": ["SYS_ADMIN"]}}, {"capabilities": {"add": ["CAP_SYS_ADMIN"]}}):
+    for sc in ({"privileged": True}, {"capabilities": {"add": ["SYS_ADMIN"]}},
+               {"capabilities": {"add": ["CAP_SYS_ADMIN"]}}):
         pod = pod_of(handler_with(handler={"securityContext": copy.deepcopy(sc)}))
         assert "allowPrivilegeEscalation" not in pod["spec"]["containers"][0]["securityContext"], sc
 

@@ -4,14 +4,13 @@ namespace, and the translation of API answers into messages that say what and wh
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from datetime import datetime, timezone
 from functools import cached_property
 from typing import TextIO
 
 from .. import inputs, kubeconfig
-from ..client import Client, ClientError
+from ..client import Client, ClientError, refusal_message
 
 
 class CliError(Exception):
@@ -86,18 +85,15 @@ def api_error(exc: ClientError, *, kind: str | None = None, name: str | None = N
                         "sextant.dev resources): kubectl apply -f crds/")
     if exc.status == 404 and kind and name:
         return CliError(f"{kind} {name} not found in namespace {namespace}")
+    if exc.status == 401:
+        return CliError("You must be logged in to the server (Unauthorized): the API server did not accept the "
+                        "credentials of the kubeconfig (or --token)")
     reason = exc.reason or {401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 409: "Conflict",
                             422: "Invalid"}.get(exc.status, str(exc.status))
     return CliError(f"Error from server ({reason}): {message}")
 
 
-_RULE = re.compile(r"(?:^|: )Forbidden: (cannot (?:cancel|retry): .*?)(?:, <nil>)?$")
-
-
 def refusal(exc: ClientError) -> str | None:
     """The CEL rule's words when the API server refused a cancel or retry for the job's state
     ("cannot cancel: the job is succeeded; ..."), else None."""
-    if exc.status != 422:
-        return None
-    match = _RULE.search(str(exc))
-    return match.group(1) if match else None
+    return refusal_message(str(exc)) if exc.status == 422 else None

@@ -107,8 +107,19 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+def without_managed_fields(obj: Any) -> Any:
+    """kubectl hides metadata.managedFields unless asked; so does the CLI."""
+    if isinstance(obj, dict):
+        if isinstance(obj.get("metadata"), dict) and "managedFields" in obj["metadata"]:
+            obj = {**obj, "metadata": {k: v for k, v in obj["metadata"].items() if k != "managedFields"}}
+        if isinstance(obj.get("items"), list):
+            obj = {**obj, "items": [without_managed_fields(i) for i in obj["items"]]}
+    return obj
+
+
 def dump(obj: Any, fmt: str, out: TextIO) -> None:
     """-o json (indented, as kubectl) or -o yaml."""
+    obj = without_managed_fields(obj)
     if fmt == "json":
         out.write(json.dumps(obj, indent=4, ensure_ascii=False) + "\n")
     else:

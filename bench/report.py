@@ -1,0 +1,188 @@
+"""The table (S, A0, A1 and the ratios S/A0, S/A1 per workload), the JSON, and the plot of jobs completed over time."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+ORDER = ("S", "A0", "A1", "S0", "S64")
+
+
+def _get(result: dict[str, Any], path: str) -> Any:
+    value: Any = result
+    for part in path.split("."):
+        if not isinstance(value, dict):
+            return None
+        value = value.get(part)
+    return value
+
+
+def _cpu(result: dict[str, Any], *names: str) -> float | None:
+    cpu = _get(result, "usage.cpu_seconds") or {}
+    values = [cpu[n] for n in names if n in cpu]
+    return round(sum(values), 1) if values else None
+
+
+def _controller_writes(result: dict[str, Any]) -> float | None:
+    """Writes per job (Events apart) of the job system's own controller: the operator, or the controller-manager."""
+    per_job = result.get("api_per_job") or {}
+    client = "operator" if result.get("config", "").startswith("S") else "controller-manager"
+    return (per_job.get(client) or {}).get("writes")
+
+
+def _controller_events(result: dict[str, Any]) -> float | None:
+    per_job = result.get("api_per_job") or {}
+    client = "operator" if result.get("config", "").startswith("S") else "controller-manager"
+    return (per_job.get(client) or {}).get("event_writes")
+
+
+# (label, getter, better: "higher" | "lower" | None)
+ROWS: list[tuple[str, Any, str | None]] = [
+    ("wall time until all terminal (s)", lambda r: r.get("wall_s"), "lower"),
+    ("jobs/s overall", lambda r: r.get("jobs_per_s"), "higher"),
+    ("jobs/s 10–90 %", lambda r: r.get("jobs_per_s_10_90"), "higher"),
+    ("create → pod created p50 (ms)", lambda r: _get(r, "latency_ms.create_to_pod_created.p50"), "lower"),
+    ("create → pod created p99 (ms)", lambda r: _get(r, "latency_ms.create_to_pod_created.p99"), "lower"),
+    ("create → pod created p99, timestamps (ms, 1 s res.)",
+     lambda r: _get(r, "latency_ms.create_to_pod_created_by_timestamps.p99"), "lower"),
+    ("pod finished → job terminal p50 (ms)", lambda r: _get(r, "latency_ms.pod_finished_to_job_terminal.p50"), "lower"),
+    ("pod finished → job terminal p99 (ms)", lambda r: _get(r, "latency_ms.pod_finished_to_job_terminal.p99"), "lower"),
+    ("API requests / job, all clients", lambda r: _get(r, "api_per_job.all.requests"), "lower"),
+    ("API writes / job, all clients (no Events)", lambda r: _get(r, "api_per_job.all.writes"), "lower"),
+    ("Event writes / job, all clients", lambda r: _get(r, "api_per_job.all.event_writes"), "lower"),
+    ("controller writes / job (operator | c-m), no Events", _controller_writes, "lower"),
+    ("controller Event writes / job", _controller_events, "lower"),
+    ("scheduler requests / job", lambda r: _get(r, "api_per_job.scheduler.requests"), "lower"),
+    ("kwok requests / job", lambda r: _get(r, "api_per_job.kwok.requests"), "lower"),
+    ("load generator requests / job", lambda r: _get(r, "api_per_job.loadgen.requests"), None),
+    ("load generator create rate (jobs/s)", lambda r: _get(r, "loadgen.create_rate"), None),
+    ("CPU s: operator", lambda r: _cpu(r, "operator"), "lower"),
+    ("CPU s: kube-apiserver", lambda r: _cpu(r, "kube-apiserver"), "lower"),
+    ("CPU s: etcd", lambda r: _cpu(r, "etcd"), "lower"),
+    ("CPU s: kwok-controller", lambda r: _cpu(r, "kwok-controller"), "lower"),
+    ("CPU s: kube-scheduler", lambda r: _cpu(r, "kube-scheduler"), "lower"),
+    ("CPU s: kube-controller-manager", lambda r: _cpu(r, "kube-controller-manager"), "lower"),
+    ("CPU s: control plane + job system", lambda r: _cpu(r, "operator", "kube-apiserver", "etcd", "kwok-controller",
+                                                         "kube-scheduler", "kube-controller-manager"), "lower"),
+    ("CPU s: bench (load generator + watches)", lambda r: _cpu(r, "bench (load generator + watches)"), None),
+    ("operator peak RSS (MB)", lambda r: _get(r, "operator_memory_mb.VmHWM"), "lower"),
+    ("machine busy (% of all CPUs)", lambda r: (round(100 * r["usage"]["machine"]["busy_fraction"])
+                                                if _get(r, "usage.machine.busy_fraction") is not None else None), None),
+    ("CPU s of other work on the machine", lambda r: _get(r, "usage.machine.other_cpu_s"), None),
+    ("loadavg (1 min) mean / max", lambda r: (f"{_get(r, 'usage.machine.loadavg1_mean')} / "
+                                              f"{_get(r, 'usage.machine.loadavg1_max')}"), None),
+    ("duplicate pods", lambda r: r.get("duplicate_pods"), None),
+    ("outcomes", lambda r: " ".join(f"{k}:{v}" for k, v in sorted((r.get("outcomes") or {}).items())), None),
+]
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 10 else f"{value:,.1f}".rstrip("0").rstrip(".")
+    return str(value)
+
+
+def _ratio(a: Any, b: Any) -> str:
+    if not isinstance(a, (int, float)) or not isinstance(b, (int, float)) or not b:
+        return "–"
+    return f"{a / b:.2f}"
+
+
+def tables(results: list[dict[str, Any]]) -> str:
+    by_workload: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
+    for r in results:
+        by_workload[r["workload"]][r["config"]] = r
+    out: list[str] = []
+    for workload, runs in by_workload.items():
+        configs = [c for c in ORDER if c in runs]
+        ratios = [(f"S/{c}", c) for c in configs if c.startswith("A") and "S" in runs]
+        jobs = next(iter(runs.values()))["jobs"]
+        out.append(f"\n### {workload} ({jobs} jobs)\n")
+        header = ["figure", *configs, *(label for label, _ in ratios)]
+        out.append("| " + " | ".join(header) + " |")
+        out.append("|" + "|".join(["---"] * len(header)) + "|")
+        for label, getter, _ in ROWS:
+            values = {c: getter(runs[c]) for c in configs}
+            if all(v is None or v == "None / None" for v in values.values()):
+                continue
+            row = [label, *(_fmt(values[c]) for c in configs)]
+            row += [_ratio(values["S"], values[c]) for _, c in ratios]
+            out.append("| " + " | ".join(row) + " |")
+        for c in configs:
+            if runs[c].get("timed_out"):
+                out.append(f"\n{c} timed out: {runs[c]['terminal']} of {jobs} jobs terminal.")
+    return "\n".join(out) + "\n"
+
+
+def rate_table(results: list[dict[str, Any]]) -> str:
+    rows = [r for r in results if r.get("rate")]
+    if not rows:
+        return ""
+    out = ["\n### sustained arrivals\n",
+           "| config | rate (jobs/s) | achieved create rate | create → pod p50 (ms) | p99 (ms) | max (ms) | "
+           "pod finished → terminal p99 (ms) | operator CPU s | machine busy % | loadavg mean | p99 < 1 s |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (r["config"], r["rate"])):
+        lat = _get(r, "latency_ms.create_to_pod_created") or {}
+        p99 = lat.get("p99")
+        out.append(" | ".join([
+            f"| {r['config']}", _fmt(r["rate"]), _fmt(_get(r, "loadgen.create_rate")), _fmt(lat.get("p50")),
+            _fmt(p99), _fmt(lat.get("max")), _fmt(_get(r, "latency_ms.pod_finished_to_job_terminal.p99")),
+            _fmt(_cpu(r, "operator")),
+            _fmt(round(100 * _get(r, "usage.machine.busy_fraction")) if _get(r, "usage.machine.busy_fraction") else None),
+            _fmt(_get(r, "usage.machine.loadavg1_mean")),
+            ("yes" if p99 is not None and p99 < 1000 and r.get("terminal") == r.get("jobs") else "no") + " |"]))
+    sustained = {}
+    for r in rows:
+        p99 = _get(r, "latency_ms.create_to_pod_created.p99")
+        if p99 is not None and p99 < 1000 and r.get("terminal") == r.get("jobs"):
+            sustained[r["config"]] = max(sustained.get(r["config"], 0), r["rate"])
+    for config, rate in sorted(sustained.items()):
+        out.append(f"\nhighest rate {config} sustains with p99 create → pod created under 1 s: {rate:g} jobs/s")
+    return "\n".join(out) + "\n"
+
+
+def profile_text(results: list[dict[str, Any]], top: int = 15) -> str:
+    out = []
+    for r in results:
+        prof = r.get("profile")
+        if not prof or "top_own" not in prof:
+            continue
+        out.append(f"\n### operator profile: {r['config']} {r['workload']} ({prof['samples']} samples at "
+                   f"100/s, busy {prof['busy_fraction']})\n")
+        out.append("own time:\n")
+        out += [f"  {e['percent']:5.1f}%  {e['function']}" for e in prof["top_own"][:top]]
+        out.append("\nincluding callees:\n")
+        out += [f"  {e['percent']:5.1f}%  {e['function']}" for e in prof["top_inclusive"][:top]]
+    return "\n".join(out) + ("\n" if out else "")
+
+
+def plot(results: list[dict[str, Any]], path: Path) -> Path | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    bursts = [w for w in dict.fromkeys(r["workload"] for r in results if not r.get("rate"))]
+    if not bursts:
+        return None
+    fig, axes = plt.subplots(1, len(bursts), figsize=(6 * len(bursts), 4.5), squeeze=False)
+    for ax, workload in zip(axes[0], bursts):
+        for r in sorted((r for r in results if r["workload"] == workload), key=lambda r: ORDER.index(r["config"])):
+            times = r.get("completed_over_time") or []
+            ax.step([0, *times], range(len(times) + 1), where="post",
+                    label=f"{r['config']} ({r.get('wall_s', '?')} s)")
+        ax.set_title(f"{workload}: jobs completed over time")
+        ax.set_xlabel("seconds since the first create")
+        ax.set_ylabel("jobs terminal")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,508 @@
+"""One run: a configuration (S, A0, A1, S0) × a workload (a burst, a burst with failing first attempts, a fixed
+arrival rate), each on a fresh local control plane with the API server's audit log on."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sextant import kubeconfig
+from sextant.localcluster import LocalCluster, new_name
+
+from . import measure, profile, stages
+from .api import BATCH, SEXTANT, Api, Kind, Recorder
+
+REPO = Path(__file__).resolve().parents[1]
+CRDS = REPO / "crds"
+KWOK_TOLERATION = {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
+NODE_SELECTOR = {"type": "kwok"}
+CONTAINER = {"name": "handler", "image": "registry.example/handler:1", "command": ["run"]}
+
+TUNED_CM = ["--kube-api-qps=200", "--kube-api-burst=400", "--concurrent-job-syncs=50"]
+# kwokctl starts kube-scheduler without --config, so its (deprecated) client flags still apply.
+TUNED_SCHEDULER = ["--kube-api-qps=200", "--kube-api-burst=400"]
+
+# The benchmark's Queue. concurrency: batch/v1 Jobs have no cap across jobs (each runs its one pod as soon as the
+# controller gets to it), so Sextant's queue must not be the limit either: 100000 is above every workload here,
+# so every job is admitted the moment the operator sees it. maxAttempts 2 and a 10 s exponential backoff without
+# jitter mirror the batch side of the failing workloads (backoffLimitPerIndex 1; the Job controller waits 10 s,
+# doubling, before replacing a failed pod).
+QUEUE_SPEC = {"concurrency": 100000, "maxAttempts": 2,
+              "backoff": {"policy": "exponential", "initial": "10s", "factor": 2, "max": "6m", "jitter": 0}}
+
+
+@dataclass(frozen=True)
+class Config:
+    name: str
+    kind: Kind
+    extra_args: dict[str, list[str]]
+    description: str
+    operator_args: tuple[str, ...] = ()
+
+
+CONFIGS = {
+    "A0": Config("A0", BATCH, {}, "batch/v1 Jobs; kube-controller-manager and kube-scheduler defaults"),
+    "A1": Config("A1", BATCH, {"kube-controller-manager": TUNED_CM, "kube-scheduler": TUNED_SCHEDULER},
+                 "batch/v1 Jobs; kube-controller-manager " + " ".join(TUNED_CM) + "; kube-scheduler "
+                 + " ".join(TUNED_SCHEDULER)),
+    # The scheduler binds Sextant's pods as it binds the Job controller's: it is shared infrastructure, so S runs
+    # with A1's scheduler (at its default 50 qps it would cap any job system at ~50 pods/s). Nothing of the
+    # controller-manager works for S; it keeps its defaults. S0 is Sextant on an all-default control plane.
+    "S": Config("S", SEXTANT, {"kube-scheduler": TUNED_SCHEDULER},
+                "Sextant operator, shipped defaults; kube-scheduler " + " ".join(TUNED_SCHEDULER)),
+    "S0": Config("S0", SEXTANT, {}, "Sextant operator, shipped defaults; all control-plane defaults"),
+    # Not shipped: what more parallel reconciles buy when the API server answers slowly (a loaded machine).
+    "S64": Config("S64", SEXTANT, {"kube-scheduler": TUNED_SCHEDULER},
+                  "Sextant operator with --workers 64; kube-scheduler " + " ".join(TUNED_SCHEDULER), ("--workers", "64")),
+}
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    jobs: int
+    fail: float = 0.0  # fraction of jobs whose first attempt fails
+    rate: float | None = None  # arrivals per second; None: a burst (as fast as the load generator goes)
+
+    @property
+    def failing(self) -> bool:
+        return self.fail > 0
+
+
+def failing_job(i: int, fraction: float) -> bool:
+    """Spread evenly: job i fails its first attempt when the running count of failures would fall behind."""
+    return fraction > 0 and math.floor((i + 1) * fraction) > math.floor(i * fraction)
+
+
+# --- objects --------------------------------------------------------------------------------------------------
+
+def sextant_job(name: str, i: int, fail: bool) -> dict[str, Any]:
+    return {"apiVersion": "sextant.dev/v1alpha1", "kind": "Job", "metadata": {"name": name},
+            "spec": {"queue": "bench", "handler": "fail-first" if fail else "ok", "payload": {"i": i}}}
+
+
+def batch_job(name: str, i: int, fail: bool, indexed: bool) -> dict[str, Any]:
+    spec: dict[str, Any] = {"completions": 1, "parallelism": 1}
+    if indexed:  # the failing workloads: the per-index failure count is what marks a pod's attempt (stages.py)
+        spec.update(completionMode="Indexed", backoffLimitPerIndex=1)
+    annotations = dict(stages.FAIL_FIRST_BATCH) if fail else {}
+    spec["template"] = {
+        "metadata": {"annotations": annotations, "labels": {"bench.sextant.dev/i": str(i)}},
+        "spec": {"restartPolicy": "Never", "tolerations": [KWOK_TOLERATION], "nodeSelector": NODE_SELECTOR,
+                 "containers": [CONTAINER]},
+    }
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name}, "spec": spec}
+
+
+def handler(name: str, annotations: dict[str, str]) -> dict[str, Any]:
+    # heartbeat false: nothing runs in a kwok pod, so no runner renews a lease (README: an image without the runner)
+    return {"apiVersion": "sextant.dev/v1alpha1", "kind": "Handler", "metadata": {"name": name},
+            "spec": {"heartbeat": False, "template": {
+                "metadata": {"annotations": annotations},
+                "spec": {"tolerations": [KWOK_TOLERATION], "nodeSelector": NODE_SELECTOR, "containers": [CONTAINER]}}}}
+
+
+def sextant_setup(namespace: str) -> list[dict[str, Any]]:
+    queue = {"apiVersion": "sextant.dev/v1alpha1", "kind": "Queue", "metadata": {"name": "bench"}, "spec": QUEUE_SPEC}
+    objs = [queue, handler("ok", {}), handler("fail-first", dict(stages.FAIL_FIRST_SEXTANT))]
+    for obj in objs:
+        obj["metadata"]["namespace"] = namespace
+    return objs
+
+
+# --- the operator as a process --------------------------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class OperatorProcess:
+    """`sextant operator` with its shipped defaults (all namespaces, 16 workers, Events on, log level warning)."""
+
+    def __init__(self, kubeconfig_path: Path, log_path: Path, extra: list[str] | None = None) -> None:
+        self.port = free_port()
+        self.log_path = log_path
+        self.cmd = [sys.executable, "-m", "sextant.cli.main", "--kubeconfig", str(kubeconfig_path), "operator",
+                    "--http-host", "127.0.0.1", "--http-port", str(self.port), *(extra or [])]
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.started_at = 0.0
+
+    def start(self) -> None:
+        log = open(self.log_path, "ab")
+        self.started_at = time.monotonic()
+        self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT,
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        log.close()
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def get(self, path: str, timeout: float = 2) -> tuple[int, bytes]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=timeout) as resp:
+                return resp.status, resp.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, b""
+        except OSError:
+            return 0, b""
+
+    async def wait_ready(self, timeout: float = 300, interval: float = 0.05) -> float:
+        """Seconds from start until /readyz answers 200."""
+        deadline = time.monotonic() + timeout
+        loop = asyncio.get_running_loop()
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the operator exited with {self.proc.returncode}; see {self.log_path}")
+            status, _ = await loop.run_in_executor(None, self.get, "/readyz", 1)
+            if status == 200:
+                return time.monotonic() - self.started_at
+            await asyncio.sleep(interval)
+        raise RuntimeError(f"the operator was not ready after {timeout:.0f} s; see {self.log_path}")
+
+    def metrics(self) -> dict[str, float]:
+        """sextant_api_requests_total by (verb, resource, code), from /metrics."""
+        status, body = self.get("/metrics", 10)
+        out: dict[str, float] = {}
+        if status != 200:
+            return out
+        for line in body.decode().splitlines():
+            if line.startswith("sextant_api_requests_total{"):
+                labels, _, value = line.rpartition(" ")
+                out[labels.removeprefix("sextant_api_requests_total")] = float(value)
+        return out
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+
+
+# --- a cluster per configuration ------------------------------------------------------------------------------
+
+@dataclass
+class Options:
+    out: Path
+    nodes: int = 20  # kwok nodes take 110 pods each: 2 would leave pods of a burst unschedulable for a while
+    nice: int = 0  # renice the measured processes (control plane, operator, load generator); 0: leave them
+    in_flight: int = 100
+    timeout: float = 1800
+    profile: bool = False
+    verbose: bool = True
+
+
+def log(opts: Options, message: str) -> None:
+    if opts.verbose:
+        print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def renice(pids: Any, nice: int) -> None:
+    """Set every thread of these processes to `nice` (threads they start later inherit it)."""
+    if not nice:
+        return
+    for pid in pids:
+        for task in Path(f"/proc/{pid}/task").glob("*"):
+            try:
+                os.setpriority(os.PRIO_PROCESS, int(task.name), nice)
+            except (OSError, ValueError):
+                pass
+
+
+def start_cluster(config: Config, opts: Options, label: str) -> LocalCluster:
+    name = new_name(f"bench-{config.name.lower()}-{label}")[:42].rstrip("-")
+    cluster = LocalCluster(name=name, nodes=opts.nodes, extra_args=config.extra_args, audit=True,
+                           stages=stages.write(opts.out))
+    if cluster.external:
+        raise SystemExit("the benchmark starts its own control planes (component flags, audit log): "
+                         "unset SEXTANT_TEST_KUBECONFIG")
+    t = time.monotonic()
+    cluster.up()
+    renice(cluster.pids().values(), opts.nice)
+    log(opts, f"{config.name}: cluster {name} up in {time.monotonic() - t:.1f} s")
+    return cluster
+
+
+def prepare_namespace(cluster: LocalCluster, config: Config, namespace: str, crds_installed: bool) -> None:
+    cluster.kubectl("create", "namespace", namespace)
+    # pods are refused until the namespace's default service account exists
+    cluster.kubectl("wait", "--for=create", "serviceaccount/default", "-n", namespace, "--timeout=60s", timeout=70)
+    if config.kind is SEXTANT:
+        if not crds_installed:
+            cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRDS))
+            cluster.kubectl("wait", "--for=condition=Established", "crd/jobs.sextant.dev", "crd/queues.sextant.dev",
+                            "crd/handlers.sextant.dev", "--timeout=60s", timeout=70)
+        cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                              "items": sextant_setup(namespace)}))
+
+
+# --- one workload ---------------------------------------------------------------------------------------------
+
+async def generate(api: Api, config: Config, workload: Workload, namespace: str, rec: Recorder,
+                   in_flight: int) -> dict[str, Any]:
+    """Create the workload's jobs: a burst (in_flight creates at a time) or open-loop arrivals at a fixed rate."""
+    path = config.kind.jobs_path(namespace)
+    indexed = workload.failing
+
+    def body(i: int) -> tuple[str, dict[str, Any]]:
+        name = f"job-{i:06d}"
+        fail = failing_job(i, workload.fail)
+        return name, (sextant_job(name, i, fail) if config.kind is SEXTANT else batch_job(name, i, fail, indexed))
+
+    async def create(i: int) -> None:
+        name, obj = body(i)
+        job = rec.job(name)
+        job.sent = time.time()
+        created = await api.create(path, obj)
+        job.created = time.time()
+        job.created_ts = created["metadata"].get("creationTimestamp")
+
+    t0 = time.time()
+    late = 0.0
+    if workload.rate is None:
+        counter = iter(range(workload.jobs))
+
+        async def worker() -> None:
+            for i in counter:
+                await create(i)
+
+        await asyncio.gather(*(worker() for _ in range(min(in_flight, workload.jobs))))
+    else:
+        gate = asyncio.Semaphore(in_flight * 4)
+        tasks = []
+
+        async def bounded(i: int) -> None:
+            async with gate:
+                await create(i)
+
+        for i in range(workload.jobs):
+            due = t0 + i / workload.rate
+            delay = due - time.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            else:
+                late = max(late, -delay)
+            tasks.append(asyncio.create_task(bounded(i)))
+        await asyncio.gather(*tasks)
+    t1 = time.time()
+    return {"started": t0, "duration_s": round(t1 - t0, 3), "creates": workload.jobs,
+            "create_rate": round(workload.jobs / (t1 - t0), 1) if t1 > t0 else None,
+            "most_late_s": round(late, 3), "retries": api.retries}
+
+
+def pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    k = max(0, min(len(ordered) - 1, math.ceil(q / 100 * len(ordered)) - 1))
+    return ordered[k]
+
+
+def summary(values: list[float], scale: float = 1000.0) -> dict[str, Any]:
+    """p50/p99/max (ms by default) and the count."""
+    return {"n": len(values), **{k: (round(v * scale, 1) if v is not None else None)
+                                 for k, v in (("p50", pct(values, 50)), ("p90", pct(values, 90)),
+                                              ("p99", pct(values, 99)), ("max", pct(values, 100)))}}
+
+
+def ts_seconds(stamp: str | None) -> float | None:
+    if not stamp:
+        return None
+    from datetime import datetime
+
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def figures(rec: Recorder, workload: Workload, t0: float, final_jobs: list[dict], final_pods: list[dict],
+            kind: Kind) -> dict[str, Any]:
+    jobs = rec.jobs
+    done = sorted(j.terminal - t0 for j in jobs.values() if j.terminal is not None)
+    n = workload.jobs
+    out: dict[str, Any] = {"jobs": n, "terminal": len(done)}
+    out["outcomes"] = dict(Counter(j.outcome or "unfinished" for j in jobs.values()))
+    if done:
+        wall = done[-1]
+        out["wall_s"] = round(wall, 3)
+        out["jobs_per_s"] = round(len(done) / wall, 2) if wall > 0 else None
+        i10, i90 = math.ceil(0.1 * n) - 1, math.ceil(0.9 * n) - 1
+        if len(done) > i90 > i10 and done[i90] > done[i10]:
+            out["jobs_per_s_10_90"] = round((i90 - i10) / (done[i90] - done[i10]), 2)
+        out["completed_over_time"] = [round(t, 3) for t in done]
+    # latencies from the watch (local receive times) and the create responses
+    to_pod, to_terminal, e2e, to_pod_ts, create_latency = [], [], [], [], []
+    for j in jobs.values():
+        if j.sent is not None and j.created is not None:
+            create_latency.append(j.created - j.sent)
+        pods = sorted(j.pods.values(), key=lambda p: p.added)
+        if pods and j.created is not None:
+            to_pod.append(pods[0].added - j.created)
+            a, b = ts_seconds(pods[0].created_ts), ts_seconds(j.created_ts)
+            if a is not None and b is not None:
+                to_pod_ts.append(a - b)
+        if pods and j.terminal is not None and pods[-1].finished is not None:
+            to_terminal.append(j.terminal - pods[-1].finished)
+        if j.terminal is not None and j.created is not None:
+            e2e.append(j.terminal - j.created)
+    out["latency_ms"] = {
+        "create_request": summary(create_latency),
+        "create_to_pod_created": summary(to_pod),
+        "create_to_pod_created_by_timestamps": summary(to_pod_ts),  # 1 s resolution: differences of whole seconds
+        "pod_finished_to_job_terminal": summary(to_terminal),
+        "create_to_job_terminal": summary(e2e),
+    }
+    # duplicate pods: more pods than the attempts the job counted
+    pods_by_job: dict[str, set[str]] = {name: set(j.pods) for name, j in jobs.items()}
+    for pod in final_pods:
+        job = kind.job_of_pod(pod)
+        if job:
+            pods_by_job.setdefault(job, set()).add(pod["metadata"]["name"])
+    duplicates = []
+    for obj in final_jobs:
+        name = obj["metadata"]["name"]
+        attempts = kind.attempts(obj)
+        if len(pods_by_job.get(name, ())) > attempts:
+            duplicates.append({"job": name, "pods": sorted(pods_by_job[name]), "attempts": attempts})
+    out["duplicate_pods"] = len(duplicates)
+    out["duplicates"] = duplicates[:20]
+    out["pods"] = sum(len(p) for p in pods_by_job.values())
+    out["attempts"] = sum(kind.attempts(o) for o in final_jobs)
+    out["watch_events"] = rec.events
+    return out
+
+
+async def run_workload(cluster: LocalCluster, config: Config, workload: Workload, namespace: str,
+                       opts: Options, label: str) -> dict[str, Any]:
+    conn = kubeconfig.load(str(cluster.kubeconfig))
+    operator = None
+    spy = None
+    result: dict[str, Any] = {"config": config.name, "workload": workload.name, "cluster": cluster.name,
+                              "rate": workload.rate, "fail_fraction": workload.fail}
+    try:
+        if config.kind is SEXTANT:
+            operator = OperatorProcess(cluster.kubeconfig, opts.out / f"operator-{label}.log",
+                                       list(config.operator_args))
+            operator.start()
+            renice([operator.pid], opts.nice)
+            result["operator_start_to_ready_s"] = round(await operator.wait_ready(), 2)
+        async with Api(conn, in_flight=opts.in_flight) as api:
+            rec = Recorder(api, config.kind, namespace)
+            await rec.start()
+            pids = cluster.pids()
+            if operator is not None:
+                pids["operator"] = operator.pid
+            usage = measure.Usage(pids)
+            if opts.profile and operator is not None:
+                spy = profile.Spy(operator.pid, opts.out / f"profile-{label}.txt")
+                spy.start()
+                usage.pids["py-spy"] = spy.pid
+            usage.start()
+            t_start = time.time()
+            log(opts, f"{config.name} {workload.name}: creating {workload.jobs} jobs")
+            gen = await generate(api, config, workload, namespace, rec, opts.in_flight)
+            t0 = gen["started"]
+            deadline = time.monotonic() + opts.timeout
+            while rec.terminal < workload.jobs and time.monotonic() < deadline:
+                rec.changed.clear()
+                try:
+                    await asyncio.wait_for(rec.changed.wait(), 5)
+                except asyncio.TimeoutError:
+                    pass
+            t_end = time.time()
+            usage.stop()
+            timed_out = rec.terminal < workload.jobs
+            log(opts, f"{config.name} {workload.name}: {rec.terminal}/{workload.jobs} terminal after "
+                      f"{t_end - t0:.1f} s" + (" (timed out)" if timed_out else ""))
+            if spy is not None:
+                spy.stop()
+                result["profile"] = spy.summary(t_end - t_start)
+            if operator is not None:
+                result["operator_memory_mb"] = measure.memory_mb(operator.pid)
+                result["operator_metrics"] = operator.metrics()
+            final_jobs, _ = await api.list_all(config.kind.jobs_path(namespace))
+            final_pods, _ = await api.list_all(f"/api/v1/namespaces/{namespace}/pods")
+            await rec.stop()
+            loadgen = {**gen, "requests": dict(api.requests)}
+        result["timed_out"] = timed_out
+        result.update(figures(rec, workload, t0, final_jobs, final_pods, config.kind))
+        result["usage"] = usage.result()
+        result["loadgen"] = loadgen
+        window = (t0 - 0.5, t_end + 0.5)
+        result["window"] = {"start": t0, "end": t_end}
+    finally:
+        if spy is not None:
+            spy.stop()
+        if operator is not None:
+            operator.stop()
+    assert cluster.audit_log is not None
+    audit = measure.audit_counts(cluster.audit_log, *window)
+    result["api"] = audit
+    result["api_per_job"] = measure.per_job(audit, workload.jobs)
+    return result
+
+
+@dataclass
+class Plan:
+    runs: list[tuple[str, Workload]]  # (configuration, workload), in order
+    a0_max_jobs: int = 1000
+    same_cluster: bool = False  # one cluster per configuration, workloads one after another (the smoke test)
+    skipped: list[str] = field(default_factory=list)
+
+
+async def run_plan(plan: Plan, opts: Options) -> list[dict[str, Any]]:
+    results: list[dict[str, Any]] = []
+    runs = []
+    for name, w in plan.runs:
+        if name == "A0" and w.jobs > plan.a0_max_jobs:
+            plan.skipped.append(f"A0 {w.name}: more than --a0-max-jobs={plan.a0_max_jobs} jobs "
+                                f"(at ~3.4 jobs/s it would take ~{w.jobs / 3.4 / 60:.0f} min)")
+            continue
+        runs.append((name, w))
+    cluster: LocalCluster | None = None
+    cluster_config: str | None = None
+    crds = False
+    try:
+        for name, w in runs:
+            config = CONFIGS[name]
+            label = f"{config.name}-{w.name}"
+            if cluster is None or not plan.same_cluster or cluster_config != name:
+                if cluster is not None:
+                    cluster.down()
+                cluster, cluster_config, crds = start_cluster(config, opts, w.name), name, False
+            namespace = f"bench-{w.name}".lower()
+            prepare_namespace(cluster, config, namespace, crds)
+            crds = True
+            result = await run_workload(cluster, config, w, namespace, opts, label)
+            result["description"] = config.description
+            results.append(result)
+            (opts.out / f"{label}.json").write_text(json.dumps(result, indent=1))
+            if not plan.same_cluster:
+                cluster.down()
+                cluster = None
+    finally:
+        if cluster is not None:
+            cluster.down()
+    return results
+
+
+def run(plan: Plan, opts: Options) -> list[dict[str, Any]]:
+    return asyncio.run(run_plan(plan, opts))

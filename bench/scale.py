@@ -1,0 +1,104 @@
+"""Scale: N Sextant Jobs present, most of them finished, when the operator starts: its start-to-ready time and memory.
+
+A Job's status can only be written through the status subresource (a create drops it), so the loader creates each
+finished job and then merge-patches its status to `succeeded`, as the operator would have left it; many requests
+in flight. The unfinished rest are plain new jobs that run once the operator is up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+from sextant import kubeconfig
+
+from . import measure
+from .api import SEXTANT, Api, Recorder
+from .run import CONFIGS, Options, OperatorProcess, log, prepare_namespace, renice, sextant_job, start_cluster
+
+
+def finished_status(name: str, stamp: str) -> dict[str, Any]:
+    return {"status": {
+        "state": "succeeded", "attempt": 1, "maxAttempts": 2, "run": 1, "queuedAt": stamp, "finishedAt": stamp,
+        "observedGeneration": 1, "message": "attempt 1 succeeded",
+        "attempts": [{"attempt": 1, "run": 1, "pod": f"{name}-1", "node": "node-000000", "startedAt": stamp,
+                      "finishedAt": stamp, "result": "succeeded", "exitCode": 0}],
+        "conditions": [
+            {"type": "Succeeded", "status": "True", "reason": "Succeeded", "message": "attempt 1 succeeded",
+             "lastTransitionTime": stamp, "observedGeneration": 1},
+            {"type": "Running", "status": "False", "reason": "Succeeded", "message": "",
+             "lastTransitionTime": stamp, "observedGeneration": 1},
+        ],
+    }}
+
+
+async def load(api: Api, namespace: str, total: int, unfinished: int, in_flight: int) -> dict[str, Any]:
+    path = SEXTANT.jobs_path(namespace)
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    counter = iter(range(total))
+    finished = total - unfinished
+
+    async def worker() -> None:
+        for i in counter:
+            name = f"job-{i:06d}"
+            await api.request("POST", path, sextant_job(name, i, False), ok=(409,))
+            if i < finished:
+                await api.request("PATCH", f"{path}/{name}/status", finished_status(name, stamp),
+                                  content_type="application/merge-patch+json")
+
+    t = time.time()
+    await asyncio.gather(*(worker() for _ in range(in_flight)))
+    seconds = time.time() - t
+    requests = sum(api.requests.values())
+    return {"jobs": total, "finished": finished, "seconds": round(seconds, 1),
+            "jobs_per_s": round(total / seconds, 1), "requests_per_s": round(requests / seconds, 1)}
+
+
+async def run_scale(opts: Options, total: int, unfinished: int) -> dict[str, Any]:
+    config = CONFIGS["S"]
+    cluster = start_cluster(config, opts, "scale")
+    result: dict[str, Any] = {"config": "S", "workload": f"scale-{total}", "jobs_present": total,
+                              "unfinished": unfinished}
+    operator = None
+    try:
+        namespace = "bench-scale"
+        prepare_namespace(cluster, config, namespace, False)
+        conn = kubeconfig.load(str(cluster.kubeconfig))
+        async with Api(conn, in_flight=opts.in_flight) as api:
+            log(opts, f"scale: loading {total} jobs ({total - unfinished} finished)")
+            result["loader"] = await load(api, namespace, total, unfinished, opts.in_flight)
+            log(opts, f"scale: loaded in {result['loader']['seconds']} s "
+                      f"({result['loader']['requests_per_s']} requests/s)")
+            rec = Recorder(api, SEXTANT, namespace)
+            operator = OperatorProcess(cluster.kubeconfig, opts.out / "operator-scale.log")
+            operator.start()
+            renice([operator.pid], opts.nice)
+            ready = await operator.wait_ready(timeout=600, interval=0.1)
+            result["start_to_ready_s"] = round(ready, 2)
+            result["cpu_s_to_ready"] = measure.cpu_seconds(operator.pid)
+            result["memory_mb_at_ready"] = measure.memory_mb(operator.pid)
+            log(opts, f"scale: operator ready after {ready:.1f} s, {result['memory_mb_at_ready']}")
+            await rec.start()
+            deadline = time.monotonic() + opts.timeout
+            unfinished_done = None
+            while time.monotonic() < deadline:
+                if rec.terminal >= total:
+                    unfinished_done = time.monotonic() - operator.started_at
+                    break
+                rec.changed.clear()
+                try:
+                    await asyncio.wait_for(rec.changed.wait(), 5)
+                except asyncio.TimeoutError:
+                    pass
+            await rec.stop()
+            result["start_to_all_terminal_s"] = round(unfinished_done, 2) if unfinished_done else None
+            await asyncio.sleep(5)
+            result["memory_mb_after"] = measure.memory_mb(operator.pid)
+            result["cpu_s_after"] = measure.cpu_seconds(operator.pid)
+    finally:
+        if operator is not None:
+            operator.stop()
+        cluster.down()
+    return result

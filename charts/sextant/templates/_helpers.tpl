@@ -1,0 +1,105 @@
+{{/* Names: the release's full name, capped at 63 characters (a label value and a DNS name). */}}
+{{- define "sextant.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "sextant.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "sextant.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "sextant.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "sextant.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "sextant.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: sextant
+{{- end -}}
+
+{{- define "sextant.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- .Values.serviceAccount.name | default (include "sextant.fullname" .) -}}
+{{- else -}}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "sextant.leaseName" -}}
+{{- .Values.leaderElection.leaseName | default (include "sextant.fullname" .) -}}
+{{- end -}}
+
+{{- define "sextant.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "sextant.runnerImage" -}}
+{{- printf "%s:%s" .Values.runner.image.repository (.Values.runner.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
+
+{{/* The namespaces that get the runner's ServiceAccount, as JSON: watched ones, those of declared Handlers, extras. */}}
+{{- define "sextant.runnerNamespaces" -}}
+{{- $namespaces := list -}}
+{{- range .Values.watchNamespaces }}{{ $namespaces = append $namespaces . }}{{ end -}}
+{{- range .Values.handlers }}{{ $namespaces = append $namespaces (.namespace | default $.Release.Namespace) }}{{ end -}}
+{{- range .Values.runner.namespaces }}{{ $namespaces = append $namespaces . }}{{ end -}}
+{{- toJson (uniq $namespaces) -}}
+{{- end -}}
+
+{{/* A declared Queue or Handler must live in a watched namespace, or nothing would ever run it. */}}
+{{- define "sextant.checkWatched" -}}
+{{- $ns := .object.namespace | default .root.Release.Namespace -}}
+{{- if and .root.Values.watchNamespaces (not (has $ns .root.Values.watchNamespaces)) -}}
+{{- fail (printf "%s %q is in namespace %q, which the operator does not watch (watchNamespaces: %s)" .kind .object.name $ns (join ", " .root.Values.watchNamespaces)) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The operator's rules in every namespace it watches: a ClusterRole's when it watches all of them, else one Role's per
+namespace. Nothing here reads or writes Secrets or ConfigMaps, and Jobs are never updated or patched: the spec is the
+user's, the operator writes only jobs/status.
+*/}}
+{{- define "sextant.operatorRules" -}}
+# Jobs, Queues, Handlers and Schedules: listed and watched into the operator's in-memory view (its informers);
+# `get` for the HTTP API's reads and for re-reading one object after a conflict.
+- apiGroups: [sextant.dev]
+  resources: [jobs, queues, handlers, schedules]
+  verbs: [get, list, watch]
+# Jobs: `create` for Schedules (each tick creates a Job) and for the HTTP API's POST /v2/jobs; `delete` for retention
+# and Schedules' history limits. Deliberately no `update` or `patch`: the operator never writes a Job's spec.
+- apiGroups: [sextant.dev]
+  resources: [jobs]
+  verbs: [create, delete]
+# The status subresources it owns: a Job's lifecycle (one merge patch per transition) and a Schedule's last and next
+# run times.
+- apiGroups: [sextant.dev]
+  resources: [jobs/status, schedules/status]
+  verbs: [patch]
+# Attempt pods: each attempt is one pod, created from its Handler's template, watched (label-selected:
+# sextant.dev/job) to see how it ends, and deleted on cancel, timeout or lease expiry. No update or patch.
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch, create, delete]
+# Attempt leases, renewed by the runner in each job pod: watched (label-selected: sextant.dev/job) to fail an attempt
+# whose lease expires. The runner writes them, the operator only reads them.
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  verbs: [get, list, watch]
+{{- if .Values.operator.events }}
+# Events: one per transition (Started, Succeeded, Failed, ...), on the Job, for `kubectl describe` and `kubectl events`.
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create]
+{{- end }}
+{{- end -}}

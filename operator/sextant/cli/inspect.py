@@ -1,0 +1,157 @@
+"""`sextant inspect ID` (the job's timeline of attempts) and `sextant logs ID [--attempt N]` (an attempt's log)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from datetime import datetime
+from typing import Any
+
+from .. import inputs
+from ..client import ClientError
+from ..resources.common import parse_time
+from ..resources.job import job_id
+from . import output
+from .context import CliError, Context, api_error
+from .jobs import attempt_text, error_text, fetch, state_text
+
+TIMELINE = ["ATTEMPT", "POD", "NODE", "STARTED", "FINISHED", "DURATION", "RESULT", "ERROR"]
+
+
+def register(sub: argparse._SubParsersAction, flags: argparse.ArgumentParser) -> None:
+    ins = sub.add_parser("inspect", parents=[flags], help="a job and its timeline of attempts",
+                         description="The job and its timeline: for each attempt the worker (pod and node), start, "
+                                     "end, duration, result and error.")
+    ins.add_argument("id", metavar="ID")
+    ins.add_argument("-o", "--output", choices=output.FORMATS, help="json or yaml instead of text")
+    ins.set_defaults(func=inspect_cmd, cli=True)
+
+    logs = sub.add_parser("logs", parents=[flags], help="the log of a job's attempt (the latest by default)",
+                          description="Print the handler's log of one attempt, read through the API server "
+                                      "(pods/log). Available while the attempt's pod exists.")
+    logs.add_argument("id", metavar="ID")
+    logs.add_argument("--attempt", type=int, metavar="N",
+                      help="this attempt (after a retry, the latest attempt with that number); default: the latest")
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing while the handler writes")
+    logs.set_defaults(func=logs_cmd, cli=True)
+
+
+def _stamp(text: str | None) -> str:
+    moment = parse_time(text)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ") if moment else ""
+
+
+def _duration(attempt: dict[str, Any], now: datetime) -> str:
+    started, finished = parse_time(attempt.get("startedAt")), parse_time(attempt.get("finishedAt"))
+    if started is None:
+        return ""
+    if finished is None:
+        return output.precise_duration(now - started) + " so far"
+    return output.precise_duration(finished - started)
+
+
+def timeline(job: dict[str, Any], now: datetime) -> list[dict[str, Any]]:
+    out = []
+    for a in (job.get("status") or {}).get("attempts") or []:
+        started, finished = parse_time(a.get("startedAt")), parse_time(a.get("finishedAt"))
+        out.append({
+            "attempt": a.get("attempt"), "run": a.get("run"), "pod": a.get("pod"), "node": a.get("node"),
+            "startedAt": a.get("startedAt"), "finishedAt": a.get("finishedAt"),
+            "durationSeconds": round(((finished or now) - started).total_seconds(), 3) if started else None,
+            "result": a.get("result"), "exitCode": a.get("exitCode"), "reason": a.get("reason"),
+            "message": a.get("message"),
+        })
+    return out
+
+
+def inspect_cmd(ctx: Context) -> int:
+    name = inputs.job_name("ID", ctx.args.id)
+    ns = ctx.single_namespace("inspect")
+    job = fetch(ctx, ns, name)
+    now = ctx.now()
+    meta, spec, status = job["metadata"], job.get("spec") or {}, job.get("status") or {}
+    if ctx.args.output:
+        output.dump({"id": job_id(meta["name"]), "name": meta["name"], "namespace": meta.get("namespace"),
+                     "queue": spec.get("queue"), "handler": spec.get("handler"), "state": status.get("state"),
+                     "attempt": status.get("attempt", 0), "maxAttempts": status.get("maxAttempts"),
+                     "duplicateOf": status.get("duplicateOf"), "message": status.get("message"),
+                     "attempts": timeline(job, now)}, ctx.args.output, ctx.out)
+        return 0
+    created = parse_time(meta.get("creationTimestamp"))
+    fields = [
+        ("Job", job_id(meta["name"])),
+        ("Namespace", meta.get("namespace")),
+        ("Queue", spec.get("queue")),
+        ("Handler", spec.get("handler")),
+        ("State", state_text(job)),
+        ("Attempt", attempt_text(job)),
+        ("Created", f"{_stamp(meta.get('creationTimestamp'))} ({output.age(created, now)} ago)"),
+    ]
+    if spec.get("runAt"):
+        fields.append(("Run at", _stamp(spec["runAt"])))
+    if status.get("nextAttemptAt") and status.get("state") in ("scheduled", "failed"):
+        fields.append(("Next attempt", f"{_stamp(status['nextAttemptAt'])} "
+                                       f"({output.until(parse_time(status['nextAttemptAt']), now)})"))
+    if spec.get("idempotencyKey"):
+        fields.append(("Idempotency key", spec["idempotencyKey"]))
+    fields.append(("Priority", str(spec.get("priority", 0))))
+    fields.append(("Payload", json.dumps(spec.get("payload") or {}, ensure_ascii=False)))
+    if status.get("message"):
+        fields.append(("Message", status["message"]))
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "Blocked" and cond.get("status") == "True":
+            fields.append(("Blocked", f"{cond.get('reason')}: {cond.get('message')}"))
+    width = max(len(k) for k, _ in fields) + 2
+    for key, value in fields:
+        ctx.say(f"{key + ':':<{width}}{value if value not in (None, '') else '<none>'}")
+    ctx.say("")
+    attempts = (status.get("attempts") or [])
+    if not attempts:
+        ctx.say("Timeline: no attempts yet")
+        return 0
+    rows = [[a.get("attempt"), a.get("pod"), a.get("node"), _stamp(a.get("startedAt")), _stamp(a.get("finishedAt")),
+             _duration(a, now), a.get("result"), error_text(a)] for a in attempts]
+    ctx.say("Timeline:")
+    ctx.say(output.table(TIMELINE, rows))
+    return 0
+
+
+def logs_cmd(ctx: Context) -> int:
+    name = inputs.job_name("ID", ctx.args.id)
+    if ctx.args.attempt is not None and ctx.args.attempt < 1:
+        raise inputs.InputError("--attempt", f"attempts are numbered from 1, got {ctx.args.attempt}")
+    ns = ctx.single_namespace("logs")
+    ident = job_id(name)
+    job = fetch(ctx, ns, name)
+    status = job.get("status") or {}
+    attempts = status.get("attempts") or []
+    if not attempts:
+        raise CliError(f"job {ident} has not run yet (it is {status.get('state') or 'not yet admitted'}): "
+                       "there are no logs")
+    if ctx.args.attempt is None:
+        chosen = attempts[-1]
+    else:
+        matching = [a for a in attempts if a.get("attempt") == ctx.args.attempt]
+        if not matching:
+            have = ", ".join(str(a.get("attempt")) for a in attempts)
+            raise CliError(f"job {ident} has no attempt {ctx.args.attempt} (its attempts: {have})")
+        chosen = matching[-1]
+    pod_name = chosen.get("pod")
+    label = f"attempt {chosen.get('attempt')} of job {ident}"
+    try:
+        pod = ctx.client.get_pod(ns, pod_name)
+    except ClientError as exc:
+        if exc.status == 404:
+            raise CliError(f"the pod {pod_name} of {label} is gone (deleted after the attempt ended, or by "
+                           "cancel or retention): its log is no longer available") from None
+        raise api_error(exc) from None
+    containers = (pod.get("spec") or {}).get("containers") or [{}]
+    try:
+        for chunk in ctx.client.pod_log(ns, pod_name, containers[0].get("name"), follow=ctx.args.follow):
+            ctx.out.write(chunk)
+            ctx.out.flush()
+    except ClientError as exc:
+        if exc.status == 404:
+            raise CliError(f"the pod {pod_name} of {label} is gone: its log is no longer available") from None
+        raise CliError(f"cannot read the log of {label} (pod {pod_name}): {exc}") from None
+    return 0

@@ -1,0 +1,373 @@
+"""`sextant jobs create|list|get|cancel|retry|wait`: thin adapters over client.py."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from datetime import datetime
+from typing import Any
+
+from .. import inputs
+from ..client import ClientError
+from ..resources.common import parse_time
+from ..resources.job import job_id
+from . import output
+from .context import CliError, Context, api_error, refusal
+
+FINISHED = ("succeeded", "dead", "cancelled")
+EXIT_TIMEOUT = 124  # as timeout(1)
+
+
+def register(sub: argparse._SubParsersAction, flags: argparse.ArgumentParser) -> None:
+    group = sub.add_parser("jobs", parents=[flags], help="create, list, get, cancel, retry and wait for jobs",
+                           description="Jobs: ids are accepted as job_8f3k2m9q or job-8f3k2m9q.")
+    cmds = group.add_subparsers(dest="jobs_command", required=True, metavar="COMMAND")
+
+    create = cmds.add_parser("create", parents=[flags], help="create a job and print its id",
+                             description="Create a job and print its id alone on stdout, so that "
+                                         "ID=$(sextant jobs create ...) works. With an idempotency key used "
+                                         "within the last 24 hours, print the first job's id instead (and say so "
+                                         "on stderr).")
+    create.add_argument("--queue", required=True, help="the Queue it runs on")
+    create.add_argument("--handler", required=True, help="the Handler that runs it")
+    create.add_argument("--payload", default=None,
+                        help="the JSON object handed to the handler: inline JSON, @FILE, or - (stdin)")
+    when = create.add_mutually_exclusive_group()
+    when.add_argument("--run-at", metavar="TIME", help="do not run before this RFC 3339 time, e.g. "
+                                                       "2026-12-01T10:00:00Z")
+    when.add_argument("--in", dest="delay", metavar="DURATION", help="do not run before this long from now, "
+                                                                     "e.g. 10m or 1h30m")
+    create.add_argument("--idempotency-key", metavar="KEY",
+                        help="a second create with this key within 24 h returns the first job")
+    create.add_argument("--priority", type=int, default=0, help="higher runs first within its queue (default 0)")
+    create.add_argument("-o", "--output", choices=output.FORMATS,
+                        help="print the whole job as json or yaml instead of its id")
+    create.set_defaults(func=create_cmd, cli=True)
+
+    lst = cmds.add_parser("list", parents=[flags], help="list jobs (a table, or -o json|yaml)")
+    lst.add_argument("--queue", help="only jobs of this queue")
+    lst.add_argument("--state", help=f"only jobs in this state ({', '.join(inputs.STATES)})")
+    lst.add_argument("--handler", help="only jobs of this handler")
+    lst.add_argument("-w", "--watch", action="store_true", help="after the list, print every change")
+    lst.add_argument("-o", "--output", choices=output.FORMATS, help="json or yaml instead of a table")
+    lst.set_defaults(func=list_cmd, cli=True)
+
+    get = cmds.add_parser("get", parents=[flags], help="show one job")
+    get.add_argument("id", metavar="ID")
+    get.add_argument("-o", "--output", choices=output.FORMATS, help="json or yaml instead of a table")
+    get.set_defaults(func=get_cmd, cli=True)
+
+    cancel = cmds.add_parser("cancel", parents=[flags], help="cancel a scheduled, queued, running or failed job")
+    cancel.add_argument("id", metavar="ID")
+    cancel.set_defaults(func=cancel_cmd, cli=True)
+
+    retry = cmds.add_parser("retry", parents=[flags], help="retry a failed or dead job (attempts start again)")
+    retry.add_argument("id", metavar="ID")
+    retry.set_defaults(func=retry_cmd, cli=True)
+
+    wait = cmds.add_parser("wait", parents=[flags], help="wait until a job finishes; exit 0 only if it succeeded",
+                           description="Wait until the job is succeeded (exit 0), dead or cancelled (exit 1), or "
+                                       f"the timeout passes (exit {EXIT_TIMEOUT}).")
+    wait.add_argument("id", metavar="ID")
+    wait.add_argument("--timeout", metavar="DURATION", help="give up after this long, e.g. 30s or 10m "
+                                                            "(default: wait forever)")
+    wait.set_defaults(func=wait_cmd, cli=True)
+
+
+# --- rows ----------------------------------------------------------------------------------------------------
+HEADERS = ["ID", "STATE", "ATTEMPT", "QUEUE", "HANDLER", "PRIORITY", "AGE"]
+
+
+def state_text(job: dict[str, Any]) -> str:
+    status = job.get("status") or {}
+    if status.get("duplicateOf"):
+        return f"{status.get('state') or 'duplicate'} (duplicate of {job_id(status['duplicateOf'])})"
+    return status.get("state") or "<pending>"
+
+
+def attempt_text(job: dict[str, Any]) -> str:
+    status = job.get("status") or {}
+    attempt, most = status.get("attempt", 0), status.get("maxAttempts")
+    return f"{attempt}/{most}" if most else str(attempt)
+
+
+def row(job: dict[str, Any], now: datetime, with_namespace: bool) -> list[Any]:
+    meta, spec = job["metadata"], job.get("spec") or {}
+    cells = [job_id(meta["name"]), state_text(job), attempt_text(job), spec.get("queue"), spec.get("handler"),
+             spec.get("priority", 0), output.age(parse_time(meta.get("creationTimestamp")), now)]
+    return [meta.get("namespace"), *cells] if with_namespace else cells
+
+
+def headers(with_namespace: bool) -> list[str]:
+    return ["NAMESPACE", *HEADERS] if with_namespace else HEADERS
+
+
+def _sort_key(job: dict[str, Any]) -> tuple[str, str, str]:
+    meta = job["metadata"]
+    return meta.get("namespace", ""), meta.get("creationTimestamp", ""), meta["name"]
+
+
+def job_list(items: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"apiVersion": "sextant.dev/v1alpha1", "kind": "JobList", "items": items}
+
+
+# --- commands ------------------------------------------------------------------------------------------------
+def _payload(ctx: Context, text: str | None) -> dict[str, Any]:
+    if text is None:
+        return {}
+    source = "--payload"
+    if text == "-":
+        text, source = sys.stdin.read(), "--payload - (stdin)"
+    elif text.startswith("@"):
+        path = text[1:]
+        try:
+            with open(path, encoding="utf-8") as fh:
+                text = fh.read()
+        except OSError as exc:
+            raise inputs.InputError("--payload", f"cannot read {path}: {exc.strerror or exc}") from None
+        source = f"--payload @{path}"
+    return inputs.payload_text(source, text)
+
+
+def create_cmd(ctx: Context) -> int:
+    a = ctx.args
+    queue = inputs.object_name("--queue", a.queue, "queue name")
+    handler = inputs.object_name("--handler", a.handler, "handler name")
+    payload = _payload(ctx, a.payload)
+    run_at = inputs.run_at("--run-at", a.run_at) if a.run_at else None
+    if a.delay:
+        run_at = inputs.delay("--in", a.delay, ctx.now())
+    key = inputs.idempotency_key("--idempotency-key", a.idempotency_key) if a.idempotency_key is not None else None
+    priority = inputs.priority("--priority", a.priority)
+    ns = ctx.single_namespace("jobs create")
+    try:
+        job, created = ctx.client.create_job(ns, queue=queue, handler=handler, payload=payload, run_at=run_at,
+                                             idempotency_key=key, priority=priority)
+    except ClientError as exc:
+        raise api_error(exc) from None
+    ident = job_id(job["metadata"]["name"])
+    if not created:
+        made = output.age(parse_time(job["metadata"].get("creationTimestamp")), ctx.now())
+        ctx.note(f"idempotency key {key!r} was already used {made} ago in namespace {ns}: returning job {ident} "
+                 "instead of creating another")
+    if a.output:
+        output.dump(job, a.output, ctx.out)
+    else:
+        ctx.say(ident)
+    return 0
+
+
+def _filters(ctx: Context):
+    a = ctx.args
+    queue = inputs.object_name("--queue", a.queue, "queue name") if a.queue is not None else None
+    handler = inputs.object_name("--handler", a.handler, "handler name") if a.handler is not None else None
+    state = inputs.state("--state", a.state) if a.state is not None else None
+
+    def keep(job: dict[str, Any]) -> bool:
+        spec, status = job.get("spec") or {}, job.get("status") or {}
+        return ((queue is None or spec.get("queue") == queue) and (handler is None or spec.get("handler") == handler)
+                and (state is None or status.get("state") == state))
+
+    return keep
+
+
+def list_cmd(ctx: Context) -> int:
+    keep = _filters(ctx)
+    if ctx.args.output and ctx.args.watch:
+        raise CliError("-w/--watch prints a table; it cannot be combined with -o", 2)
+    ns = ctx.list_namespace()
+    wide = ns is None
+    items, version = ctx.client.list_jobs(ns)
+    shown = sorted((j for j in items if keep(j)), key=_sort_key)
+    if ctx.args.output:
+        output.dump(job_list(shown), ctx.args.output, ctx.out)
+        return 0
+    now = ctx.now()
+    table = output.Table(headers(wide))
+    rows = [row(j, now, wide) for j in shown]
+    if rows or ctx.args.watch:
+        ctx.say(table.render(rows))
+    else:
+        ctx.note(f"No jobs found in namespace {ns}." if ns else "No jobs found.")
+    if ctx.args.watch:
+        _watch(ctx, ns, version, table, keep, wide, {(j["metadata"].get("namespace"), j["metadata"]["name"]):
+                                                    j["metadata"].get("resourceVersion") for j in items})
+    return 0
+
+
+def _watch(ctx: Context, ns: str | None, version: str, table: output.Table, keep, wide: bool,
+           seen: dict[tuple[str, str], str]) -> None:
+    """Print a row for every change of a job that passes the filters (as `kubectl get -w`), until Ctrl-C."""
+    path = ctx.client.jobs_path(ns)
+    while True:
+        try:
+            for kind, job in ctx.client.watch(path, version):
+                version = job.get("metadata", {}).get("resourceVersion", version)
+                if kind == "BOOKMARK":
+                    continue
+                key = (job["metadata"].get("namespace"), job["metadata"]["name"])
+                if kind == "DELETED":
+                    seen.pop(key, None)
+                    if keep(job):
+                        ctx.say(table.line(row(job, ctx.now(), wide)[:-1] + ["<deleted>"]))
+                    continue
+                if seen.get(key) == job["metadata"].get("resourceVersion"):
+                    continue
+                seen[key] = job["metadata"].get("resourceVersion")
+                if keep(job):
+                    ctx.say(table.line(row(job, ctx.now(), wide)))
+        except ClientError as exc:
+            if exc.status != 410:
+                raise
+            items, version = ctx.client.list_jobs(ns)  # too old to resume: list again, print what changed
+            for job in sorted(items, key=_sort_key):
+                key = (job["metadata"].get("namespace"), job["metadata"]["name"])
+                if seen.get(key) != job["metadata"].get("resourceVersion"):
+                    seen[key] = job["metadata"].get("resourceVersion")
+                    if keep(job):
+                        ctx.say(table.line(row(job, ctx.now(), wide)))
+
+
+def fetch(ctx: Context, ns: str, name: str) -> dict[str, Any]:
+    try:
+        return ctx.client.get_job(ns, name)
+    except ClientError as exc:
+        raise api_error(exc, kind="job", name=job_id(name), namespace=ns) from None
+
+
+def get_cmd(ctx: Context) -> int:
+    name = inputs.job_name("ID", ctx.args.id)
+    ns = ctx.single_namespace("jobs get")
+    job = fetch(ctx, ns, name)
+    if ctx.args.output:
+        output.dump(job, ctx.args.output, ctx.out)
+    else:
+        ctx.say(output.table(HEADERS, [row(job, ctx.now(), False)]))
+    return 0
+
+
+def cancel_cmd(ctx: Context) -> int:
+    name = inputs.job_name("ID", ctx.args.id)
+    ns = ctx.single_namespace("jobs cancel")
+    ident = job_id(name)
+    try:
+        job = ctx.client.cancel_job(ns, name)
+    except ClientError as exc:
+        words = refusal(exc)
+        if words:
+            raise CliError(f"job {ident}: {words}") from None
+        raise api_error(exc, kind="job", name=ident, namespace=ns) from None
+    state = (job.get("status") or {}).get("state")
+    if state == "cancelled":
+        ctx.say(f"job {ident} is cancelled")
+    elif state == "running":
+        ctx.say(f"job {ident}: cancel requested; the running handler is stopped (SIGTERM, then SIGKILL after the "
+                "queue's cancelGrace)")
+    else:
+        ctx.say(f"job {ident}: cancel requested (it was {state or 'not yet admitted'})")
+    return 0
+
+
+def retry_cmd(ctx: Context) -> int:
+    name = inputs.job_name("ID", ctx.args.id)
+    ns = ctx.single_namespace("jobs retry")
+    ident = job_id(name)
+    try:
+        job = ctx.client.retry_job(ns, name)
+    except ClientError as exc:
+        words = refusal(exc)
+        if words:
+            raise CliError(f"job {ident}: {words}") from None
+        raise api_error(exc, kind="job", name=ident, namespace=ns) from None
+    state = (job.get("status") or {}).get("state")
+    ctx.say(f"job {ident}: retry requested (it was {state}); its attempts start again from 1")
+    return 0
+
+
+def _outcome(job: dict[str, Any]) -> tuple[int, str] | None:
+    """(exit status, message) once the job has finished, else None."""
+    ident = job_id(job["metadata"]["name"])
+    status = job.get("status") or {}
+    state = status.get("state")
+    if status.get("duplicateOf"):
+        return 1, (f"job {ident} does not run: its idempotency key is held by job {job_id(status['duplicateOf'])}")
+    if state not in FINISHED:
+        return None
+    attempts = status.get("attempts") or []
+    last = attempts[-1] if attempts else {}
+    if state == "succeeded":
+        took = ""
+        started, finished = parse_time(last.get("startedAt")), parse_time(last.get("finishedAt"))
+        if started and finished:
+            took = f", {output.precise_duration(finished - started)}"
+        return 0, f"job {ident} succeeded (attempt {status.get('attempt', len(attempts))}{took})"
+    if state == "dead":
+        why = error_text(last)
+        return 1, f"job {ident} is dead after {status.get('attempt', len(attempts))} attempt(s)" + (
+            f"; last attempt: {why}" if why else "")
+    return 1, f"job {ident} was cancelled" + (f": {status['message']}" if status.get("message") else "")
+
+
+def error_text(attempt: dict[str, Any]) -> str:
+    """Reason, exit code and message of a failed or stopped attempt: 'Error (exit code 3): boom'."""
+    reason, code, message = attempt.get("reason"), attempt.get("exitCode"), attempt.get("message")
+    head = reason or ""
+    if code not in (None, 0):
+        head = f"{head} (exit code {code})".strip()
+    if message and message != reason:
+        head = f"{head}: {message}" if head else message
+    return head
+
+
+def _describe(job: dict[str, Any]) -> str:
+    status = job.get("status") or {}
+    text = f"it is {status.get('state') or 'not yet admitted'}"
+    if status.get("attempt"):
+        text += f" (attempt {attempt_text(job)})"
+    blocked = [c for c in status.get("conditions") or [] if c.get("type") == "Blocked" and c.get("status") == "True"]
+    if blocked:
+        text += f"; blocked: {blocked[0].get('message') or blocked[0].get('reason')}"
+    return text
+
+
+def wait_cmd(ctx: Context) -> int:
+    name = inputs.job_name("ID", ctx.args.id)
+    limit = inputs.timeout("--timeout", ctx.args.timeout) if ctx.args.timeout else None
+    ns = ctx.single_namespace("jobs wait")
+    ident = job_id(name)
+    deadline = None if limit is None else time.monotonic() + limit.total_seconds()
+    job = fetch(ctx, ns, name)
+    path = ctx.client.jobs_path(ns)
+    while True:
+        done = _outcome(job)
+        if done is not None:
+            code, message = done
+            if code == 0:
+                ctx.say(message)
+            else:
+                ctx.note(f"error: {message}")
+            return code
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            ctx.note(f"error: timed out after {ctx.args.timeout} waiting for job {ident} to finish; {_describe(job)}")
+            return EXIT_TIMEOUT
+        window = 300 if left is None else max(1, min(300, math.ceil(left)))
+        try:
+            for kind, obj in ctx.client.watch(path, job["metadata"]["resourceVersion"],
+                                              field_selector=f"metadata.name={name}", timeout_seconds=window):
+                if kind == "DELETED":
+                    raise CliError(f"job {ident} was deleted while waiting for it")
+                if kind in ("ADDED", "MODIFIED"):
+                    job = obj
+                    if _outcome(job) is not None:
+                        break
+                elif kind == "BOOKMARK":
+                    job["metadata"]["resourceVersion"] = obj["metadata"]["resourceVersion"]
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
+        except ClientError as exc:
+            if exc.status != 410:
+                raise
+            job = fetch(ctx, ns, name)  # the watch fell behind: read it again

@@ -1,0 +1,355 @@
+"""The schedule reconciler: the pure rules of sextant.schedules, fed by the Schedule and Job informers, woken
+by the operator's one timer heap (a key per schedule, at its next fire time), acting through kube.py.
+
+Order of writes, so that a crash between any two is repaired by the next evaluation: Replace's cancels, then
+the tick's job (its name is derived from the tick: a second create answers AlreadyExists, never a second
+job), then the Schedule's status (evaluatedUntil moves past the tick), then the history deletes (only of
+ticks the stored status already covers, so a deleted job can never make its tick look unfired).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from pydantic import ValidationError
+
+from .. import metrics
+from .. import schedules as S
+from ..kube import ApiError, Kube
+from ..resources import API_VERSION, GROUP, VERSION
+from ..lifecycle.transitions import Event
+from ..resources.common import parse_time
+from ..resources.schedule import KIND, ScheduleSpec, ScheduleStatus
+from .events import EventRecorder
+from .informer import Key, key_of
+from .timers import Timers
+from .view import Versions
+from .workqueue import WorkQueue
+
+log = logging.getLogger(__name__)
+
+RETRY_AFTER_ERROR = timedelta(seconds=5)
+# A status change that only concerns `active` rides along with the next tick's write when that is this close.
+COALESCE_ACTIVE = timedelta(seconds=2)
+NAME_GENERATIONS = 4  # names tried per tick when another object already holds the derived one
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def schedule_path(key: Key, sub: str = "") -> str:
+    return f"/apis/{GROUP}/{VERSION}/namespaces/{key[0]}/schedules/{key[1]}{sub}"
+
+
+def jobs_path(namespace: str, name: str = "", sub: str = "") -> str:
+    return f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/jobs" + (f"/{name}{sub}" if name else "")
+
+
+def _rv(obj: dict[str, Any]) -> int:
+    value = obj["metadata"].get("resourceVersion", "")
+    return int(value) if value.isdigit() else 0
+
+
+class ScheduleController:
+    def __init__(self, kube: Kube, events: EventRecorder, timers: Timers, *,
+                 now: Callable[[], datetime] = utcnow, workers: int = 16) -> None:
+        self.kube = kube
+        self.events = events
+        self.timers = timers
+        self.now = now
+        self.workers = workers
+        self.queue = WorkQueue()
+        self.started = asyncio.Event()
+        self.leading = asyncio.Event()  # only the leader fires; set at once without leader election
+        self.leading.set()
+        self.online_since: datetime | None = None
+        self.schedules: dict[Key, dict[str, Any]] = {}
+        self.jobs: dict[Key, dict[str, S.JobRef]] = defaultdict(dict)  # schedule → job name → ref
+        self._owner: dict[Key, Key] = {}  # job → its schedule
+        self._schedule_versions = Versions()
+        self._job_versions = Versions()
+        self.reconcile_errors = 0
+
+    # --- informer callbacks ---------------------------------------------------------------------------------
+    def on_schedule(self, kind: str, obj: dict[str, Any]) -> None:
+        try:
+            self._on_schedule(kind, obj)
+        except Exception:  # noqa: BLE001 - a malformed object must not stop the informer
+            log.exception("schedule %s: cannot take in", obj.get("metadata", {}).get("name"))
+
+    def on_job(self, kind: str, obj: dict[str, Any], *, wake: bool = True) -> None:
+        """Track each schedule's jobs (the label sextant.dev/schedule); look again when one appears or finishes."""
+        try:
+            self._on_job(kind, obj, wake)
+        except Exception:  # noqa: BLE001 - a malformed object must not stop the informer
+            log.exception("job %s: cannot take in", obj.get("metadata", {}).get("name"))
+
+    def _on_schedule(self, kind: str, obj: dict[str, Any]) -> None:
+        key = key_of(obj)
+        if kind == "delete":
+            self._schedule_versions.forget(key, _rv(obj))
+            self.schedules.pop(key, None)
+        elif self._schedule_versions.newer(key, _rv(obj)):
+            if self.schedules.get(key, {}).get("metadata", {}).get("resourceVersion") == \
+                    obj["metadata"].get("resourceVersion"):
+                return  # our own write, already stored from its response
+            obj.setdefault("apiVersion", API_VERSION)
+            obj.setdefault("kind", KIND)
+            self.schedules[key] = obj
+        else:
+            return
+        self._wake(key)
+
+    def _forget_job(self, job: Key) -> Key | None:
+        owner = self._owner.pop(job, None)
+        if owner is not None:
+            jobs = self.jobs.get(owner, {})
+            jobs.pop(job[1], None)
+            if not jobs:
+                self.jobs.pop(owner, None)
+        return owner
+
+    def _on_job(self, kind: str, obj: dict[str, Any], wake: bool) -> None:
+        job = key_of(obj)
+        if kind == "delete":
+            self._job_versions.forget(job, _rv(obj))
+            owner = self._forget_job(job)
+            if owner is not None:
+                self._wake(owner)
+            return
+        label = (obj["metadata"].get("labels") or {}).get(S.LABEL_SCHEDULE)
+        if not label:
+            owner = self._forget_job(job)  # the label was removed: no longer the schedule's
+            if owner is not None:
+                self._wake(owner)
+            return
+        if not self._job_versions.newer(job, _rv(obj)):
+            return
+        owner = (job[0], label)
+        if self._owner.get(job, owner) != owner:
+            self._wake(self._forget_job(job))  # relabelled to another schedule
+        ref = S.JobRef.of(obj)
+        previous = self.jobs[owner].get(job[1])
+        self.jobs[owner][job[1]] = ref
+        self._owner[job] = owner
+        if wake and (previous is None or previous.finished != ref.finished):
+            self._wake(owner)
+
+    def _wake(self, key: Key) -> None:
+        if self.started.is_set():
+            self.queue.add(key)
+
+    def _timer_key(self, key: Key) -> tuple[str, str, str]:
+        return ("schedule", key[0], key[1])
+
+    def _on_timer(self, timer_key: Any) -> None:
+        self.queue.add((timer_key[1], timer_key[2]))
+
+    # --- running --------------------------------------------------------------------------------------------
+    async def run(self, synced: list[asyncio.Event]) -> None:
+        """Wait for the informers' first lists (schedules and jobs), then evaluate every schedule and keep going."""
+        await asyncio.gather(*(event.wait() for event in synced))
+        self.online_since = self.now()  # fire times before this passed while no operator was watching
+        self.started.set()
+        for key in list(self.schedules):
+            self.queue.add(key)
+        log.info("schedules: view complete: %d schedules, %d with jobs; online since %s", len(self.schedules),
+                 len(self.jobs), S.format_tick(self.online_since))
+        await asyncio.gather(*(self._work() for _ in range(self.workers)))
+
+    def resume(self) -> None:
+        """This replica has become the leader: fire times before now passed while it was not acting (missed runs
+        unless the previous leader fired them), and every schedule is evaluated afresh."""
+        self.online_since = self.now()
+        for key in list(self.schedules):
+            self.queue.add(key)
+
+    async def _work(self) -> None:
+        while True:
+            key = await self.queue.get()
+            try:
+                await self.leading.wait()
+                await self.reconcile(key)
+            except Exception:  # a bad schedule must never stop the operator
+                self.reconcile_errors += 1
+                log.exception("schedule %s/%s: evaluation failed", *key)
+                self.timers.schedule(self._timer_key(key), self.now() + RETRY_AFTER_ERROR, self._on_timer)
+            finally:
+                self.queue.done(key)
+
+    def snapshot(self, key: Key) -> S.ScheduleSnapshot | S.InvalidSchedule | None:
+        raw = self.schedules.get(key)
+        if raw is None:
+            return None
+        meta = raw["metadata"]
+        try:
+            spec = ScheduleSpec.model_validate(raw.get("spec") or {})
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            return S.InvalidSchedule("InvalidSpec", f"the spec cannot be read: {problems}")
+        try:
+            status = ScheduleStatus.model_validate(raw.get("status") or {})
+        except ValidationError:
+            status = ScheduleStatus()  # ours to write: start it afresh
+        return S.ScheduleSnapshot(namespace=key[0], name=key[1], uid=meta.get("uid", ""),
+                                  generation=meta.get("generation", 1),
+                                  created_at=parse_time(meta.get("creationTimestamp")) or self.now(),
+                                  spec=spec, status=status)
+
+    async def reconcile(self, key: Key) -> None:
+        snapshot = self.snapshot(key)
+        timer = self._timer_key(key)
+        if snapshot is None:
+            self.timers.schedule(timer, None, self._on_timer)
+            return
+        raw = self.schedules[key]
+        now = self.now()
+        jobs = list(self.jobs.get(key, {}).values())
+        if isinstance(snapshot, S.InvalidSchedule):
+            try:
+                status = ScheduleStatus.model_validate(raw.get("status") or {})
+            except ValidationError:
+                status = ScheduleStatus()
+            decision = S.invalid(status, raw["metadata"].get("generation", 1), snapshot.reason, snapshot.message,
+                                 now, jobs)
+            stored = status
+        else:
+            decision = S.evaluate(snapshot, jobs, now, self.online_since or now)
+            stored = snapshot.status
+
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("schedule %s/%s at %s: create %s, cancel %s, delete %s, events %s, wake %s, status %s", *key,
+                      now, [S.format_tick(f.tick) for f in decision.create], decision.cancel, decision.delete,
+                      [e.message for e in decision.events], decision.wake_at,
+                      decision.status.model_dump(exclude={"conditions"}))
+        for name, reason in decision.cancel:
+            if not await self._request_cancel(key[0], name, reason):
+                return self._retry(timer)
+        for fire in decision.create:
+            if not await self._create(key, raw, fire, now):
+                return self._retry(timer)
+
+        written = True
+        if decision.status != stored and not self._can_wait(stored, decision, now):
+            written = await self._write_status(key, raw, decision.status)
+        if written:  # else the next evaluation (the watch brings the newer Schedule) decides and reports again
+            for event in decision.events:
+                self.events.record(raw, event)
+            for name in decision.delete:
+                await self._delete_job(key, name)
+        self.timers.schedule(timer, decision.wake_at, self._on_timer)
+
+    def _retry(self, timer: Any) -> None:
+        self.timers.schedule(timer, self.now() + RETRY_AFTER_ERROR, self._on_timer)
+
+    @staticmethod
+    def _can_wait(stored: ScheduleStatus, decision: S.Decision, now: datetime) -> bool:
+        """Only `active` changed and the next tick writes the status soon anyway: one write instead of two."""
+        if decision.wake_at is None or decision.wake_at - now > COALESCE_ACTIVE or decision.create:
+            return False
+        return decision.status.model_copy(update={"active": stored.active}) == stored
+
+    async def _create(self, key: Key, schedule: dict[str, Any], fire: S.Fire, evaluated: datetime) -> bool:
+        """Create the tick's job; True once it exists (made now, or before: AlreadyExists is that tick fired)."""
+        body = fire.job
+        namespace = key[0]
+        for generation in range(NAME_GENERATIONS):
+            if generation:
+                body = {**body, "metadata": {**body["metadata"],
+                                             "name": S.job_name(namespace, key[1], fire.tick, generation)}}
+            name = body["metadata"]["name"]
+            try:
+                created = await self.kube.create(jobs_path(namespace), body)
+            except ApiError as exc:
+                if exc.status != 409:
+                    log.warning("schedule %s/%s: cannot create job %s for tick %s: %s", *key, name,
+                                S.format_tick(fire.tick), exc)
+                    self.events.record(schedule, Event("JobCreateFailed", exc.message or str(exc), "Warning"))
+                    return False
+                try:
+                    existing = await self.kube.get(jobs_path(namespace, name))
+                except ApiError as again:
+                    if again.status == 404:  # it existed a moment ago and was deleted: the tick fired all the same
+                        log.info("schedule %s/%s: tick %s already fired (job %s since deleted)", *key,
+                                 S.format_tick(fire.tick), name)
+                        return True
+                    raise
+                ref = S.JobRef.of(existing)
+                label = (existing["metadata"].get("labels") or {}).get(S.LABEL_SCHEDULE)
+                if label == key[1] and ref.scheduled_at == fire.tick:
+                    log.info("schedule %s/%s: tick %s already fired as job %s", *key, S.format_tick(fire.tick), name)
+                    self.on_job("upsert", existing, wake=False)
+                    return True
+                continue  # another object holds the derived name: the next generation's name
+            lag = (self.now() - fire.due).total_seconds()
+            metrics.SCHEDULE_FIRE_LAG.labels(namespace, key[1]).observe(max(lag, 0.0))
+            log.info("schedule %s/%s: tick %s fired as job %s, lag %.4f s (evaluated at +%.4f s)", *key,
+                     S.format_tick(fire.tick), name, lag, (evaluated - fire.due).total_seconds())
+            self.on_job("upsert", created, wake=False)
+            return True
+        log.error("schedule %s/%s: no free name for tick %s", *key, S.format_tick(fire.tick))
+        return False
+
+    async def _request_cancel(self, namespace: str, name: str, reason: str) -> bool:
+        """Replace: ask the operator's job lifecycle to cancel the job, through status.cancelRequested (never its
+        spec), guarded by the job's resourceVersion so that no concurrent status write is lost."""
+        owner = self._owner.get((namespace, name))
+        ref = self.jobs.get(owner, {}).get(name) if owner else None
+        version = ref.resource_version if ref else ""
+        for _ in range(5):
+            body: dict[str, Any] = {"status": {"cancelRequested": reason}}
+            if version:
+                body["metadata"] = {"resourceVersion": version}
+            try:
+                updated = await self.kube.merge_patch(jobs_path(namespace, name, "/status"), body, retry=False)
+            except ApiError as exc:
+                if exc.status == 404:
+                    return True  # gone: nothing to replace
+                if exc.status != 409:
+                    log.warning("job %s/%s: cannot request cancel: %s", namespace, name, exc)
+                    return False
+                try:
+                    current = await self.kube.get(jobs_path(namespace, name))
+                except ApiError as again:
+                    if again.status == 404:
+                        return True
+                    raise
+                fresh = S.JobRef.of(current)
+                if fresh.finished or fresh.cancel_requested:
+                    return True
+                version = fresh.resource_version
+                continue
+            self.on_job("upsert", updated, wake=False)
+            return True
+        return False
+
+    async def _write_status(self, key: Key, raw: dict[str, Any], status: ScheduleStatus) -> bool:
+        body = {
+            "metadata": {"resourceVersion": raw["metadata"]["resourceVersion"]},
+            "status": status.model_dump(by_alias=True, mode="json"),
+        }
+        try:
+            updated = await self.kube.merge_patch(schedule_path(key, "/status"), body, retry=False)
+        except ApiError as exc:
+            if exc.status in (404, 409):
+                return False  # gone, or changed meanwhile: the watch brings the new version and another look
+            raise
+        updated.setdefault("apiVersion", API_VERSION)
+        updated.setdefault("kind", KIND)
+        if self._schedule_versions.newer(key, _rv(updated)):
+            self.schedules[key] = updated
+        return True
+
+    async def _delete_job(self, key: Key, name: str) -> None:
+        ref = self.jobs.get(key, {}).get(name)
+        try:  # the uid guards against deleting a newer job that took the name meanwhile
+            await self.kube.delete(jobs_path(key[0], name), preconditions={"uid": ref.uid} if ref and ref.uid else None)
+        except ApiError as exc:
+            if exc.status not in (404, 409):
+                log.warning("schedule %s/%s: cannot delete old job %s: %s", *key, name, exc)

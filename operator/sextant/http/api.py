@@ -1,0 +1,337 @@
+"""The /v2 HTTP API of the docs, served by the operator process (see openapi.py for the document).
+
+    POST /v2/jobs                      create (honours idempotency_key: 201 created, 200 the existing job)
+    GET  /v2/jobs?queue=&state=&handler=&limit=&continue=     list, paginated
+    GET  /v2/jobs/{job_id}             one job (job_8f3k2m9q or job-8f3k2m9q)
+    POST /v2/jobs/{job_id}/cancel      409 when the job's state forbids it
+    POST /v2/jobs/{job_id}/retry       409 unless the job is failed or dead
+    GET  /v2/queues                    jobs per state, running vs concurrency, oldest queued job
+    GET  /v2/openapi.json              the OpenAPI document (no credentials needed)
+
+Every route but the document takes the query parameter `namespace` (default "default") and a bearer token
+(`Authorization: Bearer <token>`), authenticated with a TokenReview; each request is authorized with a
+SubjectAccessReview (group sextant.dev, resource jobs or queues, verb create/list/get/update, the namespace).
+Errors are JSON: {"error": {"status", "reason", "message", "field"}}.
+
+Reads come from the operator's in-memory view when it watches the namespace and is ready (a job not yet
+seen there is read from the API server); writes go through the Kubernetes API with the operator's identity.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import json
+import logging
+import secrets
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timezone
+from typing import Any
+
+from aiohttp import web
+from pydantic import ValidationError
+
+from .. import inputs
+from ..client import Client, ClientError, refusal_message
+from ..kube import ApiError, Kube
+from ..queuestats import queue_stats
+from ..resources import GROUP, VERSION
+from ..resources.job import job_id
+from . import models
+from .auth import Authorizer, HttpError
+from .openapi import document
+
+log = logging.getLogger("sextant.http.api")
+
+DEFAULT_NAMESPACE = "default"
+# Writes are made with the operator's identity; the job says who asked (the API server's audit log cannot).
+ANNOTATION_REQUESTED_BY = "sextant.dev/requested-by"
+DEFAULT_LIMIT, MAX_LIMIT = 100, 1000
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(text=json.dumps(body), status=status, content_type="application/json", headers=headers)
+
+
+def error_response(exc: HttpError) -> web.Response:
+    detail = models.ErrorDetail(status=exc.status, reason=exc.reason, message=exc.message, field=exc.field)
+    return _json(models.dump(models.Error(error=detail)), exc.status, exc.headers)
+
+
+def invalid(field: str, message: str) -> HttpError:
+    return HttpError(422, "Invalid", f"{field}: {message}", field=field)
+
+
+def _from_input_error(exc: inputs.InputError) -> HttpError:
+    return invalid(exc.field, exc.message)
+
+
+def _from_validation(exc: ValidationError, prefix: str = "") -> HttpError:
+    first = exc.errors()[0]
+    field = ".".join(str(p) for p in first["loc"]) or "body"
+    if prefix:
+        field = f"{prefix}.{field}" if first["loc"] else prefix
+    message = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "extra_forbidden":
+        message = "unknown field (the fields are queue, handler, payload, run_at, idempotency_key, priority)"
+    if first["type"] == "missing":
+        message = "this field is required"
+    return invalid(field, message)
+
+
+def _cursor(job: dict[str, Any]) -> tuple[str, str]:
+    meta = job["metadata"]
+    return meta.get("creationTimestamp") or "", meta["name"]
+
+
+def encode_continue(position: tuple[str, str]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(list(position)).encode()).decode().rstrip("=")
+
+
+def decode_continue(token: str) -> tuple[str, str]:
+    try:
+        created, name = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        if not isinstance(created, str) or not isinstance(name, str):
+            raise ValueError
+    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
+        raise invalid("continue", "not a continue token from a previous page of this list") from None
+    return created, name
+
+
+def paginate(jobs: list[dict[str, Any]], limit: int, after: tuple[str, str] | None) -> tuple[list[dict], str | None]:
+    """Key-set pagination in creation order: stable while jobs are created and deleted between pages."""
+    ordered = sorted(jobs, key=_cursor)
+    if after is not None:
+        ordered = [j for j in ordered if _cursor(j) > after]
+    page = ordered[:limit]
+    more = len(ordered) > limit
+    return page, encode_continue(_cursor(page[-1])) if more and page else None
+
+
+class Api:
+    def __init__(self, kube: Kube, *, view: Any = None, ready: Callable[[], bool] = lambda: False,
+                 namespaces: list[str] | tuple[str, ...] = (), now: Callable[[], datetime] = utcnow) -> None:
+        self.kube = kube
+        self.view = view
+        self.ready = ready
+        self.namespaces = set(namespaces)
+        self.now = now
+        self.auth = Authorizer(kube)
+        self._document = document()
+
+    def install(self, app: web.Application) -> None:
+        app.middlewares.append(self._errors)
+        app.router.add_get("/v2/openapi.json", self.openapi)
+        app.router.add_post("/v2/jobs", self.create)
+        app.router.add_get("/v2/jobs", self.list_jobs)
+        app.router.add_get("/v2/jobs/{job_id}", self.get_job)
+        app.router.add_post("/v2/jobs/{job_id}/cancel", self.cancel)
+        app.router.add_post("/v2/jobs/{job_id}/retry", self.retry)
+        app.router.add_get("/v2/queues", self.queues)
+
+    def caller(self, request: web.Request) -> Client:
+        """A client that acts with the caller's own token: the API server applies the caller's RBAC to the
+        write and its audit log names the caller, and the operator's account needs no right to write specs."""
+        token = request.headers.get("Authorization", "").partition(" ")[2].strip()
+        return Client(self.kube.conn.with_token(token), user_agent="sextant-api")
+
+    async def as_caller(self, request: web.Request, call: Callable[[Client], Any]) -> Any:
+        def run() -> Any:
+            client = self.caller(request)
+            try:
+                return call(client)
+            finally:
+                client.close()
+
+        return await asyncio.to_thread(run)
+
+    @web.middleware
+    async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if not request.path.startswith("/v2"):
+            return await handler(request)
+        try:
+            return await handler(request)
+        except HttpError as exc:
+            return error_response(exc)
+        except web.HTTPException as exc:  # no such route, method not allowed: JSON like every other answer
+            if exc.status < 400:
+                raise
+            reason = {404: "NotFound", 405: "MethodNotAllowed"}.get(exc.status, exc.reason)
+            message = {404: f"no such API path: {request.path}",
+                       405: f"{request.method} is not allowed on {request.path}"}.get(exc.status, exc.text or "")
+            headers = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
+            return error_response(HttpError(exc.status, reason, message, headers=headers))
+        except Exception:  # noqa: BLE001 - logged here, never sent to the caller
+            log.exception("%s %s failed", request.method, request.path)
+            return error_response(HttpError(500, "InternalError", "internal error; see the operator's log"))
+
+    # --- common steps ------------------------------------------------------------------------------------------
+    def _namespace(self, request: web.Request) -> str:
+        value = request.query.get("namespace", DEFAULT_NAMESPACE)
+        try:
+            return inputs.namespace("namespace", value)
+        except inputs.InputError as exc:
+            raise _from_input_error(exc) from None
+
+    @staticmethod
+    def _job_name(request: web.Request) -> str:
+        try:
+            return inputs.job_name("job_id", request.match_info["job_id"])
+        except inputs.InputError as exc:
+            raise _from_input_error(exc) from None
+
+    async def _allowed(self, request: web.Request, verb: str, resource: str, name: str | None = None) -> str:
+        """Authenticate, read the namespace, authorize: the namespace (the caller is in request["user"])."""
+        user = await self.auth.authenticate(request.headers.get("Authorization"))
+        request["user"] = user
+        ns = self._namespace(request)
+        await self.auth.authorize(user, verb, resource, ns, name)
+        return ns
+
+    def _view_serves(self, ns: str) -> bool:
+        return self.view is not None and self.ready() and (not self.namespaces or ns in self.namespaces)
+
+    @staticmethod
+    def _path(ns: str, plural: str = "jobs", name: str = "") -> str:
+        return f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/{plural}" + (f"/{name}" if name else "")
+
+    async def _read_job(self, ns: str, name: str) -> dict[str, Any]:
+        if self._view_serves(ns):
+            raw = self.view.jobs.get((ns, name))
+            if raw is not None:
+                return raw
+        try:
+            return await self.kube.get(self._path(ns, name=name))
+        except ApiError as exc:
+            raise self._upstream(exc, ns, name) from None
+
+    async def _read_jobs(self, ns: str) -> list[dict[str, Any]]:
+        if self._view_serves(ns):
+            return [raw for (n, _), raw in list(self.view.jobs.items()) if n == ns]
+        try:
+            items, _ = await self.kube.list(self._path(ns))
+        except ApiError as exc:
+            raise self._upstream(exc, ns) from None
+        return items
+
+    @staticmethod
+    def _upstream(exc: ApiError | ClientError, ns: str, name: str | None = None) -> HttpError:
+        status = exc.status
+        message = exc.message if isinstance(exc, ApiError) else str(exc)
+        if status == 404 and name:
+            return HttpError(404, "NotFound", f"job {job_id(name)} not found in namespace {ns}")
+        if status == 404 and "namespaces" in message and f'"{ns}"' in message:
+            return HttpError(404, "NotFound", f"namespace {ns} not found")
+        if status == 422:
+            return HttpError(422, "Invalid", message)
+        if status in (401, 403):  # the caller's own token, refused by the API server itself
+            return HttpError(status, "Unauthorized" if status == 401 else "Forbidden", message)
+        return HttpError(502, "BadGateway", f"the Kubernetes API answered {status}: {message}")
+
+    # --- routes ------------------------------------------------------------------------------------------------
+    async def openapi(self, _: web.Request) -> web.Response:
+        return _json(self._document)
+
+    async def create(self, request: web.Request) -> web.Response:
+        ns = await self._allowed(request, "create", "jobs")
+        raw_body = await request.read()
+        try:
+            data = json.loads(raw_body) if raw_body.strip() else None
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise invalid("body", "not valid JSON") from None
+        if not isinstance(data, dict):
+            raise invalid("body", "a JSON object with at least queue and handler is required")
+        try:
+            spec = models.CreateJob.model_validate_json(raw_body)  # JSON mode: strict types, RFC 3339 strings
+        except ValidationError as exc:
+            raise _from_validation(exc) from None
+        try:
+            job, created = await self.as_caller(request, lambda client: client.create_job(
+                ns, queue=spec.queue, handler=spec.handler, payload=spec.payload, run_at=spec.run_at,
+                idempotency_key=spec.idempotency_key, priority=spec.priority,
+                annotations={ANNOTATION_REQUESTED_BY: request["user"].username[:4096]}))
+        except ClientError as exc:
+            raise self._upstream(exc, ns) from None
+        out = models.dump(models.job_out(job))
+        headers = {"Location": f"/v2/jobs/{out['id']}?namespace={ns}"}
+        if not created:
+            headers["Idempotent-Replayed"] = "true"
+        return _json(out, 201 if created else 200, headers)
+
+    async def get_job(self, request: web.Request) -> web.Response:
+        name = self._job_name(request)
+        ns = await self._allowed(request, "get", "jobs", name)
+        return _json(models.dump(models.job_out(await self._read_job(ns, name))))
+
+    async def list_jobs(self, request: web.Request) -> web.Response:
+        q = request.query
+        ns = await self._allowed(request, "list", "jobs")
+        try:
+            queue = inputs.object_name("queue", q["queue"], "queue name") if "queue" in q else None
+            handler = inputs.object_name("handler", q["handler"], "handler name") if "handler" in q else None
+            state = inputs.state("state", q["state"]) if "state" in q else None
+        except inputs.InputError as exc:
+            raise _from_input_error(exc) from None
+        limit = DEFAULT_LIMIT
+        if "limit" in q:
+            try:
+                limit = int(q["limit"])
+            except ValueError:
+                raise invalid("limit", f"{q['limit']!r} is not an integer") from None
+            if not 1 <= limit <= MAX_LIMIT:
+                raise invalid("limit", f"must be between 1 and {MAX_LIMIT}, got {limit}")
+        after = decode_continue(q["continue"]) if q.get("continue") else None
+
+        def keep(job: dict[str, Any]) -> bool:
+            spec, status = job.get("spec") or {}, job.get("status") or {}
+            return ((queue is None or spec.get("queue") == queue) and (handler is None or spec.get("handler") == handler)
+                    and (state is None or status.get("state") == state))
+
+        jobs = [j for j in await self._read_jobs(ns) if keep(j)]
+        page, token = paginate(jobs, limit, after)
+        body = models.JobList(items=[models.job_out(j) for j in page], continue_=token)
+        return _json(models.dump(body))
+
+    async def _transition(self, request: web.Request, patch: dict[str, Any]) -> web.Response:
+        name = self._job_name(request)
+        ns = await self._allowed(request, "update", "jobs", name)
+        try:
+            raw = await self.as_caller(request, lambda client: client.request(
+                "PATCH", self._path(ns, name=name), json=patch,
+                headers={"Content-Type": "application/merge-patch+json"}))
+        except ClientError as exc:
+            words = refusal_message(str(exc)) if exc.status == 422 else None
+            if words:
+                raise HttpError(409, "Conflict", f"job {job_id(name)}: {words}") from None
+            raise self._upstream(exc, ns, name) from None
+        return _json(models.dump(models.job_out(raw)))
+
+    async def cancel(self, request: web.Request) -> web.Response:
+        return await self._transition(request, {"spec": {"cancel": True}})
+
+    async def retry(self, request: web.Request) -> web.Response:
+        token = f"api-{self.now().strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}"
+        return await self._transition(request, {"spec": {"retryToken": token}})
+
+    async def queues(self, request: web.Request) -> web.Response:
+        ns = await self._allowed(request, "list", "queues")
+        try:
+            queue_objects, _ = await self.kube.list(self._path(ns, "queues"))
+        except ApiError as exc:
+            raise self._upstream(exc, ns) from None
+        stats = queue_stats(queue_objects, await self._read_jobs(ns))
+        now = self.now()
+        return _json(models.dump(models.QueueList(items=[models.queue_out(s, now) for s in stats])))
+
+
+def routes(operator: Any) -> Callable[[web.Application], None]:
+    """extra_routes for http.server.build_app: the /v2 API of this operator process."""
+    api = Api(operator.api_kube, view=operator.view, ready=lambda: operator.ready,
+              namespaces=operator.settings.namespaces)
+    return api.install

@@ -1,0 +1,169 @@
+"""The /v2 HTTP API's request and response bodies (pydantic; the OpenAPI document is generated from them).
+
+The API speaks the docs' words in snake_case (`idempotency_key`, `run_at`, `max_attempts`); a job's id is
+`job_8f3k2m9q` (its Kubernetes object is named `job-8f3k2m9q`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+
+from .. import inputs
+from ..queuestats import QueueStats
+from ..resources.common import format_time
+from ..resources.job import job_id
+
+StateName = Literal["scheduled", "queued", "running", "succeeded", "failed", "dead", "cancelled"]
+
+
+class Out(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+
+class CreateJob(BaseModel):
+    """POST /v2/jobs: a new job. Unknown fields are refused (422), so a typo is not silently dropped; types are
+    strict (no 'priority: false' read as 0, no number read as a time)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    queue: str = Field(min_length=1, max_length=inputs.NAME_MAX, pattern=inputs.NAME_PATTERN,
+                       description="The Queue (in the namespace) the job runs on.")
+    handler: str = Field(min_length=1, max_length=inputs.NAME_MAX, pattern=inputs.NAME_PATTERN,
+                         description="The Handler (in the namespace) that runs it.")
+    payload: dict[str, Any] = Field(default_factory=dict, description="Any JSON object; handed to the handler.")
+    run_at: AwareDatetime | None = Field(default=None, description="Do not run before this time (RFC 3339, "
+                                                                   "with a time zone).")
+    idempotency_key: str | None = Field(
+        default=None, min_length=1, max_length=inputs.KEY_MAX,
+        description="A second create with the same key in the namespace within 24 hours returns the first job "
+                    "(200) instead of creating another (201).")
+    priority: int = Field(default=0, ge=inputs.PRIORITY_MIN, le=inputs.PRIORITY_MAX,
+                          description="Higher runs first within its queue; FIFO among equals.")
+
+    @field_validator("queue", "handler", mode="before")
+    @classmethod
+    def _name(cls, value: Any, info: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                inputs.object_name(info.field_name, value, f"{info.field_name} name")
+            except inputs.InputError as exc:
+                raise ValueError(exc.message) from None
+        return value
+
+
+class Attempt(Out):
+    attempt: int = Field(description="The attempt number (1-based; a retry starts again at 1).")
+    run: int = Field(description="The run sequence number; never reused.")
+    pod: str = Field(description="The attempt's pod (the worker).")
+    node: str | None = Field(default=None, description="The node the pod ran on.")
+    started_at: str | None = Field(default=None, description="RFC 3339.")
+    finished_at: str | None = Field(default=None, description="RFC 3339.")
+    result: str = Field(description="running, succeeded, failed or cancelled.")
+    exit_code: int | None = None
+    reason: str | None = Field(default=None, description="Error, Timeout, LeaseExpired, PodLost, "
+                                                         "NonRetryableExitCode or Cancelled.")
+    message: str | None = None
+
+
+class Job(Out):
+    id: str = Field(description="The job's id, e.g. job_8f3k2m9q.")
+    name: str = Field(description="The Kubernetes object name, e.g. job-8f3k2m9q.")
+    namespace: str
+    queue: str
+    handler: str
+    payload: dict[str, Any]
+    run_at: str | None = None
+    idempotency_key: str | None = None
+    priority: int = 0
+    state: StateName | None = Field(default=None, description="null until the operator has looked at the job.")
+    attempt: int = Field(default=0, description="Attempts made since creation or the last retry.")
+    max_attempts: int | None = None
+    cancel_requested: bool = False
+    created_at: str | None = None
+    next_attempt_at: str | None = None
+    finished_at: str | None = None
+    duplicate_of: str | None = Field(default=None, description="The id of the job that holds this job's "
+                                                               "idempotency key; this one does not run.")
+    schedule: str | None = Field(default=None, description="The Schedule that created the job.")
+    message: str | None = None
+    attempts: list[Attempt] = Field(default_factory=list, description="The timeline.")
+
+
+class JobList(Out):
+    items: list[Job]
+    continue_: str | None = Field(default=None, alias="continue",
+                                  description="Pass as ?continue= for the next page; null on the last page.")
+
+
+class JobCounts(Out):
+    scheduled: int = 0
+    queued: int = 0
+    running: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    dead: int = 0
+    cancelled: int = 0
+
+
+class Queue(Out):
+    name: str
+    namespace: str
+    exists: bool = Field(description="false: jobs name this queue but no Queue exists (they wait, Blocked).")
+    concurrency: int | None = None
+    max_attempts: int | None = None
+    running: int = Field(description="Running attempts now (compare with concurrency).")
+    jobs: JobCounts = Field(description="Jobs per state.")
+    oldest_queued_at: str | None = Field(default=None, description="When the longest-waiting queued job "
+                                                                   "became runnable.")
+    oldest_queued_seconds: float | None = Field(default=None, description="How long it has waited.")
+
+
+class QueueList(Out):
+    items: list[Queue]
+
+
+class ErrorDetail(Out):
+    status: int = Field(description="The HTTP status.")
+    reason: str = Field(description="Unauthorized, Forbidden, NotFound, Conflict, Invalid, ...")
+    message: str = Field(description="What went wrong, for a person.")
+    field: str | None = Field(default=None, description="The invalid field (422).")
+
+
+class Error(Out):
+    error: ErrorDetail
+
+
+def dump(model: BaseModel) -> dict[str, Any]:
+    return model.model_dump(mode="json", by_alias=True)
+
+
+def job_out(raw: dict[str, Any]) -> Job:
+    """A Kubernetes Job object → the API's Job."""
+    meta, spec, status = raw["metadata"], raw.get("spec") or {}, raw.get("status") or {}
+    state = status.get("state") if status.get("state") in inputs.STATES else None
+    return Job(
+        id=job_id(meta["name"]), name=meta["name"], namespace=meta.get("namespace", ""),
+        queue=spec.get("queue", ""), handler=spec.get("handler", ""), payload=spec.get("payload") or {},
+        run_at=spec.get("runAt"), idempotency_key=spec.get("idempotencyKey"), priority=spec.get("priority", 0),
+        state=state, attempt=status.get("attempt", 0), max_attempts=status.get("maxAttempts"),
+        cancel_requested=bool(spec.get("cancel") or status.get("cancelRequested")),
+        created_at=meta.get("creationTimestamp"), next_attempt_at=status.get("nextAttemptAt"),
+        finished_at=status.get("finishedAt"),
+        duplicate_of=job_id(status["duplicateOf"]) if status.get("duplicateOf") else None,
+        schedule=(meta.get("labels") or {}).get("sextant.dev/schedule"), message=status.get("message"),
+        attempts=[Attempt(attempt=a.get("attempt", 0), run=a.get("run", 0), pod=a.get("pod", ""),
+                          node=a.get("node"), started_at=a.get("startedAt"), finished_at=a.get("finishedAt"),
+                          result=a.get("result", ""), exit_code=a.get("exitCode"), reason=a.get("reason"),
+                          message=a.get("message"))
+                  for a in status.get("attempts") or []],
+    )
+
+
+def queue_out(stats: QueueStats, now: Any) -> Queue:
+    oldest = stats.oldest_queued_at
+    return Queue(name=stats.name, namespace=stats.namespace, exists=stats.exists, concurrency=stats.concurrency,
+                 max_attempts=stats.max_attempts, running=stats.running, jobs=JobCounts(**stats.jobs),
+                 oldest_queued_at=format_time(oldest, precise=False) if oldest else None,
+                 oldest_queued_seconds=round((now - oldest).total_seconds(), 3) if oldest else None)

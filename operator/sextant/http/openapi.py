@@ -1,0 +1,151 @@
+"""The OpenAPI 3.1 document of the /v2 API, generated from the pydantic models in models.py (so it cannot
+drift from them). Served at GET /v2/openapi.json; `python -m sextant.http.openapi` prints it."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from pydantic.json_schema import models_json_schema
+
+from .. import inputs
+from . import models
+
+REF = "#/components/schemas/{model}"
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": REF.format(model=name)}
+
+
+def _content(name: str) -> dict[str, Any]:
+    return {"application/json": {"schema": _ref(name)}}
+
+
+ERRORS = {
+    401: "No bearer token, or the API server did not accept it (TokenReview).",
+    403: "The caller may not do this in this namespace (SubjectAccessReview against sextant.dev RBAC).",
+    404: "No such job (or namespace).",
+    409: "The job's state forbids the transition (cancel of a finished job, retry of one not failed or dead).",
+    422: "Invalid input; error.field names it.",
+    502: "The Kubernetes API failed to do what was asked.",
+    503: "The credentials could not be checked with the Kubernetes API.",
+}
+
+
+def _responses(ok: dict[int, tuple[str, str]], *errors: int) -> dict[str, Any]:
+    out: dict[str, Any] = {str(code): {"description": text, "content": _content(schema)}
+                           for code, (schema, text) in ok.items()}
+    for code in (401, 403, *errors, 502, 503):
+        out[str(code)] = {"description": ERRORS[code], "content": _content("Error")}
+    return out
+
+
+NAMESPACE = {
+    "name": "namespace", "in": "query", "required": False,
+    "description": "The Kubernetes namespace of the jobs (default: default). Every request is authorized "
+                   "in this namespace.",
+    "schema": {"type": "string", "default": "default", "pattern": inputs.NAMESPACE_PATTERN, "minLength": 1,
+               "maxLength": inputs.NAME_MAX},
+}
+JOB_ID = {
+    "name": "job_id", "in": "path", "required": True,
+    "description": "The job's id: job_8f3k2m9q (or its object name job-8f3k2m9q).",
+    "schema": {"type": "string", "pattern": inputs.JOB_ID_PATTERN, "minLength": 1, "maxLength": inputs.NAME_MAX},
+}
+
+
+def _name_param(name: str, what: str) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "description": f"Only jobs of this {what}.",
+            "schema": {"type": "string", "pattern": inputs.NAME_PATTERN, "minLength": 1,
+                       "maxLength": inputs.NAME_MAX}}
+
+
+def _transition(verb: str, summary: str) -> dict[str, Any]:
+    return {"post": {
+        "operationId": f"{verb}Job", "summary": summary, "parameters": [JOB_ID, NAMESPACE],
+        "description": f"Authorized as `update` on jobs.sextant.dev. Answers the job as it is right after the "
+                       f"request (the operator acts on it asynchronously).",
+        "responses": _responses({200: ("Job", f"The {verb} was requested.")}, 404, 409, 422),
+    }}
+
+
+def document() -> dict[str, Any]:
+    _, schemas = models_json_schema(
+        [(models.CreateJob, "validation"), (models.Job, "serialization"), (models.JobList, "serialization"),
+         (models.QueueList, "serialization"), (models.Error, "serialization")],
+        ref_template=REF, by_alias=True)
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Sextant API", "version": "2.0.0",
+            "description": "Jobs and queues of Sextant, a job queue on Kubernetes. Authenticate with a Kubernetes "
+                           "bearer token (`Authorization: Bearer $(kubectl create token SA)`); choose the "
+                           "namespace with the query parameter `namespace` (default: default). Every request is "
+                           "authorized against the cluster's RBAC for the API group sextant.dev: create/list/get "
+                           "jobs, update jobs for cancel and retry, list queues.",
+        },
+        "servers": [{"url": "/"}],
+        "security": [{"bearer": []}],
+        "paths": {
+            "/v2/jobs": {
+                "post": {
+                    "operationId": "createJob", "summary": "Create a job",
+                    "description": "With an idempotency_key already used in the namespace within 24 hours, the "
+                                   "first job is answered (200, header Idempotent-Replayed: true) instead of "
+                                   "creating another (201). Atomic: concurrent creates with one key make one job.",
+                    "parameters": [NAMESPACE],
+                    "requestBody": {"required": True, "content": _content("CreateJob")},
+                    "responses": _responses({201: ("Job", "Created."),
+                                             200: ("Job", "The job that already holds the idempotency key.")},
+                                            404, 422),
+                },
+                "get": {
+                    "operationId": "listJobs", "summary": "List jobs",
+                    "description": "In creation order (creationTimestamp, to the second, then id), `limit` at a time; "
+                                   "follow `continue` until it is null. A page may hold fewer than `limit` jobs.",
+                    "parameters": [
+                        NAMESPACE, _name_param("queue", "queue"), _name_param("handler", "handler"),
+                        {"name": "state", "in": "query", "required": False, "description": "Only jobs in this state.",
+                         "schema": {"type": "string", "enum": inputs.STATES}},
+                        {"name": "limit", "in": "query", "required": False, "description": "Page size.",
+                         "schema": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}},
+                        {"name": "continue", "in": "query", "required": False,
+                         "description": "The `continue` of the previous page.", "schema": {"type": "string"}},
+                    ],
+                    "responses": _responses({200: ("JobList", "A page of jobs.")}, 404, 422),
+                },
+            },
+            "/v2/jobs/{job_id}": {
+                "get": {
+                    "operationId": "getJob", "summary": "Get a job, with its timeline of attempts",
+                    "parameters": [JOB_ID, NAMESPACE],
+                    "responses": _responses({200: ("Job", "The job.")}, 404, 422),
+                },
+            },
+            "/v2/jobs/{job_id}/cancel": _transition(
+                "cancel", "Cancel a scheduled, queued, running or failed job"),
+            "/v2/jobs/{job_id}/retry": _transition(
+                "retry", "Retry a failed or dead job (its attempt counter starts again)"),
+            "/v2/queues": {
+                "get": {
+                    "operationId": "listQueues", "summary": "Queues: jobs per state, running vs concurrency",
+                    "description": "Authorized as `list` on queues.sextant.dev.",
+                    "parameters": [NAMESPACE],
+                    "responses": _responses({200: ("QueueList", "Every queue of the namespace, and every queue "
+                                                                "its jobs name.")}, 404, 422),
+                },
+            },
+        },
+        "components": {
+            "schemas": schemas["$defs"],
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
+                                           "description": "A Kubernetes bearer token (checked with a TokenReview)."}},
+        },
+    }
+
+
+if __name__ == "__main__":
+    json.dump(document(), sys.stdout, indent=2)
+    sys.stdout.write("\n")

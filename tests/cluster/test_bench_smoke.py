@@ -1,0 +1,46 @@
+"""The benchmark (bench/, issue 10) in miniature, so that it never rots: every configuration's code path, every
+workload kind, the audit-log accounting, the report and the JSON, on a few jobs. The real run is `make bench`."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from bench.__main__ import main
+
+pytestmark = pytest.mark.skipif(bool(os.environ.get("SEXTANT_TEST_KUBECONFIG")),
+                                reason="the benchmark starts its own control planes (audit log, component flags)")
+
+
+def test_bench_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    plot = importlib.util.find_spec("matplotlib") is not None
+    args = ["--configs", "S,A1", "--workloads", "burst,fail,rate,scale", "--sizes", "20", "--rates", "10",
+            "--rate-seconds", "1", "--scale-jobs", "60", "--scale-unfinished", "10", "--same-cluster",
+            "--no-profile", "--nodes", "2", "--timeout", "120", "--out", str(tmp_path), "-q"]
+    assert main(args if plot else [*args, "--no-plot"]) == 0
+    table = capsys.readouterr().out
+    assert "| figure | S | A1 | S/A1 |" in table and "sustained arrivals" in table
+
+    doc = json.loads(next(tmp_path.glob("*.json")).read_text())
+    runs = {(r["config"], r["workload"]): r for r in doc["results"]}
+    assert set(runs) == {("S", "burst-20"), ("A1", "burst-20"), ("S", "fail-20"), ("A1", "fail-20"), ("S", "rate-10")}
+    for key, r in runs.items():
+        assert not r["timed_out"] and r["terminal"] == r["jobs"], key
+        assert r["duplicate_pods"] == 0, (key, r["duplicates"])
+        assert r["api_per_job"]["loadgen"]["writes"] >= 1, key  # the audit log names the load generator
+        assert r["usage"]["cpu_seconds"].get("kube-apiserver") is not None, key
+    # the retry path: 10% of first attempts fail, and both job systems retry them once
+    for config in ("S", "A1"):
+        r = runs[(config, "fail-20")]
+        assert r["outcomes"] == {"succeeded": 20} and r["attempts"] == 22, (config, r["outcomes"], r["attempts"])
+    assert runs[("S", "burst-20")]["api_per_job"]["operator"]["writes"] > 0
+    assert runs[("A1", "burst-20")]["api_per_job"]["controller-manager"]["writes"] > 0
+    scale = doc["scale"]
+    assert scale["start_to_ready_s"] > 0 and scale["memory_mb_at_ready"]["VmRSS"] > 0
+    assert scale["start_to_all_terminal_s"] is not None
+    if plot:
+        assert list(tmp_path.glob("*.png"))

@@ -1,0 +1,475 @@
+"""The Helm chart (charts/sextant): `helm lint`, `helm template` with default and non-default values, kube-score on
+what it renders, `helm install` into the real API server (which validates every object; PodSecurity "restricted"
+admits the operator's pods), the operator's RBAC as the API server's authorizer sees it (`kubectl auth can-i`:
+what it can do and, as important, what it cannot), and `helm uninstall` leaving nothing behind but the CRDs.
+
+helm and kube-score come from hack/build-tools.sh (built once from the Go module proxy, cached in ~/.cache/sextant).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.harness import Cluster, namespace_name, repo_root, wait_for
+from tests.harness.tools import Tools, ToolsUnavailable, build_tools
+
+from .support import KWOK_TOLERATION
+
+CHART = repo_root() / "charts" / "sextant"
+CRDS = repo_root() / "crds"
+APP_VERSION = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+# The operator's pods land on kwok nodes (simulated: they are scheduled and admitted, no process runs).
+ON_KWOK = {"tolerations": [KWOK_TOLERATION], "nodeSelector": {"type": "kwok"}}
+LEADER_ELECTION = ["--leader-elect", "--leader-election-namespace=sextant-system", "--leader-election-name=sx-sextant",
+                   "--leader-election-lease-duration=15s", "--leader-election-renew-deadline=10s",
+                   "--leader-election-retry-period=2s"]
+RESTRICTED = ("pod-security.kubernetes.io/enforce=restricted", "pod-security.kubernetes.io/warn=restricted")
+
+# Non-default values: two watched namespaces, one replica, a ServiceMonitor, declared Queues and Handlers, no Events.
+CUSTOM = {
+    "replicas": 1,
+    "watchNamespaces": ["shop", "billing"],
+    "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}},
+    "operator": {"events": False, "logLevel": "info"},
+    "queues": [
+        {"name": "emails", "namespace": "shop", "spec": {"concurrency": 10, "maxAttempts": 5}},
+        {"name": "reports", "namespace": "billing"},
+    ],
+    "handlers": [
+        {"name": "send-receipt", "namespace": "shop", "spec": {
+            "template": {"spec": {"containers": [{"name": "handler", "command": ["sextant", "run", "--", "true"]}]}},
+            "nonRetryableExitCodes": [2]}},
+        {"name": "custom", "namespace": "billing", "spec": {"template": {"spec": {
+            "serviceAccountName": "mine", "containers": [{"name": "handler", "image": "registry.example/r:2"}]}}}},
+    ],
+}  # fmt: skip
+
+
+# ---- helpers ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def tools() -> Tools:
+    try:
+        return build_tools()
+    except ToolsUnavailable as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+class Helm:
+    """helm with its own config, cache and data folders (nothing from the user's ~/.config/helm), and a kubeconfig."""
+
+    def __init__(self, tools: Tools, home: Path, kubeconfig: Path | None = None) -> None:
+        self.tools, self.home, self.kubeconfig = tools, home, kubeconfig
+
+    def __call__(self, *args: str, values: dict[str, Any] | None = None, check: bool = True,
+                 timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, **{f"HELM_{k}_HOME": str(self.home / k.lower()) for k in ("CACHE", "CONFIG", "DATA")}}
+        if self.kubeconfig:
+            env["KUBECONFIG"] = str(self.kubeconfig)
+        cmd = [self.tools.helm, *args]
+        if values is not None:
+            cmd += ["--values", "-"]
+        proc = subprocess.run(cmd, input=json.dumps(values) if values is not None else None, capture_output=True,
+                              text=True, env=env, timeout=timeout)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"helm {' '.join(args)} exited {proc.returncode}:\n{proc.stderr}{proc.stdout}")
+        return proc
+
+    def template(self, values: dict[str, Any] | None = None, *args: str) -> list[dict[str, Any]]:
+        out = self("template", "sx", str(CHART), "--namespace", "sextant-system", *args, values=values).stdout
+        return [d for d in yaml.safe_load_all(out) if d]
+
+
+@pytest.fixture(scope="module")
+def helm(tools: Tools, tmp_path_factory: pytest.TempPathFactory) -> Helm:
+    return Helm(tools, tmp_path_factory.mktemp("helm"))
+
+
+def find(docs: list[dict[str, Any]], kind: str, name: str | None = None, namespace: str | None = None) -> list[dict]:
+    return [d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)
+            and (namespace is None or d["metadata"].get("namespace") == namespace)]
+
+
+def one(docs: list[dict[str, Any]], kind: str, name: str | None = None, namespace: str | None = None) -> dict:
+    found = find(docs, kind, name, namespace)
+    assert len(found) == 1, f"expected one {kind} {name or ''} in {namespace or 'any namespace'}, found {len(found)}"
+    return found[0]
+
+
+def rules_of(role: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
+    """(apiGroup, resource) → verbs, over every rule of a Role or ClusterRole."""
+    out: dict[tuple[str, str], set[str]] = {}
+    for rule in role["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                out.setdefault((group, resource), set()).update(rule["verbs"])
+    return out
+
+
+OPERATOR_RULES = {
+    ("sextant.dev", "jobs"): {"get", "list", "watch", "create", "delete"},
+    ("sextant.dev", "queues"): {"get", "list", "watch"},
+    ("sextant.dev", "handlers"): {"get", "list", "watch"},
+    ("sextant.dev", "schedules"): {"get", "list", "watch"},
+    ("sextant.dev", "jobs/status"): {"patch"},
+    ("sextant.dev", "schedules/status"): {"patch"},
+    ("", "pods"): {"get", "list", "watch", "create", "delete"},
+    ("coordination.k8s.io", "leases"): {"get", "list", "watch"},
+    ("", "events"): {"create"},
+}
+
+
+def assert_least_privilege(docs: list[dict[str, Any]]) -> None:
+    """No role of the chart grants a wildcard, Secrets or ConfigMaps, or writes to a Job's spec."""
+    for role in find(docs, "Role") + find(docs, "ClusterRole"):
+        for rule in role["rules"]:
+            where = f"{role['kind']} {role['metadata']['name']}: {rule}"
+            assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"], where
+            assert not {"secrets", "configmaps"} & set(rule["resources"]), where
+            if "sextant.dev" in rule["apiGroups"] and "jobs" in rule["resources"]:
+                assert not {"update", "patch"} & set(rule["verbs"]), where
+
+
+def assert_every_rule_commented(rendered: str) -> None:
+    """In the rendered RBAC objects, each rule is preceded by the comment that says why it exists."""
+    for text in rendered.split("\n---"):
+        if not any(f"\nkind: {k}\n" in text for k in ("Role", "ClusterRole")):
+            continue
+        lines = text.splitlines()
+        for i, line in enumerate(lines):
+            if line.strip().startswith("- apiGroups:"):
+                assert lines[i - 1].strip().startswith("#"), f"rule without a comment:\n{chr(10).join(lines[i-2:i+4])}"
+
+
+# ---- lint, template, kube-score (no cluster) ------------------------------------------------------------------------
+
+
+def test_helm_lint_is_clean_with_default_and_custom_values(helm):
+    for values in (None, CUSTOM, {**CUSTOM, "watchNamespaces": [], "replicas": 3}):
+        out = helm("lint", "--strict", str(CHART), values=values).stdout
+        assert "0 chart(s) failed" in out and "[WARNING]" not in out and "[ERROR]" not in out, out
+
+
+def test_default_values_render_a_two_replica_restricted_operator_with_cluster_wide_least_privilege(helm):
+    docs = helm.template()
+    kinds = sorted(d["kind"] for d in docs)
+    assert kinds == sorted(["ServiceAccount", "ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding",
+                            "ClusterRoleBinding", "Role", "RoleBinding", "Service", "Deployment",
+                            "PodDisruptionBudget", "NetworkPolicy"]), kinds  # fmt: skip
+    deployment = one(docs, "Deployment", "sx-sextant", "sextant-system")
+    spec = deployment["spec"]
+    pod = spec["template"]["spec"]
+    assert spec["replicas"] == 2
+    (container,) = pod["containers"]
+    assert container["image"] == f"ghcr.io/sextant-dev/sextant:{APP_VERSION}"
+    assert container["args"] == ["--http-port=8080", "--log-level=warning", "--workers=16", *LEADER_ELECTION]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert container["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
+    assert {"cpu", "memory"} <= set(container["resources"]["requests"]) | set(container["resources"]["limits"])
+    sc = container["securityContext"]
+    assert sc["runAsNonRoot"] is True and sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["serviceAccountName"] == one(docs, "ServiceAccount")["metadata"]["name"] == "sx-sextant"
+    assert pod["affinity"]["podAntiAffinity"], "two replicas prefer two nodes"
+    selector = spec["selector"]["matchLabels"]
+    assert selector.items() <= spec["template"]["metadata"]["labels"].items()
+
+    pdb = one(docs, "PodDisruptionBudget")
+    assert pdb["spec"] == {"minAvailable": 1, "selector": {"matchLabels": selector},
+                           "unhealthyPodEvictionPolicy": "AlwaysAllow"}
+    service = one(docs, "Service")
+    assert service["spec"]["selector"] == selector
+    assert service["spec"]["ports"] == [{"name": "http", "port": 8080, "targetPort": "http", "protocol": "TCP"}]
+    policy = one(docs, "NetworkPolicy")
+    assert policy["spec"]["podSelector"]["matchLabels"] == selector
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+
+    # RBAC: the operator's rules cluster-wide (it watches every namespace), auth reviews, its leader Lease.
+    assert rules_of(one(docs, "ClusterRole", "sx-sextant")) == OPERATOR_RULES
+    binding = one(docs, "ClusterRoleBinding", "sx-sextant")
+    assert binding["roleRef"]["name"] == "sx-sextant"
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "sx-sextant", "namespace": "sextant-system"}]
+    assert rules_of(one(docs, "ClusterRole", "sx-sextant-auth")) == {
+        ("authentication.k8s.io", "tokenreviews"): {"create"},
+        ("authorization.k8s.io", "subjectaccessreviews"): {"create"},
+    }
+    leader = one(docs, "Role", "sx-sextant-leader-election", "sextant-system")
+    assert [(r["verbs"], r.get("resourceNames")) for r in leader["rules"]] == [
+        (["create"], None), (["get", "update"], ["sx-sextant"])]  # only its own Lease, by name
+    assert {g for r in leader["rules"] for g in r["apiGroups"]} == {"coordination.k8s.io"}
+    assert rules_of(one(docs, "ClusterRole", "sx-sextant-runner")) == {
+        ("coordination.k8s.io", "leases"): {"create", "get", "patch"},
+        ("sextant.dev", "jobs"): {"create", "get"},
+    }
+    assert not find(docs, "ServiceAccount", "sextant-runner"), "no namespace named: the runner's SA is bound by hand"
+    assert_least_privilege(docs)
+    rendered = helm("template", "sx", str(CHART), "--namespace", "sextant-system").stdout
+    assert_every_rule_commented(rendered)
+
+
+def test_custom_values_render_roles_per_watched_namespace_a_service_monitor_and_declared_objects(helm):
+    docs = helm.template(CUSTOM)
+    assert not find(docs, "ClusterRole", "sx-sextant") and not find(docs, "ClusterRoleBinding", "sx-sextant")
+    for ns in ("shop", "billing"):
+        role = one(docs, "Role", "sx-sextant", ns)
+        expected = {k: v for k, v in OPERATOR_RULES.items() if k != ("", "events")}  # events: false
+        assert rules_of(role) == expected
+        binding = one(docs, "RoleBinding", "sx-sextant", ns)
+        assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "sx-sextant"}
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "sx-sextant", "namespace": "sextant-system"}]
+        # The runner's ServiceAccount, bound to the runner's ClusterRole in this namespace only.
+        one(docs, "ServiceAccount", "sextant-runner", ns)
+        runner = one(docs, "RoleBinding", "sx-sextant-runner", ns)
+        assert runner["roleRef"]["kind"] == "ClusterRole" and runner["roleRef"]["name"] == "sx-sextant-runner"
+    assert not find(docs, "Role", "sx-sextant", "sextant-system"), "the release namespace is not watched"
+    one(docs, "ClusterRole", "sx-sextant-auth")
+    one(docs, "Role", "sx-sextant-leader-election", "sextant-system")
+
+    deployment = one(docs, "Deployment")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert deployment["spec"]["replicas"] == 1
+    assert container["args"] == ["--http-port=8080", "--log-level=info", "--workers=16",
+                                 "--watch-namespace=shop", "--watch-namespace=billing", "--no-events",
+                                 *LEADER_ELECTION]
+    assert "affinity" not in deployment["spec"]["template"]["spec"]
+    assert not find(docs, "PodDisruptionBudget"), "one replica: a PDB with minAvailable 1 would block every drain"
+
+    monitor = one(docs, "ServiceMonitor", "sx-sextant", "sextant-system")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    assert monitor["spec"]["selector"]["matchLabels"] == one(docs, "Service")["spec"]["selector"]
+    assert monitor["spec"]["endpoints"] == [{"port": "http", "path": "/metrics", "interval": "30s",
+                                             "scrapeTimeout": "10s"}]
+
+    emails = one(docs, "Queue", "emails", "shop")
+    assert emails["apiVersion"] == "sextant.dev/v1alpha1" and emails["spec"] == {"concurrency": 10, "maxAttempts": 5}
+    assert one(docs, "Queue", "reports", "billing")["spec"] == {}
+    receipt = one(docs, "Handler", "send-receipt", "shop")["spec"]
+    assert receipt["nonRetryableExitCodes"] == [2]
+    pod = receipt["template"]["spec"]
+    assert pod["serviceAccountName"] == "sextant-runner"  # defaulted: the runner needs its Lease
+    assert pod["containers"][0]["image"] == f"ghcr.io/sextant-dev/sextant-runner:{APP_VERSION}"  # defaulted
+    custom = one(docs, "Handler", "custom", "billing")["spec"]["template"]["spec"]
+    assert custom["serviceAccountName"] == "mine" and custom["containers"][0]["image"] == "registry.example/r:2"
+    assert_least_privilege(docs)
+
+
+def test_values_are_checked(helm):
+    bad = helm("template", "sx", str(CHART), values={**CUSTOM, "queues": [{"name": "q", "namespace": "elsewhere"}]},
+               check=False)
+    assert bad.returncode != 0
+    assert 'Queue "q" is in namespace "elsewhere", which the operator does not watch' in bad.stderr
+    typo = helm("template", "sx", str(CHART), values={"watchNamespace": ["shop"]}, check=False)
+    assert typo.returncode != 0 and "watchNamespace" in typo.stderr  # values.schema.json: no unknown keys
+    alone = helm("template", "sx", str(CHART), values={"leaderElection": {"enabled": False}}, check=False)
+    assert alone.returncode != 0 and "replicas > 1 needs leaderElection.enabled" in alone.stderr
+    zero = helm("template", "sx", str(CHART), values={"replicas": 0}, check=False)
+    assert zero.returncode != 0 and "replicas" in zero.stderr
+
+
+def test_the_charts_crds_are_the_generated_ones(helm):
+    shown = [d for d in yaml.safe_load_all(helm("show", "crds", str(CHART)).stdout) if d]
+    generated = [yaml.safe_load(p.read_text()) for p in sorted(CRDS.glob("*.yaml"))]
+    key = lambda d: d["metadata"]["name"]  # noqa: E731
+    assert sorted(shown, key=key) == sorted(generated, key=key)
+
+
+def test_kube_score_finds_nothing_critical(helm, tools, tmp_path):
+    # No check is ignored: every one of kube-score's default checks applies to the chart and passes, at least at
+    # WARNING level (the one-replica render is warned about having few replicas).
+    for name, values in (("default", None), ("custom", CUSTOM)):
+        manifest = tmp_path / f"{name}.yaml"
+        manifest.write_text(helm("template", "sx", str(CHART), "--namespace", "sextant-system", values=values).stdout)
+        proc = subprocess.run([tools.kube_score, "score", "--kubernetes-version", "v1.36", "--output-format", "ci",
+                               str(manifest)], capture_output=True, text=True, timeout=60)
+        critical = [ln for ln in proc.stdout.splitlines() if ln.startswith("[CRITICAL]")]
+        assert not critical and proc.returncode == 0, f"{name} values:\n{proc.stdout}{proc.stderr}"
+        assert "[OK]" in proc.stdout  # it did score the objects
+
+
+# ---- install into the real API server -------------------------------------------------------------------------------
+
+
+def can_i(cluster: Cluster, who: str, verb: str, resource: str, namespace: str | None = None) -> bool:
+    """`kubectl auth can-i` as `who`; resource may name a subresource (`jobs.sextant.dev/status`) or one object
+    (`leases.coordination.k8s.io:NAME`)."""
+    resource, _, name = resource.partition(":")
+    resource, _, sub = resource.partition("/")
+    args = ["auth", "can-i", verb, f"{resource}/{name}" if name else resource, f"--as={who}"]
+    args += ["--subresource", sub] if sub else []
+    args += ["-n", namespace] if namespace else ["--all-namespaces"]
+    proc = cluster.kubectl(*args, check=False)
+    answer = proc.stdout.strip()
+    assert answer in ("yes", "no"), f"kubectl {' '.join(args)}: {proc.stdout}{proc.stderr}"
+    return answer == "yes"
+
+
+def check_matrix(cluster: Cluster, who: str, rows: list[tuple[bool, str, str, str | None]]) -> None:
+    """Each row: (expected answer, verb, resource, namespace or None for all namespaces); asked in parallel."""
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        answers = list(pool.map(lambda row: can_i(cluster, who, *row[1:]), rows))
+    wrong = [f"{'can' if want else 'cannot'} {verb} {res} in {ns or 'all namespaces'}"
+             for (want, verb, res, ns), answer in zip(rows, answers) if answer != want]
+    assert not wrong, f"{who} should but does not: " + "; ".join(wrong)
+
+
+@pytest.fixture(scope="module")
+def release_namespaces(cluster: Cluster) -> Iterator[dict[str, str]]:
+    """The release's namespace (PodSecurity: restricted), two watched namespaces, one the operator must not touch."""
+    names = {role: cluster.create_namespace(namespace_name(f"helm-{role}"), wait_service_account=False)
+             for role in ("release", "shop", "billing", "other")}
+    cluster.kubectl("label", "namespace", names["release"], *RESTRICTED)
+    yield names
+    for name in names.values():
+        cluster.delete_namespace(name)
+
+
+def installed_objects(cluster: Cluster, manifest: str) -> list[tuple[str, str, str | None]]:
+    """(kind, name, namespace) of every object of a release's manifest that the API server has (one kubectl get)."""
+    out = cluster.kubectl("get", "-f", "-", "-o", "json", "--ignore-not-found", input=manifest).stdout
+    parsed = json.loads(out) if out.strip() else {"items": []}
+    items = parsed["items"] if "items" in parsed else [parsed]
+    return [(i["kind"], i["metadata"]["name"], i["metadata"].get("namespace")) for i in items]
+
+
+def test_install_watching_two_namespaces_then_uninstall(cluster, helm, tools, release_namespaces, tmp_path):
+    ns = release_namespaces
+    # No ServiceMonitor (this cluster has no Prometheus Operator CRDs); a short grace period, so that kwok removes
+    # the operator's pods soon after the uninstall.
+    values = {**CUSTOM, **ON_KWOK, "replicas": 2, "serviceMonitor": {"enabled": False},
+              "terminationGracePeriodSeconds": 1, "watchNamespaces": [ns["shop"], ns["billing"]],
+              "queues": [{**q, "namespace": ns[q["namespace"]]} for q in CUSTOM["queues"]],
+              "handlers": [{**h, "namespace": ns[h["namespace"]]} for h in CUSTOM["handlers"]]}
+    on_cluster = Helm(tools, tmp_path, cluster.kubeconfig)
+    release, sa = "sxns", f"system:serviceaccount:{ns['release']}:sxns-sextant"
+    lease = "leases.coordination.k8s.io:sxns-sextant"  # the leader-election Lease: named after the release
+    install = on_cluster("install", release, str(CHART), "--namespace", ns["release"], values=values)
+    assert "Warning" not in install.stderr and "PodSecurity" not in install.stderr, install.stderr
+    assert "It watches the namespaces" in install.stdout  # NOTES.txt
+    manifest = on_cluster("get", "manifest", release, "--namespace", ns["release"]).stdout
+    expected = [(d["kind"], d["metadata"]["name"], d["metadata"].get("namespace"))
+                for d in yaml.safe_load_all(manifest) if d]
+    assert len(expected) > 20
+    assert sorted(installed_objects(cluster, manifest)) == sorted(expected)  # every object validated and stored
+
+    # The operator's pods are admitted in a namespace enforcing PodSecurity "restricted" (kwok runs none of them).
+    def pods() -> list[dict]:
+        out = cluster.kubectl("get", "pods", "-n", ns["release"], "-l", "app.kubernetes.io/instance=sxns",
+                              "-o", "json").stdout
+        return json.loads(out)["items"]
+
+    wait_for(lambda: len(pods()) == 2, 30, message="the Deployment's two pods to be created and admitted")
+
+    # What the operator's service account can do, and what it cannot.
+    shop, billing, other, home = ns["shop"], ns["billing"], ns["other"], ns["release"]
+    check_matrix(cluster, sa, [
+        # its work, in each watched namespace
+        *[(True, verb, "jobs.sextant.dev", n) for verb in ("get", "list", "watch", "create", "delete")
+          for n in (shop, billing)],
+        *[(True, verb, f"{kind}.sextant.dev", shop) for verb in ("list", "watch")
+          for kind in ("queues", "handlers", "schedules")],
+        (True, "patch", "jobs.sextant.dev/status", shop),
+        (True, "patch", "schedules.sextant.dev/status", billing),
+        *[(True, verb, "pods", n) for verb in ("create", "delete", "list", "watch") for n in (shop, billing)],
+        (True, "list", "leases.coordination.k8s.io", shop),
+        (True, "watch", "leases.coordination.k8s.io", billing),
+        # leader election in its own namespace; the HTTP API's auth reviews
+        (True, "create", "leases.coordination.k8s.io", home),
+        *[(True, verb, lease, home) for verb in ("get", "update")],
+        (True, "create", "tokenreviews.authentication.k8s.io", None),
+        (True, "create", "subjectaccessreviews.authorization.k8s.io", None),
+        # never Secrets (nor ConfigMaps), anywhere
+        *[(False, verb, "secrets", n) for verb in ("get", "list", "watch") for n in (shop, home, other, None)],
+        (False, "get", "configmaps", shop),
+        # never a Job's spec: only its status
+        *[(False, verb, "jobs.sextant.dev", n) for verb in ("update", "patch") for n in (shop, billing)],
+        (False, "update", "jobs.sextant.dev/status", shop),
+        (False, "update", "queues.sextant.dev", shop),
+        (False, "patch", "queues.sextant.dev/status", shop),
+        # pods: no changing them, no exec
+        (False, "patch", "pods", shop),
+        (False, "create", "pods/exec", shop),
+        # nothing in a namespace it does not watch, nor cluster-wide
+        *[(False, verb, "pods", n) for verb in ("create", "delete", "list") for n in (other, home)],
+        (False, "list", "jobs.sextant.dev", other),
+        (False, "create", "jobs.sextant.dev", other),
+        (False, "create", "events", other),
+        (False, "list", "pods", None),
+        (False, "list", "jobs.sextant.dev", None),
+        # leader election is confined: its one Lease (no other, no listing, no deleting), its namespace only
+        (False, "get", "leases.coordination.k8s.io:kube-scheduler", home),
+        (False, "update", "leases.coordination.k8s.io:someone-else", home),
+        (False, "list", "leases.coordination.k8s.io", home),
+        (False, "delete", lease, home),
+        (False, "create", "leases.coordination.k8s.io", other),
+        # no escalation
+        (False, "create", "rolebindings.rbac.authorization.k8s.io", shop),
+        (False, "bind", "clusterroles.rbac.authorization.k8s.io", None),
+        (False, "impersonate", "serviceaccounts", shop),
+        (False, "create", "serviceaccounts/token", shop),
+    ])  # fmt: skip
+    # The runner's service account (job pods): its attempt's Lease and chained jobs, in its own namespace only.
+    check_matrix(cluster, f"system:serviceaccount:{shop}:sextant-runner", [
+        *[(True, verb, "leases.coordination.k8s.io", shop) for verb in ("create", "get", "patch")],
+        (True, "create", "jobs.sextant.dev", shop),
+        (True, "get", "jobs.sextant.dev", shop),
+        (False, "delete", "leases.coordination.k8s.io", shop),
+        (False, "list", "jobs.sextant.dev", shop),
+        (False, "patch", "jobs.sextant.dev", shop),
+        (False, "create", "pods", shop),
+        (False, "get", "secrets", shop),
+        (False, "create", "leases.coordination.k8s.io", billing),
+    ])  # fmt: skip
+
+    # Uninstall: every object goes (the Deployment's ReplicaSet and pods with it), the CRDs stay.
+    on_cluster("uninstall", release, "--namespace", ns["release"])
+    wait_for(lambda: not installed_objects(cluster, manifest), 30, message="the release's objects to be deleted")
+    wait_for(lambda: not pods(), 30, message="the operator's pods to be deleted")
+    for kind in ("replicasets", "services", "serviceaccounts", "roles", "rolebindings", "networkpolicies",
+                 "poddisruptionbudgets", "queues.sextant.dev", "handlers.sextant.dev"):
+        for n in (home, shop, billing):
+            left = cluster.kubectl("get", kind, "-n", n, "-l", "app.kubernetes.io/instance=sxns", "-o", "name").stdout
+            assert not left.strip(), f"left behind in {n}: {left}"
+    for kind in ("clusterroles", "clusterrolebindings"):
+        left = cluster.kubectl("get", kind, "-l", "app.kubernetes.io/instance=sxns", "-o", "name").stdout
+        assert not left.strip(), f"left behind: {left}"
+    assert not cluster.kubectl("get", "secrets", "-n", home, "-l", "owner=helm", "-o", "name").stdout.strip()
+    crds = cluster.kubectl("get", "crd", "-o", "name").stdout.split()
+    assert {f"customresourcedefinition.apiextensions.k8s.io/{p.stem}" for p in CRDS.glob("*.yaml")} <= set(crds)
+
+
+def test_install_watching_every_namespace(cluster, helm, tools, release_namespaces, tmp_path):
+    ns = release_namespaces
+    on_cluster = Helm(tools, tmp_path, cluster.kubeconfig)
+    release, sa = "sxall", f"system:serviceaccount:{ns['release']}:sxall-sextant"
+    on_cluster("install", release, str(CHART), "--namespace", ns["release"], values=ON_KWOK)
+    try:
+        assert "It watches every namespace" in on_cluster("get", "notes", release, "-n", ns["release"]).stdout
+        check_matrix(cluster, sa, [
+            (True, "list", "jobs.sextant.dev", None),
+            (True, "watch", "pods", None),
+            *[(True, "create", "pods", n) for n in (ns["other"], ns["shop"])],
+            (True, "patch", "jobs.sextant.dev/status", ns["other"]),
+            (True, "create", "events", ns["other"]),
+            *[(False, verb, "secrets", n) for verb in ("get", "list") for n in (ns["other"], None)],
+            *[(False, verb, "jobs.sextant.dev", n) for verb in ("update", "patch") for n in (ns["other"], None)],
+            (False, "patch", "pods", None),
+            (False, "create", "leases.coordination.k8s.io", ns["other"]),  # leader election: its namespace only
+            (True, "create", "leases.coordination.k8s.io", ns["release"]),
+        ])  # fmt: skip
+    finally:
+        on_cluster("uninstall", release, "--namespace", ns["release"], check=False)

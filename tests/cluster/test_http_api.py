@@ -1,0 +1,238 @@
+"""The /v2 HTTP API, served by a real `sextant operator` process, authenticated and authorized by the real API
+server (TokenReview, SubjectAccessReview) against service-account tokens; checked against its OpenAPI document
+with schemathesis."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from sextant.http.openapi import document
+from tests.harness import wait_for
+
+from .plugin_support import ID_RE, grant, job_json, snapshot
+from .support import apply, handler, queue
+
+EXIT = "sextant.dev/test-exit-code"
+FOREVER = {"sextant.dev/test-outcome": "run-forever"}
+FAST = {"backoff": {"policy": "fixed", "initial": "200ms"}}
+
+
+@dataclass
+class Api:
+    url: str
+    namespace: str
+    token: str
+    http: httpx.Client
+
+    def call(self, method: str, path: str, *, token: str | None = None, namespace: str | None = None,
+             auth: str | None = None, **kwargs: Any) -> httpx.Response:
+        params = {"namespace": namespace or self.namespace, **kwargs.pop("params", {})}
+        header = auth if auth is not None else f"Bearer {token or self.token}"
+        headers = {"Authorization": header} if header else {}
+        resp = self.http.request(method, self.url + path, params=params, headers=headers, **kwargs)
+        assert resp.headers["content-type"].startswith("application/json"), resp.text
+        return resp
+
+    def state(self, ident: str) -> str | None:
+        return self.call("GET", f"/v2/jobs/{ident}").json()["state"]
+
+    def wait_state(self, ident: str, state: str, timeout: float = 30) -> None:
+        wait_for(lambda: self.state(ident) == state, timeout,
+                 message=lambda: f"job {ident} to be {state}, it is {self.state(ident)}")
+
+
+@pytest.fixture
+def api(cluster, namespace, operator):
+    token = grant(cluster, namespace, "api-user")
+    with httpx.Client(timeout=30) as http:
+        wait_for(lambda: http.get(operator.http_url + "/readyz").status_code == 200, 30,
+                 message="the operator to be ready")
+        yield Api(operator.http_url, namespace, token, http)
+
+
+def test_jobs_through_the_api(cluster, api):
+    apply(cluster, api.namespace, queue("q", maxAttempts=1, cancelGrace="1s", **FAST), handler("ok"),
+          handler("fails", annotations={EXIT: "3"}), handler("slow", annotations=FOREVER))
+    created = api.call("POST", "/v2/jobs", json={"queue": "q", "handler": "ok", "payload": {"orderId": 42},
+                                                 "idempotency_key": "receipt-42", "priority": 2})
+    assert created.status_code == 201, created.text
+    job = created.json()
+    assert ID_RE.match(job["id"]) and job["name"] == job["id"].replace("_", "-")
+    assert created.headers["Location"] == f"/v2/jobs/{job['id']}?namespace={api.namespace}"
+    assert {k: job[k] for k in ("queue", "handler", "payload", "idempotency_key", "priority", "namespace")} == {
+        "queue": "q", "handler": "ok", "payload": {"orderId": 42}, "idempotency_key": "receipt-42", "priority": 2,
+        "namespace": api.namespace}
+    annotations = job_json(cluster, api.namespace, job["id"])["metadata"]["annotations"]
+    assert annotations["sextant.dev/requested-by"] == f"system:serviceaccount:{api.namespace}:api-user"
+    again = api.call("POST", "/v2/jobs", json={"queue": "q", "handler": "ok", "idempotency_key": "receipt-42"})
+    assert again.status_code == 200 and again.json()["id"] == job["id"]
+    assert again.headers["Idempotent-Replayed"] == "true"
+    api.wait_state(job["id"], "succeeded")
+    got = api.call("GET", f"/v2/jobs/{job['name']}").json()  # either spelling
+    assert got["id"] == job["id"] and got["attempt"] == 1 and got["attempts"][0]["result"] == "succeeded"
+    assert got["attempts"][0]["pod"] == f"{job['name']}-1" and got["attempts"][0]["node"]
+
+    slow = api.call("POST", "/v2/jobs", json={"queue": "q", "handler": "slow"}).json()["id"]
+    doomed = api.call("POST", "/v2/jobs", json={"queue": "q", "handler": "fails"}).json()["id"]
+    later = api.call("POST", "/v2/jobs", json={"queue": "q", "handler": "ok",
+                                               "run_at": "2099-01-01T00:00:00+01:00"}).json()
+    assert later["run_at"] == "2098-12-31T23:00:00Z"
+    api.wait_state(slow, "running")
+    api.wait_state(doomed, "dead")
+    api.wait_state(later["id"], "scheduled")
+
+    refused = api.call("POST", f"/v2/jobs/{slow}/retry")
+    assert refused.status_code == 409
+    assert refused.json()["error"] == {"status": 409, "reason": "Conflict", "field": None, "message":
+                                       f"job {slow}: cannot retry: the job is running; only failed or dead jobs "
+                                       "can be retried"}
+    refused = api.call("POST", f"/v2/jobs/{job['id']}/cancel")
+    assert refused.status_code == 409 and "cannot cancel: the job is succeeded" in refused.json()["error"]["message"]
+    assert job_json(cluster, api.namespace, job["id"])["spec"].get("cancel") is not True
+    cancelled = api.call("POST", f"/v2/jobs/{slow}/cancel")
+    assert cancelled.status_code == 200 and cancelled.json()["cancel_requested"] is True
+    api.wait_state(slow, "cancelled")
+    retried = api.call("POST", f"/v2/jobs/{doomed}/retry")
+    assert retried.status_code == 200
+    wait_for(lambda: len(api.call("GET", f"/v2/jobs/{doomed}").json()["attempts"]) == 2
+             and api.state(doomed) == "dead", 30, message="the retried job to run again")
+
+    def ids(**params: Any) -> list[str]:
+        body = api.call("GET", "/v2/jobs", params=params).json()
+        return [j["id"] for j in body["items"]]
+
+    created_at = {i: api.call("GET", f"/v2/jobs/{i}").json()["created_at"] for i in (job["id"], slow, doomed,
+                                                                                      later["id"])}
+    everything = sorted(created_at, key=lambda i: (created_at[i], i))  # creation order (1 s resolution), then name
+    assert ids() == everything
+    assert ids(state="dead") == [doomed] and ids(handler="slow") == [slow] and ids(queue="nowhere") == []
+    pages, token = [], None
+    while True:
+        body = api.call("GET", "/v2/jobs", params={"limit": 3, **({"continue": token} if token else {})}).json()
+        pages.append([j["id"] for j in body["items"]])
+        token = body["continue"]
+        if token is None:
+            break
+    assert pages == [everything[:3], everything[3:]]
+
+    queues = api.call("GET", "/v2/queues").json()["items"]
+    assert [(q["name"], q["exists"], q["concurrency"], q["running"]) for q in queues] == [("q", True, 10, 0)]
+    assert queues[0]["jobs"] == {"scheduled": 1, "queued": 0, "running": 0, "succeeded": 1, "failed": 0,
+                                 "dead": 1, "cancelled": 1}
+    missing = api.call("GET", "/v2/jobs/job_zzzzzzzz")
+    assert missing.status_code == 404
+    assert missing.json()["error"]["message"] == f"job job_zzzzzzzz not found in namespace {api.namespace}"
+    assert api.call("POST", "/v2/jobs/job_zzzzzzzz/cancel").status_code == 404
+
+
+def test_twenty_concurrent_creates_with_one_key_make_one_job(cluster, api):
+    start = threading.Barrier(20)
+
+    def create(_: int) -> httpx.Response:
+        start.wait()
+        return api.call("POST", "/v2/jobs", json={"queue": "q", "handler": "h", "idempotency_key": "charge-7"})
+
+    with ThreadPoolExecutor(20) as pool:
+        answers = list(pool.map(create, range(20)))
+    assert sorted(a.status_code for a in answers) == [200] * 19 + [201], [a.text for a in answers]
+    assert len({a.json()["id"] for a in answers}) == 1
+    assert len(snapshot(cluster, api.namespace)) == 1
+
+
+def test_authentication_and_authorization(cluster, api):
+    other = cluster.create_namespace(f"{api.namespace[:50]}-b")
+    try:
+        theirs = cluster.kubectl("create", "-n", other, "-o", "name", "-f", "-", input=(
+            "apiVersion: sextant.dev/v1alpha1\nkind: Job\nmetadata: {name: job-theirs}\n"
+            "spec: {queue: q, handler: h}\n")).stdout.strip()
+        assert theirs.endswith("job-theirs")
+        before = snapshot(cluster, other)
+        for auth, words in [("", "no credentials"), ("Basic dXNlcjpwdw==", "must be `Bearer <token>`"),
+                            ("Bearer not-a-token", "the token was not accepted")]:
+            answer = api.call("GET", "/v2/jobs", auth=auth)
+            assert answer.status_code == 401 and words in answer.json()["error"]["message"]
+            assert answer.headers["WWW-Authenticate"].startswith("Bearer")
+        user = f"system:serviceaccount:{api.namespace}:api-user"
+        for method, path, verb, resource, body in [
+            ("POST", "/v2/jobs", "create", "jobs", {"queue": "q", "handler": "h"}),
+            ("GET", "/v2/jobs", "list", "jobs", None),
+            ("GET", "/v2/jobs/job_theirs", "get", "jobs", None),
+            ("POST", "/v2/jobs/job_theirs/cancel", "update", "jobs", None),
+            ("POST", "/v2/jobs/job_theirs/retry", "update", "jobs", None),
+            ("GET", "/v2/queues", "list", "queues", None),
+        ]:
+            answer = api.call(method, path, namespace=other, json=body)
+            assert answer.status_code == 403, (path, answer.text)
+            assert answer.json()["error"]["message"] == (
+                f'User "{user}" cannot {verb} resource "{resource}" in API group "sextant.dev" in the namespace '
+                f'"{other}"')
+        assert snapshot(cluster, other) == before
+        assert api.call("GET", "/v2/jobs").status_code == 200  # the same caller, in its own namespace
+        readonly = grant(cluster, api.namespace, "reader", verbs="get,list")
+        denied = api.call("POST", "/v2/jobs", token=readonly, json={"queue": "q", "handler": "h"})
+        assert denied.status_code == 403 and "cannot create resource" in denied.json()["error"]["message"]
+        assert snapshot(cluster, api.namespace) == {}
+    finally:
+        cluster.delete_namespace(other)
+
+
+def test_bad_input_is_422_naming_the_field_and_changes_nothing(cluster, api):
+    existing = api.call("POST", "/v2/jobs", json={"queue": "q", "handler": "h"}).json()["id"]
+    before = snapshot(cluster, api.namespace)
+    post = "/v2/jobs"
+    cases = [
+        ("POST", post, {"content": b"{not json"}, {}, "body", "not valid JSON"),
+        ("POST", post, {"json": [1, 2]}, {}, "body", "a JSON object"),
+        ("POST", post, {"json": {"handler": "h"}}, {}, "queue", "required"),
+        ("POST", post, {"json": {"queue": "Emails!", "handler": "h"}}, {}, "queue", "not a valid queue name"),
+        ("POST", post, {"json": {"queue": "q", "handler": "h", "payload": [1]}}, {}, "payload", "an object"),
+        ("POST", post, {"json": {"queue": "q", "handler": "h", "run_at": "2026-01-01T10:00:00"}}, {}, "run_at",
+         "timezone"),
+        ("POST", post, {"json": {"queue": "q", "handler": "h", "run_at": "tomorrow"}}, {}, "run_at", "datetime"),
+        ("POST", post, {"json": {"queue": "q", "handler": "h", "idempotency_key": ""}}, {}, "idempotency_key",
+         "at least 1 character"),
+        ("POST", post, {"json": {"queue": "q", "handler": "h", "priority": 2**40}}, {}, "priority", "less than"),
+        ("POST", post, {"json": {"queue": "q", "handler": "h", "priorty": 1}}, {}, "priorty", "unknown field"),
+        ("POST", post, {"json": {"queue": "q", "handler": "h"}}, {"namespace": "Not_A_Namespace"}, "namespace",
+         "not a valid namespace"),
+        ("GET", post, {}, {"state": "done"}, "state", "'done' is not a state"),
+        ("GET", post, {}, {"limit": "0"}, "limit", "between 1 and 1000"),
+        ("GET", post, {}, {"limit": "many"}, "limit", "not an integer"),
+        ("GET", post, {}, {"continue": "garbage"}, "continue", "not a continue token"),
+        ("GET", post, {}, {"queue": "Q!"}, "queue", "not a valid queue name"),
+        ("POST", "/v2/jobs/JOB!/cancel", {}, {}, "job_id", "is not a job id"),
+        ("GET", "/v2/jobs/job_x_", {}, {}, "job_id", "is not a job id"),
+    ]
+    for method, path, body, params, field, words in cases:
+        namespace = params.pop("namespace", None)
+        answer = api.call(method, path, params=params, namespace=namespace, **body)
+        error = answer.json()["error"]
+        assert answer.status_code == 422 and error["field"] == field, (path, body, params, answer.text)
+        assert words in error["message"] and error["message"].startswith(f"{field}: "), error["message"]
+    assert snapshot(cluster, api.namespace) == before and existing.replace("_", "-") in before
+
+
+def test_the_implementation_matches_its_openapi_document(cluster, api, tmp_path):
+    served = api.http.get(api.url + "/v2/openapi.json")
+    assert served.status_code == 200 and served.json() == document()
+    config = tmp_path / "schemathesis.toml"
+    config.write_text(f'[parameters]\n"query.namespace" = "{api.namespace}"\n')
+    st = Path(sys.executable).with_name("st")
+    run = subprocess.run(
+        [str(st), "--config-file", str(config), "run", api.url + "/v2/openapi.json", "--max-examples", "20",
+         "--phases", "examples,coverage,fuzzing", "--workers", "1", "--seed", "1", "--no-color",
+         "--header", f"Authorization: Bearer {api.token}",
+         "--checks", "not_a_server_error,status_code_conformance,content_type_conformance,"
+                     "response_schema_conformance,response_headers_conformance,negative_data_rejection",
+         "--generation-database", "none", "--suppress-health-check", "all", "--request-timeout", "30"],
+        capture_output=True, text=True, timeout=300, env=cluster.env, cwd=tmp_path)  # its .schemathesis/ goes there
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]

@@ -1,0 +1,234 @@
+"""The pure parts of the CLI and the HTTP API: ages, tables, input checks, queue numbers, pagination, the
+OpenAPI document, flag placement. No cluster."""
+
+from __future__ import annotations
+
+import io
+import json
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from sextant import inputs
+from sextant.cli import output
+from sextant.cli.main import build_parser
+from sextant.client import refusal_message
+from sextant.http import api, models
+from sextant.http.openapi import document
+from sextant.idempotency import ALPHABET, keyed_name, random_name
+from sextant.queuestats import queue_stats
+
+T0 = datetime(2026, 5, 1, 10, 0, 0, tzinfo=timezone.utc)
+
+
+@pytest.mark.parametrize("seconds,want", [
+    (-5, "<invalid>"), (-1, "0s"), (0, "0s"), (45, "45s"), (119, "119s"), (120, "2m"), (150, "2m30s"),
+    (599, "9m59s"), (600, "10m"), (179 * 60, "179m"), (3 * 3600, "3h"), (5 * 3600 + 12 * 60, "5h12m"),
+    (8 * 3600, "8h"), (47 * 3600, "47h"), (2 * 86400 + 3 * 3600, "2d3h"), (7 * 86400, "7d"), (400 * 86400, "400d"),
+    (3 * 365 * 86400 + 20 * 86400, "3y20d"), (9 * 365 * 86400, "9y"),
+])
+def test_human_duration_is_kubectls(seconds, want):
+    assert output.human_duration(timedelta(seconds=seconds)) == want
+
+
+def test_precise_duration_and_until():
+    assert output.precise_duration(timedelta(milliseconds=43)) == "43ms"
+    assert output.precise_duration(timedelta(seconds=12.34)) == "12.3s"
+    assert output.precise_duration(timedelta(seconds=245)) == "4m05s"
+    assert output.precise_duration(timedelta(hours=2, minutes=3)) == "2h03m"
+    assert output.until(T0 + timedelta(minutes=4), T0) == "in 4m"
+    assert output.until(T0 - timedelta(seconds=30), T0) == "30s ago"
+    assert output.age(None, T0) == "<none>"
+
+
+def test_table_aligns_columns_and_marks_empty_cells():
+    text = output.table(["id", "state"], [["job_a", "queued"], ["job_longer", None]])
+    assert text.splitlines() == ["ID           STATE", "job_a        queued", "job_longer   <none>"]
+
+
+def test_dump_hides_managed_fields():
+    out = io.StringIO()
+    output.dump({"items": [{"metadata": {"name": "x", "managedFields": [1]}}]}, "json", out)
+    assert "managedFields" not in out.getvalue() and json.loads(out.getvalue())["items"][0]["metadata"] == {"name": "x"}
+
+
+@pytest.mark.parametrize("text,want", [("job_8f3k2m9q", "job-8f3k2m9q"), ("job-8f3k2m9q", "job-8f3k2m9q"),
+                                       ("my.job", "my.job")])
+def test_job_ids_in_both_spellings(text, want):
+    assert inputs.job_name("ID", text) == want
+
+
+@pytest.mark.parametrize("bad", ["", "JOB_1", "job x", "job_", "-job", "a" * 64, "job/1", "../etc"])
+def test_bad_job_ids_are_refused_naming_the_field(bad):
+    with pytest.raises(inputs.InputError) as err:
+        inputs.job_name("ID", bad)
+    assert err.value.field == "ID" and str(err.value).startswith("ID: ")
+
+
+def test_input_checks_say_what_is_wrong():
+    with pytest.raises(inputs.InputError, match="must be a JSON object.*an array"):
+        inputs.payload_text("--payload", "[1, 2]")
+    with pytest.raises(inputs.InputError, match="not valid JSON"):
+        inputs.payload_text("--payload", "{oops")
+    with pytest.raises(inputs.InputError, match="no time zone"):
+        inputs.run_at("--run-at", "2026-12-01T10:00:00")
+    assert inputs.run_at("--run-at", "2026-12-01T11:00:00+01:00") == datetime(2026, 12, 1, 10, tzinfo=timezone.utc)
+    assert inputs.delay("--in", "10m", T0) == T0 + timedelta(minutes=10)
+    with pytest.raises(inputs.InputError, match="not a duration"):
+        inputs.delay("--in", "ten minutes", T0)
+    with pytest.raises(inputs.InputError, match="not a state; use one of scheduled"):
+        inputs.state("--state", "done")
+    with pytest.raises(inputs.InputError, match="at most 253"):
+        inputs.idempotency_key("--idempotency-key", "k" * 254)
+    with pytest.raises(inputs.InputError, match="between"):
+        inputs.priority("--priority", 2**40)
+    with pytest.raises(inputs.InputError, match="not a valid namespace"):
+        inputs.namespace("namespace", "Bad_NS")
+    assert inputs.object_name("--queue", "emails.v2") == "emails.v2"
+
+
+def test_created_ids_have_the_documented_shape():
+    for name in (random_name(), keyed_name("ns", "key")):
+        ident = name.replace("-", "_", 1)
+        assert ident.startswith("job_") and len(ident) == 12 and set(ident[4:]) <= set(ALPHABET)
+        assert inputs.job_name("ID", ident) == name
+
+
+def test_cel_refusals_are_found_in_the_api_servers_message():
+    message = ('Job.sextant.dev "job-x" is invalid: spec.cancel: Forbidden: cannot cancel: the job is succeeded; '
+               'only scheduled, queued, running or failed jobs can be cancelled')
+    assert refusal_message(message) == ("cannot cancel: the job is succeeded; only scheduled, queued, running or "
+                                        "failed jobs can be cancelled")
+    assert refusal_message('Job.sextant.dev "x" is invalid: spec.queue: Invalid value: "": queue is immutable') is None
+
+
+def _job(name: str, queue: str, state: str | None, created: datetime, queued_at: datetime | None = None) -> dict:
+    status = {"state": state} if state else {}
+    if queued_at:
+        status["queuedAt"] = queued_at.isoformat().replace("+00:00", "Z")
+    return {"metadata": {"name": name, "namespace": "ns", "creationTimestamp": created.isoformat().replace("+00:00", "Z")},
+            "spec": {"queue": queue, "handler": "h"}, "status": status}
+
+
+def test_queue_stats_count_states_running_and_oldest_queued():
+    queues = [{"metadata": {"name": "emails", "namespace": "ns", "creationTimestamp": "2026-05-01T09:00:00Z"},
+               "spec": {"concurrency": 2}}]
+    jobs = [
+        _job("a", "emails", "running", T0), _job("b", "emails", "queued", T0, queued_at=T0 + timedelta(seconds=5)),
+        _job("c", "emails", "queued", T0 + timedelta(seconds=1)), _job("d", "emails", "succeeded", T0),
+        _job("e", "emails", None, T0), _job("f", "missing", "queued", T0),
+    ]
+    emails, missing = queue_stats(queues, jobs)
+    assert (emails.name, emails.exists, emails.concurrency, emails.running) == ("emails", True, 2, 1)
+    assert emails.jobs == {"scheduled": 0, "queued": 2, "running": 1, "succeeded": 1, "failed": 0, "dead": 0,
+                           "cancelled": 0}
+    assert emails.oldest_queued_at == T0 + timedelta(seconds=1)  # c (created later, but queued earlier than b)
+    assert (missing.name, missing.exists, missing.concurrency, missing.jobs["queued"]) == ("missing", False, None, 1)
+
+
+@given(st.lists(st.integers(min_value=0, max_value=50), max_size=40, unique=True), st.integers(1, 7))
+def test_pagination_visits_every_job_once_in_creation_order(offsets, limit):
+    jobs = [_job(f"job-{i:03d}", "q", "queued", T0 + timedelta(seconds=i // 3)) for i in offsets]
+    seen, after = [], None
+    while True:
+        page, token = api.paginate(jobs, limit, after)
+        assert len(page) <= limit
+        seen += [j["metadata"]["name"] for j in page]
+        if token is None:
+            break
+        after = api.decode_continue(token)
+    assert seen == [j["metadata"]["name"] for j in sorted(jobs, key=api._cursor)]
+
+
+@pytest.mark.parametrize("token", ["nonsense", "e30", "WzEsMl0"])
+def test_bad_continue_tokens_are_422(token):
+    with pytest.raises(api.HttpError) as err:
+        api.decode_continue(token)
+    assert err.value.status == 422 and err.value.field == "continue"
+
+
+def test_create_request_validation_names_the_field():
+    ok = models.CreateJob.model_validate_json('{"queue": "q", "handler": "h", "run_at": "2026-01-01T00:00:00Z"}')
+    assert ok.payload == {} and ok.priority == 0
+    for body, field in [({"handler": "h"}, "queue"), ({"queue": "Q!", "handler": "h"}, "queue"),
+                        ({"queue": "q", "handler": "h", "payload": [1]}, "payload"),
+                        ({"queue": "q", "handler": "h", "run_at": "2026-01-01T00:00:00"}, "run_at"),
+                        ({"queue": "q", "handler": "h", "idempotency_key": ""}, "idempotency_key"),
+                        ({"queue": "q", "handler": "h", "priorty": 1}, "priorty"),
+                        ({"queue": "q", "handler": "h", "priority": False}, "priority"),
+                        ({"queue": "q", "handler": "h", "run_at": 1700000000}, "run_at")]:
+        with pytest.raises(ValidationError) as err:
+            models.CreateJob.model_validate_json(json.dumps(body))
+        assert api._from_validation(err.value).field == field
+
+
+def test_job_out_speaks_the_docs_words():
+    raw = {"metadata": {"name": "job-8f3k2m9q", "namespace": "shop", "creationTimestamp": "2026-05-01T10:00:00Z",
+                        "labels": {"sextant.dev/schedule": "nightly"}},
+           "spec": {"queue": "emails", "handler": "send", "payload": {"orderId": 42}, "idempotencyKey": "k"},
+           "status": {"state": "dead", "attempt": 1, "duplicateOf": "job-aaaaaaaa",
+                      "attempts": [{"attempt": 1, "run": 1, "pod": "job-8f3k2m9q-1", "node": "n", "result": "failed",
+                                    "exitCode": 3, "reason": "Error"}]}}
+    out = models.dump(models.job_out(raw))
+    assert out["id"] == "job_8f3k2m9q" and out["idempotency_key"] == "k" and out["schedule"] == "nightly"
+    assert out["duplicate_of"] == "job_aaaaaaaa" and out["attempts"][0]["exit_code"] == 3
+
+
+def test_openapi_document_covers_every_route_and_error():
+    doc = document()
+    assert doc["openapi"].startswith("3.")
+    ops = {(path, method) for path, item in doc["paths"].items() for method in item}
+    assert ops == {("/v2/jobs", "post"), ("/v2/jobs", "get"), ("/v2/jobs/{job_id}", "get"),
+                   ("/v2/jobs/{job_id}/cancel", "post"), ("/v2/jobs/{job_id}/retry", "post"), ("/v2/queues", "get")}
+    assert {"201", "200", "401", "403", "422"} <= set(doc["paths"]["/v2/jobs"]["post"]["responses"])
+    assert "409" in doc["paths"]["/v2/jobs/{job_id}/cancel"]["post"]["responses"]
+    refs = json.dumps(doc).split('"$ref": "#/components/schemas/')[1:]
+    assert {r.split('"')[0] for r in refs} <= set(doc["components"]["schemas"])
+    assert doc["components"]["schemas"]["CreateJob"]["additionalProperties"] is False
+
+
+@pytest.mark.parametrize("argv", [
+    ["-n", "shop", "-A", "jobs", "list"],
+    ["jobs", "-n", "shop", "list", "-A"],
+    ["jobs", "list", "--namespace", "shop", "--all-namespaces"],
+    ["--kubeconfig", "/k", "--context", "c", "jobs", "list", "-n", "shop", "-A"],
+])
+def test_global_flags_before_or_after_the_subcommand(argv):
+    args = build_parser().parse_args(argv)
+    assert args.namespace == "shop" and args.all_namespaces is True
+
+
+def test_a_flag_before_the_subcommand_is_not_reset_by_it():
+    args = build_parser().parse_args(["--kubeconfig", "/k", "--context", "c", "-n", "a", "jobs", "get", "job_x"])
+    assert (args.kubeconfig, args.context, args.namespace, args.all_namespaces) == ("/k", "c", "a", False)
+    args = build_parser().parse_args(["jobs", "get", "job_x", "--kubeconfig", "/j"])
+    assert args.kubeconfig == "/j" and args.namespace is None
+
+
+@pytest.mark.parametrize("argv,words,code", [
+    (["jobs", "create", "--queue", "q", "--handler", "h", "--run-at", "2026-12-01T10:00:00Z", "--in", "1m"],
+     "argument --in: not allowed with argument --run-at", 2),
+    (["jobs", "create", "--queue", "q", "--handler", "h", "--priority", "high"], "invalid int value: 'high'", 2),
+    (["jobs", "create", "--queue", "q", "--handler", "h", "--idempotency-key", "k" * 254], "at most 253", 2),
+    (["jobs", "create", "--queue", "q", "--handler", "h", "--payload", '"text"'], "got a string", 2),
+    (["jobs", "wait", "job_x", "--timeout", "soon"], "--timeout: 'soon' is not a duration", 2),
+    (["logs", "job_x", "--attempt", "0"], "attempts are numbered from 1", 2),
+    (["jobs", "get", "job_x", "-o", "xml"], "invalid choice: 'xml'", 2),
+    (["jobs", "frobnicate"], "invalid choice: 'frobnicate'", 2),
+    (["jobs", "list", "-w", "-o", "json"], "cannot be combined with -o", 2),
+    (["inspect", "job_x", "-A"], "-A/--all-namespaces cannot be used with `inspect`", 2),
+])
+def test_bad_command_lines_fail_before_any_request(argv, words, code, capsys, monkeypatch, tmp_path):
+    """Refused before a connection is even made (KUBECONFIG points nowhere; a request would say so instead)."""
+    from sextant.cli.main import main
+
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    try:
+        got = main(["-n", "ns", *argv])
+    except SystemExit as exc:  # argparse's own usage errors
+        got = exc.code
+    err = capsys.readouterr().err
+    assert got == code and words in err and "Traceback" not in err
