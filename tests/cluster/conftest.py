@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from .localnode_fixture import local_node  # noqa: F401  (registered once here: one agent per session)
 from .support import Operator
 
 CRDS = Path(__file__).resolve().parents[2] / "crds"

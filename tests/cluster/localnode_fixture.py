@@ -1,8 +1,7 @@
 """The `local_node` fixture: a node whose pods really run, as local processes (sextant.localnode).
 
-A test that needs a real process in a pod imports the fixture and puts its pod there:
-
-    from .localnode_fixture import local_node  # noqa: F401  (pytest finds the fixture by name)
+tests/cluster/conftest.py registers the fixture once for the session (importing it into several test modules
+would make one agent per module, all serving the same node, and run each pod several times). A test asks for it:
 
     def test_x(cluster, namespace, local_node):
         cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(local_node.pod("p", "echo hi")))

@@ -18,7 +18,6 @@ from sextant import kubeconfig
 from sextant.client import Client
 from tests.harness import wait_for
 
-from .localnode_fixture import local_node  # noqa: F401  (the fixture)
 from .plugin_support import ID_RE, grant, job_json, ok, sextant, sextant_many, snapshot, token_kubeconfig
 from .support import apply, handler, queue
 

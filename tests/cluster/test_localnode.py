@@ -13,7 +13,7 @@ import yaml
 from sextant.localnode import LocalNode
 from tests.harness import wait_for
 
-from .localnode_fixture import LocalNodeHandle, local_node  # noqa: F401  (the fixture)
+from .localnode_fixture import LocalNodeHandle
 
 HOLD = "sextant.dev/test-hold"  # a finalizer that keeps a deleted pod visible until the test has looked
 # Kubernetes expands $(VAR) in command and args and turns $$ into $: a shell script writes $$$$ for its own pid.

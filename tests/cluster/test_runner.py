@@ -20,7 +20,6 @@ from kubernetes import watch as k8s_watch
 from sextant.localnode import AgentProcess
 from tests.harness import wait_for
 
-from .localnode_fixture import local_node  # noqa: F401  (the fixture)
 from .support import apply, get_json, job, jobs, queue, status, timeline_of, wait_state
 
 HANDLERS_DIR = Path(__file__).parent / "handlers"
