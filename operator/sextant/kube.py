@@ -144,6 +144,18 @@ class Kube:
     async def merge_patch(self, path: str, body: dict[str, Any], *, retry: bool = True) -> dict[str, Any]:
         return await self.request("PATCH", path, body=body, content_type="application/merge-patch+json", retry=retry)
 
+    async def replace_status(self, path: str, resource_version: str, status: dict[str, Any]) -> dict[str, Any] | None:
+        """Write an object's whole status, only if the object is still at resource_version (optimistic
+        concurrency: a stale writer meets a 409). None when it is gone or changed meanwhile: the watch brings
+        the new version, and with it another look."""
+        body = {"metadata": {"resourceVersion": resource_version}, "status": status}
+        try:
+            return await self.merge_patch(f"{path}/status", body, retry=False)
+        except ApiError as exc:
+            if exc.status in (404, 409):
+                return None
+            raise
+
     async def delete(self, path: str, grace_seconds: int | None = None,
                      preconditions: dict[str, str] | None = None) -> dict[str, Any]:
         options: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}

@@ -330,16 +330,10 @@ class ScheduleController:
         return False
 
     async def _write_status(self, key: Key, raw: dict[str, Any], status: ScheduleStatus) -> bool:
-        body = {
-            "metadata": {"resourceVersion": raw["metadata"]["resourceVersion"]},
-            "status": status.model_dump(by_alias=True, mode="json"),
-        }
-        try:
-            updated = await self.kube.merge_patch(schedule_path(key, "/status"), body, retry=False)
-        except ApiError as exc:
-            if exc.status in (404, 409):
-                return False  # gone, or changed meanwhile: the watch brings the new version and another look
-            raise
+        updated = await self.kube.replace_status(schedule_path(key), raw["metadata"]["resourceVersion"],
+                                                 status.model_dump(by_alias=True, mode="json"))
+        if updated is None:
+            return False
         updated.setdefault("apiVersion", API_VERSION)
         updated.setdefault("kind", KIND)
         if self._schedule_versions.newer(key, _rv(updated)):
