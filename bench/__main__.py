@@ -20,6 +20,7 @@ import platform
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 from . import report
@@ -66,6 +67,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--in-flight", type=int, default=100, help="the load generator's concurrent creates (100)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds a run may take (default 1800)")
     p.add_argument("--out", type=Path, default=RESULTS, help="results directory (default bench/results)")
+    p.add_argument("--no-audit", dest="audit", action="store_false",
+                   help="no audit log: no API requests per client, but none of the audit log's cost to the API server")
     p.add_argument("--no-plot", dest="plot", action="store_false")
     p.add_argument("-q", "--quiet", action="store_true")
     p.add_argument("--merge", nargs="+", type=Path, metavar="JSON",
@@ -106,6 +109,17 @@ def _git_revision() -> str | None:
         return None
 
 
+def _operator_digest() -> str:
+    """A digest of the operator's source as run (the working tree, which may differ from the commit)."""
+    import hashlib
+
+    root = Path(__file__).resolve().parents[1] / "operator" / "sextant"
+    digest = hashlib.sha1()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
 def _cpu_model() -> str | None:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -118,7 +132,16 @@ def _cpu_model() -> str | None:
 
 def merge(args: argparse.Namespace, stamp: str) -> int:
     docs = [json.loads(path.read_text()) for path in args.merge]
-    results = [r for d in docs for r in d["results"]]
+    results, seen = [], Counter()
+    for d in docs:
+        for r in d["results"]:
+            key = (r["config"], r["workload"])
+            seen[key] += 1
+            if seen[key] > 1:  # the same run again: its own table
+                r = {**r, "workload": f"{r['workload']} (run {seen[key]})"}
+            if not d["meta"].get("audit", True):
+                r = {**r, "workload": f"{r['workload']} (no audit log)"}
+            results.append(r)
     scale = next((d["scale"] for d in reversed(docs) if d.get("scale")), None)
     meta = {**docs[0]["meta"], "command": " | ".join(d["meta"]["command"] for d in docs),
             "merged_from": [str(p) for p in args.merge],
@@ -139,13 +162,14 @@ def main(argv: list[str] | None = None) -> int:
     plan, scale = plan_of(args)
     bursts = [w for c, w in plan.runs if c == "S" and w.rate is None]
     profiled = max(bursts, key=lambda w: (w.jobs, not w.failing)).name if bursts and args.profile else None
-    opts = Options(out=out_dir, nodes=args.nodes, nice=args.nice, in_flight=args.in_flight, timeout=args.timeout,
-                   verbose=not args.quiet)
+    opts = Options(out=out_dir, nodes=args.nodes, nice=args.nice, audit=args.audit, in_flight=args.in_flight,
+                   timeout=args.timeout, verbose=not args.quiet)
     renice([os.getpid()], args.nice)
     meta = {
         "command": " ".join([Path(sys.executable).name, "-m", "bench", *(argv if argv is not None else sys.argv[1:])]),
-        "started": stamp, "git": _git_revision(), "cpus": os.cpu_count(), "cpu_model": _cpu_model(),
-        "python": platform.python_version(), "nodes": args.nodes, "nice": args.nice,
+        "started": stamp, "git": _git_revision(), "operator_source": _operator_digest(),
+        "cpus": os.cpu_count(), "cpu_model": _cpu_model(),
+        "python": platform.python_version(), "nodes": args.nodes, "nice": args.nice, "audit": args.audit,
         "loadavg_at_start": Path("/proc/loadavg").read_text().split()[:3],
         "configs": {name: c.description for name, c in CONFIGS.items()},
     }
@@ -177,7 +201,8 @@ def write_outputs(out: Path, stamp: str, meta: dict, results: list, scale_result
     json_path = out / f"{stamp}.json"
     json_path.write_text(json.dumps(doc, indent=1))
     parts = [f"# Sextant benchmark {stamp}\n", f"command: `{meta['command']}`  ",
-             f"machine: {meta['cpus']} CPUs ({meta['cpu_model']}), loadavg at start {' '.join(meta['loadavg_at_start'])}"
+             f"machine: {meta['cpus']} CPUs ({meta['cpu_model']}), "
+             f"loadavg at start {' '.join(meta['loadavg_at_start'])}"
              f", at end {' '.join(meta.get('loadavg_at_end', []))}\n"]
     parts += [f"- {name}: {desc}" for name, desc in meta["configs"].items()]
     parts += [f"- skipped: {s}" for s in meta.get("skipped", [])]

@@ -149,7 +149,7 @@ BATCH = Kind(
     "batch",
     lambda ns: f"/apis/batch/v1/namespaces/{ns}/jobs",
     _batch_outcome,
-    lambda obj: int((obj.get("status") or {}).get("succeeded") or 0) + int((obj.get("status") or {}).get("failed") or 0),
+    lambda obj: sum(int((obj.get("status") or {}).get(k) or 0) for k in ("succeeded", "failed")),
     lambda pod: _labels(pod).get("batch.kubernetes.io/job-name"),
 )
 

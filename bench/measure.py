@@ -139,6 +139,21 @@ def audit_counts(path: Path, start: float, end: float) -> dict[str, Any]:
     lo, hi = audit_stamp(start), audit_stamp(end)
     counts: Counter[tuple[str, str, str]] = Counter()
     errors: Counter[tuple[str, str, int]] = Counter()
+    # rotated files too (audit-<time>.log beside audit.log), should rotation be on
+    files = sorted(path.parent.glob(f"{path.stem}*{path.suffix}"), key=lambda f: f.stat().st_mtime)
+    for file in files:
+        counts_file(file, lo, hi, counts, errors)
+    by_client: dict[str, dict[str, int]] = defaultdict(dict)
+    for (client, verb, res), n in sorted(counts.items()):
+        by_client[client][f"{verb} {res}"] = n
+    return {
+        "requests": dict(by_client),
+        "errors": [{"client": c, "request": r, "code": code, "count": n} for (c, r, code), n in sorted(errors.items())],
+    }
+
+
+def counts_file(path: Path, lo: str, hi: str, counts: Counter[tuple[str, str, str]],
+                errors: Counter[tuple[str, str, int]]) -> None:
     with path.open("rb") as f:
         for line in f:
             try:
@@ -159,13 +174,6 @@ def audit_counts(path: Path, start: float, end: float) -> dict[str, Any]:
             code = (entry.get("responseStatus") or {}).get("code", 0)
             if code >= 300:
                 errors[(client, f"{verb} {res}", code)] += 1
-    by_client: dict[str, dict[str, int]] = defaultdict(dict)
-    for (client, verb, res), n in sorted(counts.items()):
-        by_client[client][f"{verb} {res}"] = n
-    return {
-        "requests": dict(by_client),
-        "errors": [{"client": c, "request": r, "code": code, "count": n} for (c, r, code), n in sorted(errors.items())],
-    }
 
 
 def per_job(audit: dict[str, Any], jobs: int) -> dict[str, Any]:

@@ -48,7 +48,7 @@ class Spy:
         except subprocess.TimeoutExpired:
             self.proc.kill()
 
-    def summary(self, seconds: float, top: int = 25) -> dict[str, Any]:
+    def summary(self, seconds: float, top: int = 40) -> dict[str, Any]:
         return summarize(self.output, seconds, top)
 
 

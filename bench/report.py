@@ -46,8 +46,10 @@ ROWS: list[tuple[str, Any, str | None]] = [
     ("create → pod created p99 (ms)", lambda r: _get(r, "latency_ms.create_to_pod_created.p99"), "lower"),
     ("create → pod created p99, timestamps (ms, 1 s res.)",
      lambda r: _get(r, "latency_ms.create_to_pod_created_by_timestamps.p99"), "lower"),
-    ("pod finished → job terminal p50 (ms)", lambda r: _get(r, "latency_ms.pod_finished_to_job_terminal.p50"), "lower"),
-    ("pod finished → job terminal p99 (ms)", lambda r: _get(r, "latency_ms.pod_finished_to_job_terminal.p99"), "lower"),
+    ("pod finished → job terminal p50 (ms)", lambda r: _get(r, "latency_ms.pod_finished_to_job_terminal.p50"),
+     "lower"),
+    ("pod finished → job terminal p99 (ms)", lambda r: _get(r, "latency_ms.pod_finished_to_job_terminal.p99"),
+     "lower"),
     ("API requests / job, all clients", lambda r: _get(r, "api_per_job.all.requests"), "lower"),
     ("API writes / job, all clients (no Events)", lambda r: _get(r, "api_per_job.all.writes"), "lower"),
     ("Event writes / job, all clients", lambda r: _get(r, "api_per_job.all.event_writes"), "lower"),
@@ -125,21 +127,24 @@ def rate_table(results: list[dict[str, Any]]) -> str:
            "| config | rate (jobs/s) | achieved create rate | create → pod p50 (ms) | p99 (ms) | max (ms) | "
            "pod finished → terminal p99 (ms) | operator CPU s | machine busy % | loadavg mean | p99 < 1 s |",
            "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in sorted(rows, key=lambda r: (r["config"], r["rate"])):
+    def label(r: dict[str, Any]) -> str:
+        return r["config"] + (" (no audit log)" if "no audit" in r["workload"] else "")
+
+    for r in sorted(rows, key=lambda r: (label(r), r["rate"])):
         lat = _get(r, "latency_ms.create_to_pod_created") or {}
         p99 = lat.get("p99")
         out.append(" | ".join([
-            f"| {r['config']}", _fmt(r["rate"]), _fmt(_get(r, "loadgen.create_rate")), _fmt(lat.get("p50")),
+            f"| {label(r)}", _fmt(r["rate"]), _fmt(_get(r, "loadgen.create_rate")), _fmt(lat.get("p50")),
             _fmt(p99), _fmt(lat.get("max")), _fmt(_get(r, "latency_ms.pod_finished_to_job_terminal.p99")),
             _fmt(_cpu(r, "operator")),
-            _fmt(round(100 * _get(r, "usage.machine.busy_fraction")) if _get(r, "usage.machine.busy_fraction") else None),
+            _fmt(round(100 * busy) if (busy := _get(r, "usage.machine.busy_fraction")) else None),
             _fmt(_get(r, "usage.machine.loadavg1_mean")),
             ("yes" if p99 is not None and p99 < 1000 and r.get("terminal") == r.get("jobs") else "no") + " |"]))
     sustained = {}
     for r in rows:
         p99 = _get(r, "latency_ms.create_to_pod_created.p99")
         if p99 is not None and p99 < 1000 and r.get("terminal") == r.get("jobs"):
-            sustained[r["config"]] = max(sustained.get(r["config"], 0), r["rate"])
+            sustained[label(r)] = max(sustained.get(label(r), 0), r["rate"])
     for config, rate in sorted(sustained.items()):
         out.append(f"\nhighest rate {config} sustains with p99 create → pod created under 1 s: {rate:g} jobs/s")
     return "\n".join(out) + "\n"
@@ -153,10 +158,12 @@ def profile_text(results: list[dict[str, Any]], top: int = 15) -> str:
             continue
         out.append(f"\n### operator profile: {r['config']} {r['workload']} ({prof['samples']} samples at "
                    f"100/s, busy {prof['busy_fraction']})\n")
-        out.append("own time:\n")
+        out.append("own time (uvloop is C: the event loop's own work, socket and TLS I/O, shows as Runner.run):\n")
         out += [f"  {e['percent']:5.1f}%  {e['function']}" for e in prof["top_own"][:top]]
-        out.append("\nincluding callees:\n")
-        out += [f"  {e['percent']:5.1f}%  {e['function']}" for e in prof["top_inclusive"][:top]]
+        out.append("\nincluding callees (without the frames every sample shares):\n")
+        shared = max((e["percent"] for e in prof["top_inclusive"]), default=0) * 0.95
+        inclusive = [e for e in prof["top_inclusive"] if e["percent"] < shared]
+        out += [f"  {e['percent']:5.1f}%  {e['function']}" for e in inclusive[:top]]
     return "\n".join(out) + ("\n" if out else "")
 
 
@@ -171,8 +178,12 @@ def plot(results: list[dict[str, Any]], path: Path) -> Path | None:
     bursts = [w for w in dict.fromkeys(r["workload"] for r in results if not r.get("rate"))]
     if not bursts:
         return None
-    fig, axes = plt.subplots(1, len(bursts), figsize=(6 * len(bursts), 4.5), squeeze=False)
-    for ax, workload in zip(axes[0], bursts):
+    cols = min(3, len(bursts))
+    rows = -(-len(bursts) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(6 * cols, 4.5 * rows), squeeze=False)
+    for ax in axes.flat[len(bursts):]:
+        ax.set_visible(False)
+    for ax, workload in zip(axes.flat, bursts):
         for r in sorted((r for r in results if r["workload"] == workload), key=lambda r: ORDER.index(r["config"])):
             times = r.get("completed_over_time") or []
             ax.step([0, *times], range(len(times) + 1), where="post",

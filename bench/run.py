@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sextant import kubeconfig
-from sextant.localcluster import LocalCluster, new_name
+from sextant.localcluster import LocalCluster, LocalClusterError, new_name
 
 from . import measure, profile, stages
 from .api import BATCH, SEXTANT, Api, Kind, Recorder
@@ -65,7 +65,8 @@ CONFIGS = {
     "S0": Config("S0", SEXTANT, {}, "Sextant operator, shipped defaults; all control-plane defaults"),
     # Not shipped: what more parallel reconciles buy when the API server answers slowly (a loaded machine).
     "S64": Config("S64", SEXTANT, {"kube-scheduler": TUNED_SCHEDULER},
-                  "Sextant operator with --workers 64; kube-scheduler " + " ".join(TUNED_SCHEDULER), ("--workers", "64")),
+                  "Sextant operator with --workers 64; kube-scheduler " + " ".join(TUNED_SCHEDULER),
+                  ("--workers", "64")),
 }
 
 
@@ -205,6 +206,7 @@ class OperatorProcess:
 class Options:
     out: Path
     nodes: int = 20  # kwok nodes take 110 pods each: 2 would leave pods of a burst unschedulable for a while
+    audit: bool = True  # the API server's audit log: API requests per client (costs the API server some CPU)
     nice: int = 0  # renice the measured processes (control plane, operator, load generator); 0: leave them
     in_flight: int = 100
     timeout: float = 1800
@@ -229,18 +231,32 @@ def renice(pids: Any, nice: int) -> None:
                 pass
 
 
-def start_cluster(config: Config, opts: Options, label: str) -> LocalCluster:
-    name = new_name(f"bench-{config.name.lower()}-{label}")[:42].rstrip("-")
-    cluster = LocalCluster(name=name, nodes=opts.nodes, extra_args=config.extra_args, audit=True,
-                           stages=stages.write(opts.out))
-    if cluster.external:
-        raise SystemExit("the benchmark starts its own control planes (component flags, audit log): "
-                         "unset SEXTANT_TEST_KUBECONFIG")
-    t = time.monotonic()
-    cluster.up()
-    renice(cluster.pids().values(), opts.nice)
-    log(opts, f"{config.name}: cluster {name} up in {time.monotonic() - t:.1f} s")
-    return cluster
+def start_cluster(config: Config, opts: Options, label: str, attempts: int = 3) -> LocalCluster:
+    for attempt in range(1, attempts + 1):
+        name = new_name(f"bench-{config.name.lower()}-{label}")[:42].rstrip("-")
+        # the API server rotates its audit log at 100 MB by default (a 10k burst writes more): keep one file
+        extra = {**config.extra_args, "kube-apiserver": [*config.extra_args.get("kube-apiserver", []),
+                                                          "--audit-log-maxsize=0"]}
+        cluster = LocalCluster(name=name, nodes=opts.nodes, extra_args=extra if opts.audit else config.extra_args,
+                               audit=opts.audit,
+                               stages=stages.write(opts.out))
+        if cluster.external:
+            raise SystemExit("the benchmark starts its own control planes (component flags, audit log): "
+                             "unset SEXTANT_TEST_KUBECONFIG")
+        t = time.monotonic()
+        try:
+            cluster.up(timeout=60)
+        except LocalClusterError as exc:
+            # kwokctl picks free ports when it creates a cluster; another cluster starting at the same moment on
+            # this machine can take one first (etcd: "bind: address already in use"). A new cluster gets new ports.
+            if attempt == attempts:
+                raise
+            log(opts, f"{config.name}: cluster {name} did not start ({str(exc).splitlines()[0]}); again")
+            continue
+        renice(cluster.pids().values(), opts.nice)
+        log(opts, f"{config.name}: cluster {name} up in {time.monotonic() - t:.1f} s")
+        return cluster
+    raise AssertionError("unreachable")
 
 
 def prepare_namespace(cluster: LocalCluster, config: Config, namespace: str, crds_installed: bool) -> None:
@@ -453,10 +469,10 @@ async def run_workload(cluster: LocalCluster, config: Config, workload: Workload
             spy.stop()
         if operator is not None:
             operator.stop()
-    assert cluster.audit_log is not None
-    audit = measure.audit_counts(cluster.audit_log, *window)
-    result["api"] = audit
-    result["api_per_job"] = measure.per_job(audit, workload.jobs)
+    if cluster.audit_log is not None:
+        audit = measure.audit_counts(cluster.audit_log, *window)
+        result["api"] = audit
+        result["api_per_job"] = measure.per_job(audit, workload.jobs)
     return result
 
 
