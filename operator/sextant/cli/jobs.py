@@ -6,6 +6,7 @@ import argparse
 import math
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -248,17 +249,22 @@ def get_cmd(ctx: Context) -> int:
     return 0
 
 
-def cancel_cmd(ctx: Context) -> int:
+def _request(ctx: Context, command: str, call: Callable[[Any, str, str], dict[str, Any]]) -> tuple[str, dict]:
+    """Ask for a cancel or a retry; a refusal names the job's state (the API server's CEL rules say why)."""
     name = inputs.job_name("ID", ctx.args.id)
-    ns = ctx.single_namespace("jobs cancel")
+    ns = ctx.single_namespace(command)
     ident = job_id(name)
     try:
-        job = ctx.client.cancel_job(ns, name)
+        return ident, call(ctx.client, ns, name)
     except ClientError as exc:
         words = refusal(exc)
         if words:
             raise CliError(f"job {ident}: {words}") from None
         raise api_error(exc, kind="job", name=ident, namespace=ns) from None
+
+
+def cancel_cmd(ctx: Context) -> int:
+    ident, job = _request(ctx, "jobs cancel", lambda client, ns, name: client.cancel_job(ns, name))
     state = (job.get("status") or {}).get("state")
     if state == "cancelled":
         ctx.say(f"job {ident} is cancelled")
@@ -271,16 +277,7 @@ def cancel_cmd(ctx: Context) -> int:
 
 
 def retry_cmd(ctx: Context) -> int:
-    name = inputs.job_name("ID", ctx.args.id)
-    ns = ctx.single_namespace("jobs retry")
-    ident = job_id(name)
-    try:
-        job = ctx.client.retry_job(ns, name)
-    except ClientError as exc:
-        words = refusal(exc)
-        if words:
-            raise CliError(f"job {ident}: {words}") from None
-        raise api_error(exc, kind="job", name=ident, namespace=ns) from None
+    ident, job = _request(ctx, "jobs retry", lambda client, ns, name: client.retry_job(ns, name))
     state = (job.get("status") or {}).get("state")
     ctx.say(f"job {ident}: retry requested (it was {state}); its attempts start again from 1")
     return 0

@@ -25,9 +25,6 @@ class Admission:
     def running(self, queue: Key) -> int:
         return len(self._holders.get(queue, ()))
 
-    def waiting(self, queue: Key) -> int:
-        return sum(1 for e in self._ready.get(queue, ()) if self._entry.get(e[3]) is e)
-
     def hold(self, job: Key, queue: Key, holds: bool) -> bool:
         """Record whether job holds a slot in queue. True when a slot was freed."""
         holds = holds or job in self.reserved
