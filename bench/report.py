@@ -6,7 +6,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-ORDER = ("S", "A0", "A1", "S0", "S64")
+ORDER = ("S", "A0", "A1", "S0", "S16")
 
 
 def _get(result: dict[str, Any], path: str) -> Any:

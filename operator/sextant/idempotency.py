@@ -38,16 +38,18 @@ def still_claimed(claimed_at: datetime, now: datetime) -> bool:
     return now - claimed_at < WINDOW
 
 
-def claimant(candidates: Iterable[tuple[datetime, str]], created_at: datetime, name: str) -> str | None:
-    """Of the jobs holding the same key (creation time, name), the one this job duplicates, or None.
+def claimant(candidates: Iterable[tuple[datetime, bool, str]], created_at: datetime, name: str) -> str | None:
+    """Of the jobs holding the same key (creation time, undecided, name), the one this job duplicates, or None.
 
-    The earliest job holds the key for 24 hours; a job created in that window duplicates it. Equal
-    creation times (one-second resolution) are ordered by name, so every observer picks the same one.
+    The earliest job holds the key for 24 hours; a job created in that window duplicates it. Equal creation
+    times (one-second resolution) are ordered first by the operator's earlier verdicts, which stand: a job it
+    already let run (undecided False) comes before one it has not looked at; then by name, so that every
+    observer picks the same one.
     """
-    holder: tuple[datetime, str] | None = None
+    holder: tuple[datetime, bool, str] | None = None
     for other in sorted(candidates):
         if holder is None or not still_claimed(holder[0], other[0]):
             holder = other  # the first use, or the first use after the previous claim ran out
-        if other == (created_at, name):
-            return None if holder == other else holder[1]
+        if (other[0], other[2]) == (created_at, name):
+            return None if holder == other else holder[2]
     return None

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import random
 from collections import Counter
@@ -11,6 +10,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import aiohttp
+import orjson
 
 from .kubeconfig import Connection
 
@@ -90,7 +90,7 @@ class Kube:
     @property
     def session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(ssl=self.conn.ssl_context, limit=64)
+            connector = aiohttp.TCPConnector(ssl=self.conn.ssl_context, limit=256)
             self._session = aiohttp.ClientSession(
                 connector=connector,
                 headers={"User-Agent": self.user_agent, "Accept": "application/json"},
@@ -111,16 +111,15 @@ class Kube:
         if method != "GET" and self.fence is not None and not self.fence():
             self.fenced += 1
             raise NotLeader(method, path)
-        data = json.dumps(body) if body is not None else None
+        data = orjson.dumps(body) if body is not None else None
         headers = {**self.conn.headers(), **({"Content-Type": content_type} if data is not None else {})}
         verb = _VERBS.get(method, method.lower()) if method != "GET" else ("list" if _is_list(path) else "get")
         for attempt in range(1, self.attempts + 1):
             try:
                 async with self.session.request(method, self.conn.server + path, params=params, data=data,
                                                 headers=headers, timeout=aiohttp.ClientTimeout(total=60)) as resp:
-                    text = await resp.text()
                     self._count(verb, path, resp.status)
-                    payload = _decode(text)
+                    payload = _decode(await resp.read())
                     if resp.status < 300:
                         return payload if isinstance(payload, dict) else {}
                     error = ApiError(resp.status, payload, method, path)
@@ -144,13 +143,20 @@ class Kube:
     async def merge_patch(self, path: str, body: dict[str, Any], *, retry: bool = True) -> dict[str, Any]:
         return await self.request("PATCH", path, body=body, content_type="application/merge-patch+json", retry=retry)
 
-    async def replace_status(self, path: str, resource_version: str, status: dict[str, Any]) -> dict[str, Any] | None:
-        """Write an object's whole status, only if the object is still at resource_version (optimistic
+    async def replace_status(self, path: str, obj: dict[str, Any], status: dict[str, Any]) -> dict[str, Any] | None:
+        """Write a custom resource's whole status, only if it is still at obj's resourceVersion (optimistic
         concurrency: a stale writer meets a 409). None when it is gone or changed meanwhile: the watch brings
-        the new version, and with it another look."""
-        body = {"metadata": {"resourceVersion": resource_version}, "status": status}
+        the new version, and with it another look.
+
+        A PUT of the status subresource: the API server keeps everything but the status from the stored object,
+        and skips the encode-merge-decode a merge patch costs it (8 % of its CPU under a burst)."""
+        meta = obj["metadata"]
+        body = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
+                "metadata": {"name": meta["name"], "namespace": meta.get("namespace"),
+                             "resourceVersion": meta["resourceVersion"]},
+                "spec": obj.get("spec") or {}, "status": status}
         try:
-            return await self.merge_patch(f"{path}/status", body, retry=False)
+            return await self.request("PUT", f"{path}/status", body=body, retry=False)
         except ApiError as exc:
             if exc.status in (404, 409):
                 return None
@@ -165,18 +171,30 @@ class Kube:
             options["preconditions"] = preconditions
         return await self.request("DELETE", path, body=options)
 
-    async def list(self, path: str, params: dict[str, Any] | None = None,
-                   page: int = 500) -> tuple[list[dict[str, Any]], str]:
-        """All items (in pages) and the list's resourceVersion, from which a watch continues."""
-        items: list[dict[str, Any]] = []
+    async def pages(self, path: str, params: dict[str, Any] | None = None,
+                    page: int = 500) -> AsyncIterator[tuple[list[dict[str, Any]], str | None]]:
+        """A list, page by page, so that a caller can digest each before the next arrives (100k objects never
+        sit in memory twice): (items, None), and on the last page (items, the list's resourceVersion, from
+        which a watch continues)."""
         query = {**(params or {}), "limit": str(page)}
         while True:
             body = await self.request("GET", path, params=query)
-            items.extend(body.get("items", []))
             meta = body.get("metadata", {})
             if not meta.get("continue"):
-                return items, meta.get("resourceVersion", "")
+                yield body.get("items", []), meta.get("resourceVersion", "")
+                return
+            yield body.get("items", []), None
             query["continue"] = meta["continue"]
+
+    async def list(self, path: str, params: dict[str, Any] | None = None,
+                   page: int = 500) -> tuple[list[dict[str, Any]], str]:
+        """All items (in pages) and the list's resourceVersion."""
+        items: list[dict[str, Any]] = []
+        resource_version = ""
+        async for chunk, version in self.pages(path, params, page):
+            items.extend(chunk)
+            resource_version = version or resource_version
+        return items, resource_version
 
     async def watch(self, path: str, resource_version: str,
                     params: dict[str, Any] | None = None, timeout: int = 300) -> AsyncIterator[tuple[str, dict]]:
@@ -189,7 +207,7 @@ class Kube:
             if resp.status == 410:
                 raise Gone()
             if resp.status >= 300:
-                raise ApiError(resp.status, _decode(await resp.text()), "WATCH", path)
+                raise ApiError(resp.status, _decode(await resp.read()), "WATCH", path)
             buffer = b""
             async for chunk in resp.content.iter_any():
                 buffer += chunk
@@ -197,7 +215,7 @@ class Kube:
                     line, buffer = buffer.split(b"\n", 1)
                     if not line.strip():
                         continue
-                    event = json.loads(line)
+                    event = orjson.loads(line)
                     if event.get("type") == "ERROR":
                         status = event.get("object", {})
                         if status.get("code") == 410:
@@ -206,8 +224,8 @@ class Kube:
                     yield event["type"], event["object"]
 
 
-def _decode(text: str) -> Any:
+def _decode(data: bytes) -> Any:
     try:
-        return json.loads(text) if text else {}
-    except json.JSONDecodeError:
-        return text
+        return orjson.loads(data) if data else {}
+    except orjson.JSONDecodeError:
+        return data.decode(errors="replace")

@@ -35,6 +35,8 @@ SCHEDULE_FIRE_LAG = Histogram("sextant_schedule_fire_lag_seconds", "From a sched
                               registry=REGISTRY)
 JOBS_DELETED = Counter("sextant_jobs_deleted_total", "Finished jobs deleted by retention.", ["namespace", "queue"],
                        registry=REGISTRY)
+EVENTS_DROPPED = Counter("sextant_events_dropped_total", "Events not posted: over their budget (Normal) or "
+                         "beyond the backlog.", ["type"], registry=REGISTRY)
 
 
 def record_transition(namespace: str, spec: JobSpec, before: JobStatus, after: JobStatus, now: datetime) -> None:

@@ -14,6 +14,7 @@ from .support import Operator, PodRecorder, apply, get_json, handler, job, queue
 
 FAST = {"backoff": {"policy": "fixed", "initial": "200ms"}}
 FLAKY = {"sextant.dev/test-exit-code-attempt-1": "1"}
+RUNS = {"sextant.dev/test-duration": "300ms"}  # long enough that the leader dies mid-run, not after it
 WRITES = ("create", "patch", "update", "delete")
 
 
@@ -64,8 +65,8 @@ def test_kill_the_leader_during_a_run(cluster, namespace, crds, tmp_path_factory
     try:
         names, flaky, objects = jobs_of("job-h", 300)
         with PodRecorder(cluster.kubeconfig, namespace) as pods:
-            apply(cluster, namespace, queue("q", concurrency=10, maxAttempts=3, **FAST), handler("h"),
-                  handler("flaky", annotations=FLAKY))
+            apply(cluster, namespace, queue("q", concurrency=10, maxAttempts=3, **FAST), handler("h", annotations=RUNS),
+                  handler("flaky", annotations={**FLAKY, **RUNS}))
             first = wait_for(lambda: holder(cluster, namespace), 30, message="a leader")
             for batch in range(0, 300, 100):
                 apply(cluster, namespace, *objects[batch:batch + 100])

@@ -24,6 +24,7 @@ EXPECTED_MOVES = {
     (State.RUNNING, State.CANCELLED): "cancel a running job",
     (State.FAILED, State.QUEUED): "the backoff elapses, or retry",
     (State.FAILED, State.CANCELLED): "cancel stops the retries",
+    (State.FAILED, State.DEAD): "the queue's maxAttempts was lowered to the attempts made",
     (State.DEAD, State.QUEUED): "retry a dead job",
 }
 

@@ -1095,3 +1095,32 @@ def test_wake_keeps_the_earliest_time():
     for when in (at(30), None, at(10), at(20)):
         d.wake(when)
     assert d.wake_at == at(10)
+
+
+# --- the queue's maxAttempts changing under a job ---------------------------------------------------------------
+def test_lowering_max_attempts_during_the_backoff_ends_the_job_dead():
+    job = queued_job(queue=queue(maxAttempts=3))
+    job.run_attempt("Failed", 1)
+    assert (job.status.state, job.status.attempt) == (F, 1)
+    job.queue = queue(maxAttempts=1)
+    d = job.reconcile()
+    assert (d.status.state, d.status.max_attempts, d.status.attempt) == (D, 1, 1)
+    assert not creates(d) and d.status.finished_at is not None
+    assert "Dead" in event_reasons(d) and "lowered" in d.status.message
+
+
+def test_lowering_max_attempts_below_the_next_attempt_still_allows_it_when_not_reached():
+    job = queued_job(queue=queue(maxAttempts=5))
+    job.run_attempt("Failed", 1)
+    job.queue = queue(maxAttempts=2)
+    job.advance_to(job.status.next_attempt_at)
+    d = job.reconcile()
+    assert (d.status.state, d.status.max_attempts) == (Q, 2)
+
+
+def test_a_finished_job_keeps_the_max_attempts_it_ran_under():
+    job = dead_job()
+    assert job.status.max_attempts == 1
+    job.queue = queue(maxAttempts=9)
+    d = job.reconcile()
+    assert d.status == job.status and d.status.max_attempts == 1

@@ -35,7 +35,8 @@ def _settings(args: argparse.Namespace, conn: kubeconfig.Connection):
                                     lease_duration=parse_duration(args.leader_election_lease_duration).total_seconds(),
                                     renew_deadline=parse_duration(args.leader_election_renew_deadline).total_seconds(),
                                     retry_period=parse_duration(args.leader_election_retry_period).total_seconds())
-    return Settings(namespaces=args.watch_namespace or [], workers=args.workers, events=not args.no_events,
+    return Settings(namespaces=args.watch_namespace or [], workers=args.workers, pending_pods=args.max_pending_pods,
+                    events=not args.no_events,
                     http_host=args.http_host, http_port=None if args.http_port < 0 else args.http_port,
                     leader_election=election)
 
@@ -60,7 +61,11 @@ def _dev(args: argparse.Namespace) -> int:
 
 def _operator_flags(op: argparse.ArgumentParser) -> None:
     op.add_argument("--watch-namespace", action="append", help="watch only this namespace (repeatable)")
-    op.add_argument("--workers", type=int, default=16, help="parallel reconciles (default 16)")
+    op.add_argument("--workers", type=int, default=64, help="parallel reconciles (default 64)")
+    op.add_argument("--max-pending-pods", type=int, default=200,
+                    help="once the scheduler finds no node for a queue's pods (a full cluster), at most this "
+                         "many of them wait for a node; the rest of the queue waits queued, in priority order "
+                         "(default 200; 0: no limit)")
     op.add_argument("--no-events", action="store_true", help="post no Kubernetes Events")
     op.add_argument("--log-level", default="warning", help="debug, info, warning (default) or error")
     op.add_argument("--http-port", type=int, default=8080,

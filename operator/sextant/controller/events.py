@@ -1,6 +1,12 @@
 """Kubernetes Events, one per transition, posted off the hot path: never awaited by a reconcile, rate-limited
-(a token bucket, like client-go's recorder) and with a bounded backlog, so that a burst of thousands of jobs
-spends the API server's capacity on the jobs rather than on their Events; what is dropped is counted."""
+and with a bounded backlog, so that a burst of thousands of jobs spends the API server's capacity on the jobs
+rather than on their Events.
+
+Two budgets (token buckets, like client-go's recorder): Warnings (failures, dead, timeouts, refusals) wait for
+a token of the larger one; Normal Events (queued, started, succeeded) get a small one and are dropped, not
+queued, when it is empty. A person reading `kubectl describe` sees every transition of a quiet system and every
+Warning of a busy one; a 10k burst does not pay one Event write per transition. Drops are counted
+(sextant_events_dropped_total)."""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ import socket
 import time
 from typing import Any
 
+from .. import metrics
 from ..lifecycle.transitions import Event
 from ..resources.common import format_time
 from ..kube import ApiError, Kube
@@ -17,16 +24,38 @@ from ..kube import ApiError, Kube
 log = logging.getLogger(__name__)
 
 
+class TokenBucket:
+    def __init__(self, qps: float, burst: int) -> None:
+        self.qps, self.burst = qps, burst
+        self._tokens, self._filled_at = float(burst), time.monotonic()
+
+    def _fill(self) -> None:
+        now = time.monotonic()
+        self._tokens = min(self.burst, self._tokens + (now - self._filled_at) * self.qps)
+        self._filled_at = now
+
+    def try_take(self) -> bool:
+        self._fill()
+        if self._tokens >= 1:
+            self._tokens -= 1
+            return True
+        return False
+
+    async def take(self) -> None:
+        while not self.try_take():
+            await asyncio.sleep((1 - self._tokens) / self.qps)
+
+
 class EventRecorder:
     def __init__(self, kube: Kube, now, enabled: bool = True, parallel: int = 4, backlog: int = 2000,
-                 qps: float = 25.0, burst: int = 100) -> None:
+                 qps: float = 25.0, burst: int = 100, normal_qps: float = 5.0, normal_burst: int = 100) -> None:
         self.kube = kube
         self.now = now
         self.enabled = enabled
         self.backlog = backlog
         self.dropped = 0
-        self.qps, self.burst = qps, burst
-        self._tokens, self._filled_at = float(burst), time.monotonic()
+        self._bucket = TokenBucket(qps, burst)  # every post takes one of these
+        self._normal = TokenBucket(normal_qps, normal_burst)  # and a Normal Event one of these first
         self._queue: asyncio.Queue[tuple[dict[str, Any], Event]] = asyncio.Queue()
         self._parallel = parallel
         self._instance = socket.gethostname()
@@ -38,8 +67,9 @@ class EventRecorder:
     def record(self, obj: dict[str, Any], event: Event) -> None:
         if not self.enabled:
             return
-        if self._queue.qsize() >= self.backlog:
+        if self._queue.qsize() >= self.backlog or (event.type == "Normal" and not self._normal.try_take()):
             self.dropped += 1  # under a burst the API server's capacity is better spent on jobs
+            metrics.EVENTS_DROPPED.labels(event.type).inc()
             return
         self._queue.put_nowait((obj, event))
 
@@ -49,21 +79,11 @@ class EventRecorder:
     async def _post_forever(self) -> None:
         while True:
             obj, event = await self._queue.get()
-            await self._token()
+            await self._bucket.take()
             try:
                 await self.kube.create(f"/api/v1/namespaces/{obj['metadata']['namespace']}/events", self._body(obj, event))
             except ApiError as exc:
                 log.debug("event not posted: %s", exc)
-
-    async def _token(self) -> None:
-        while True:
-            now = time.monotonic()
-            self._tokens = min(self.burst, self._tokens + (now - self._filled_at) * self.qps)
-            self._filled_at = now
-            if self._tokens >= 1:
-                self._tokens -= 1
-                return
-            await asyncio.sleep((1 - self._tokens) / self.qps)
 
     def _body(self, obj: dict[str, Any], event: Event) -> dict[str, Any]:
         meta = obj["metadata"]

@@ -66,13 +66,15 @@ class Informer:
                 delay = min(delay * 2, 10.0)
 
     async def _relist(self) -> str:
-        items, resource_version = await self.kube.list(self.path, self.params)
         seen: dict[Key, str] = {}
-        for obj in items:
-            key = key_of(obj)
-            seen[key] = obj["metadata"].get("resourceVersion", "")
-            if self._versions.get(key) != seen[key]:
-                self.on_change("upsert", trim(obj))
+        resource_version = ""
+        async for items, version in self.kube.pages(self.path, self.params):
+            for obj in items:
+                key = key_of(obj)
+                seen[key] = obj["metadata"].get("resourceVersion", "")
+                if self._versions.get(key) != seen[key]:
+                    self.on_change("upsert", trim(obj))
+            resource_version = version or resource_version
         for key in self._versions.keys() - seen.keys():
             namespace, name = key
             self.on_change("delete", {"metadata": {"namespace": namespace, "name": name}})

@@ -26,7 +26,7 @@ from .informer import Key, key_of
 from ..kube import ApiError, Kube, NotLeader
 from .pods import build_pod
 from .timers import Timers
-from .view import View, state_of
+from .view import View, is_slim, settled, state_of
 from .workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
@@ -64,7 +64,7 @@ def pod_path(namespace: str, name: str = "") -> str:
 
 class JobController:
     def __init__(self, kube: Kube, view: View, events: EventRecorder, timers: Timers, *,
-                 now: Callable[[], datetime] = utcnow, workers: int = 16) -> None:
+                 now: Callable[[], datetime] = utcnow, workers: int = 64, pending_pods: int | None = 200) -> None:
         self.kube = kube
         self.view = view
         self.events = events
@@ -73,6 +73,7 @@ class JobController:
         self.timers = timers
         self.queue = WorkQueue()
         self.workers = workers
+        self.pending_pods = pending_pods or None  # per queue: attempt pods waiting for a node (None: no limit)
         self.started = asyncio.Event()
         self.leading = asyncio.Event()  # only the leader reconciles; set at once without leader election
         self.leading.set()
@@ -157,14 +158,15 @@ class JobController:
             if key not in self.view.pods:
                 self.admission.forget(key)
             return
-        if self.admission.hold(key, queue, self.view.holds_slot(key)) and self.started.is_set():
+        if self.admission.hold(key, queue, self.view.holds_slot(key), self.view.placement(key)) \
+                and self.started.is_set():
             self._pump(queue)
 
     def _pump(self, queue: Key) -> None:
         spec = self.view.queues.get(queue)
         if spec is None:
             return
-        for granted in self.admission.take(queue, spec.concurrency):
+        for granted in self.admission.take(queue, spec.concurrency, self.pending_pods):
             self.queue.add(granted)
 
     # --- running --------------------------------------------------------------------------------------------
@@ -190,9 +192,7 @@ class JobController:
 
     def _needs_look(self, raw: dict[str, Any], key: Key) -> bool:
         """A finished job whose spec was already seen needs nothing at start (100k of them must be cheap)."""
-        status = raw.get("status") or {}
-        settled = state_of(raw) in FINISHED and status.get("observedGeneration") == raw["metadata"].get("generation")
-        return not settled or key in self.view.pods
+        return not settled(raw) or self.view.has_strays(key, raw)
 
     async def _work(self) -> None:
         while True:
@@ -210,12 +210,22 @@ class JobController:
                 self.queue.done(key)
 
     async def reconcile(self, key: Key) -> None:
-        job = self.view.snapshot(key)
+        raw = self.view.jobs.get(key)
+        if raw is not None and is_slim(raw):
+            if not self.view.has_strays(key, raw):
+                # Settled: the lifecycle rules have nothing left to decide (T.reconcile would change nothing);
+                # only retention runs. A slot reserved for it meanwhile (by a standby, say) is given back.
+                self.admission.withdraw(key)
+                self.admission.release(key)
+                self._refresh_slot(key)
+                self.timers.schedule(key, await self._retain(key, self.now()), self.queue.add)
+                return
+            raw = await self._full(key, raw)
+        job = self.view.snapshot(key, raw) if raw is not None else None
         if job is None:
             self.admission.forget(key)
             self.timers.schedule(key, None, self.queue.add)
             return
-        raw = self.view.jobs[key]
         obs = self.view.observations(key, job)
         now = self.now()
         decision = T.reconcile(job, obs, now)
@@ -226,7 +236,7 @@ class JobController:
                 qtime = parse_time(decision.status.queued_at) or now
                 self.admission.offer(key, queue, job.spec.priority, qtime.timestamp(),
                                      self.view.seen[key])  # a no-op when _line_up did it
-                for granted in self.admission.take(queue, obs.queue.concurrency):
+                for granted in self.admission.take(queue, obs.queue.concurrency, self.pending_pods):
                     if granted != key:
                         self.queue.add(granted)
             if key in self.admission.reserved:
@@ -245,6 +255,19 @@ class JobController:
         if applied and decision.status.state in FINISHED:
             wake = _earliest(wake, await self._retain(key, now))
         self.timers.schedule(key, wake, self.queue.add)
+
+    async def _full(self, key: Key, raw: dict[str, Any]) -> dict[str, Any] | None:
+        """The whole object behind a slim view copy (a status write needs all of it); None when it is gone."""
+        try:
+            full = await self.kube.get(job_path(key))
+        except ApiError as exc:
+            if exc.status == 404:
+                return None  # the watch brings the delete
+            raise
+        self.view.upsert_job(full)
+        if full["metadata"].get("resourceVersion") != raw["metadata"]["resourceVersion"]:
+            self.queue.add(key)  # it changed meanwhile: judge the newer version on the next look
+        return full
 
     # --- retention ------------------------------------------------------------------------------------------
     def _expiry(self, key: Key, raw: dict[str, Any]) -> retention.Expiry:
@@ -330,8 +353,8 @@ class JobController:
         return True
 
     async def _write_status(self, key: Key, raw: dict[str, Any], status: JobStatus) -> bool:
-        updated = await self.kube.replace_status(job_path(key), raw["metadata"]["resourceVersion"],
-                                                 status.model_dump(by_alias=True, mode="json"))
+        updated = await self.kube.replace_status(job_path(key), {"apiVersion": API_VERSION, "kind": "Job", **raw},
+                                                 status.model_dump(by_alias=True, mode="json", exclude_none=True))
         if updated is None:
             return False
         updated.setdefault("apiVersion", API_VERSION)

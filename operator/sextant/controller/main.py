@@ -26,7 +26,8 @@ log = logging.getLogger("sextant.operator")
 @dataclass
 class Settings:
     namespaces: list[str] = field(default_factory=list)  # empty: all namespaces
-    workers: int = 16
+    workers: int = 64  # an admission is 2 sequential writes; completions must not wait behind them
+    pending_pods: int = 200  # per queue, attempt pods waiting for a node (0: no limit); see admission.py
     events: bool = True
     http_host: str = "0.0.0.0"
     http_port: int | None = 8080  # health, readiness, metrics and the /v2 API; None: no server
@@ -57,7 +58,8 @@ class Operator:
         self.view = View()
         self.events = EventRecorder(self.kube, utcnow, enabled=self.settings.events)
         self.timers = Timers(utcnow)
-        self.jobs = JobController(self.kube, self.view, self.events, self.timers, workers=self.settings.workers)
+        self.jobs = JobController(self.kube, self.view, self.events, self.timers, workers=self.settings.workers,
+                                  pending_pods=self.settings.pending_pods)
         self.schedules = ScheduleController(self.kube, self.events, self.timers)
         if self.elector is not None:
             self.jobs.leading.clear()

@@ -136,6 +136,8 @@ def observe(pod: dict[str, Any]) -> PodObservation | None:
             started_at = parse_time(state["running"].get("startedAt"))
         elif "waiting" in state:
             message = message or state["waiting"].get("message") or state["waiting"].get("reason")
+    unschedulable = any(c.get("type") == "PodScheduled" and c.get("status") == "False"
+                        and c.get("reason") == "Unschedulable" for c in status.get("conditions") or [])
     return PodObservation(
         name=meta["name"],
         run=run,
@@ -146,4 +148,5 @@ def observe(pod: dict[str, Any]) -> PodObservation | None:
         message=message,
         deleting=bool(meta.get("deletionTimestamp")),
         started_at=started_at,
+        unschedulable=unschedulable and not spec.get("nodeName"),
     )

@@ -330,8 +330,8 @@ class ScheduleController:
         return False
 
     async def _write_status(self, key: Key, raw: dict[str, Any], status: ScheduleStatus) -> bool:
-        updated = await self.kube.replace_status(schedule_path(key), raw["metadata"]["resourceVersion"],
-                                                 status.model_dump(by_alias=True, mode="json"))
+        updated = await self.kube.replace_status(schedule_path(key), {"apiVersion": API_VERSION, "kind": KIND, **raw},
+                                                 status.model_dump(by_alias=True, mode="json", exclude_none=True))
         if updated is None:
             return False
         updated.setdefault("apiVersion", API_VERSION)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import sys
 from collections import OrderedDict, defaultdict
 from datetime import datetime
 from typing import Any
@@ -18,6 +19,7 @@ from ..resources.common import parse_time
 from ..resources.handler import HandlerSpec
 from ..resources.job import JobSpec, JobStatus, State
 from ..resources.queue import QueueSpec
+from .admission import Placement
 from .informer import Key, key_of
 from .pods import LABEL_JOB, LABEL_RUN, observe
 
@@ -61,6 +63,50 @@ class Versions:
                 self._gone.popitem(last=False)
 
 
+SLIM = "sextant.dev/slim"  # marks a view copy that keeps only what settled, finished jobs are read for
+
+
+def settled(raw: dict[str, Any]) -> bool:
+    """Finished, and its spec already acted upon: only retention and counting read it until the next change."""
+    status = raw.get("status") or {}
+    return state_of(raw) in FINISHED and status.get("observedGeneration") == raw["metadata"].get("generation")
+
+
+def slim(raw: dict[str, Any]) -> dict[str, Any]:
+    """A settled job as the view keeps it: about a fifth of the object, so that 100k finished jobs fit in a small
+    operator. The timeline, payload and conditions are left out: whoever needs them (a reconcile that may write
+    status, the HTTP API) reads the object from the API server. Repeated strings are interned."""
+    meta, spec, status = raw["metadata"], raw.get("spec") or {}, raw.get("status") or {}
+    labels = meta.get("labels") or {}
+    return {
+        SLIM: True,
+        "apiVersion": sys.intern(raw.get("apiVersion", "")),
+        "kind": sys.intern(raw.get("kind", "")),
+        "metadata": {
+            "name": meta["name"],
+            "namespace": sys.intern(meta.get("namespace", "")),
+            "uid": meta.get("uid", ""),
+            "resourceVersion": meta.get("resourceVersion", ""),
+            "generation": meta.get("generation", 1),
+            "creationTimestamp": meta.get("creationTimestamp"),
+            **({"labels": labels} if labels else {}),
+        },
+        "spec": {k: sys.intern(v) if isinstance(v, str) else v for k, v in spec.items()
+                 if k in ("queue", "handler", "idempotencyKey", "priority")},
+        "status": {
+            "state": sys.intern(status["state"]),
+            "run": status.get("run", 0),
+            "finishedAt": status.get("finishedAt"),
+            "observedGeneration": status.get("observedGeneration"),
+            **({"duplicateOf": status["duplicateOf"]} if status.get("duplicateOf") else {}),
+        },
+    }
+
+
+def is_slim(raw: dict[str, Any]) -> bool:
+    return SLIM in raw
+
+
 def state_of(raw: dict[str, Any]) -> State | None:
     value = (raw.get("status") or {}).get("state")
     try:
@@ -100,7 +146,7 @@ class View:
             if idem:
                 created = parse_time(raw["metadata"].get("creationTimestamp"))
                 self.by_idempotency_key[(key[0], idem)][key[1]] = created
-        self.jobs[key] = raw
+        self.jobs[key] = slim(raw) if settled(raw) else raw
         if state_of(raw) not in FINISHED:
             ns = key[0]
             spec = raw.get("spec") or {}
@@ -181,10 +227,9 @@ class View:
         return (meta.get("namespace", ""), name) if name else None
 
     # --- reading -------------------------------------------------------------------------------------------
-    def snapshot(self, key: Key) -> JobSnapshot | None:
-        raw = self.jobs.get(key)
-        if raw is None:
-            return None
+    @staticmethod
+    def snapshot(key: Key, raw: dict[str, Any]) -> JobSnapshot | None:
+        """The lifecycle's reading of a full job object (never of a slim copy)."""
         meta = raw["metadata"]
         try:
             spec = JobSpec.model_validate(raw.get("spec") or {})
@@ -214,7 +259,13 @@ class View:
         holders = self.by_idempotency_key.get((key[0], job.spec.idempotency_key), {})
         if len(holders) < 2:
             return None
-        return claimant(((created, name) for name, created in holders.items()), job.created_at, job.name)
+        return claimant(((created, self._undecided((key[0], name)), name) for name, created in holders.items()),
+                        job.created_at, job.name)
+
+    def _undecided(self, key: Key) -> bool:
+        """Not yet let run by the operator: no state yet, or itself a duplicate."""
+        status = (self.jobs.get(key) or {}).get("status") or {}
+        return not status.get("state") or bool(status.get("duplicateOf"))
 
     def _heartbeat(self, key: Key, run: int, pods: dict[int, PodObservation],
                    handler: HandlerSpec | None) -> datetime | None:
@@ -229,7 +280,19 @@ class View:
         signs = [t for t in (self.leases.get(key, {}).get(run), pod.started_at if pod else None) if t is not None]
         return max(signs) if signs else None
 
+    def has_strays(self, key: Key, raw: dict[str, Any]) -> bool:
+        """Pods of runs the status does not know (an operator stopped between creating a pod and recording it)."""
+        run = (raw.get("status") or {}).get("run", 0)
+        return any(r > run for r in self.pods.get(key, {}))
+
     def holds_slot(self, key: Key) -> bool:
         raw = self.jobs.get(key)
         running = raw is not None and state_of(raw) == State.RUNNING
         return running or any(p.alive for p in self.pods.get(key, {}).values())
+
+    def placement(self, key: Key) -> Placement:
+        """Whether the job's live pod waits for a node: BOUND (or no such pod), PENDING, or UNSCHEDULABLE."""
+        waiting = [p for p in self.pods.get(key, {}).values() if p.node is None and not p.finished and not p.deleting]
+        if not waiting:
+            return Placement.BOUND
+        return Placement.UNSCHEDULABLE if any(p.unschedulable for p in waiting) else Placement.PENDING

@@ -34,6 +34,7 @@ from pydantic import ValidationError
 
 from .. import inputs
 from ..client import Client, ClientError, refusal_message
+from ..controller.view import is_slim
 from ..kube import ApiError, Kube
 from ..queuestats import queue_stats
 from ..resources import GROUP, VERSION
@@ -204,16 +205,19 @@ class Api:
     async def _read_job(self, ns: str, name: str) -> dict[str, Any]:
         if self._view_serves(ns):
             raw = self.view.jobs.get((ns, name))
-            if raw is not None:
+            if raw is not None and not is_slim(raw):  # a slim copy has no timeline: ask the API server
                 return raw
         try:
             return await self.kube.get(self._path(ns, name=name))
         except ApiError as exc:
             raise self._upstream(exc, ns, name) from None
 
-    async def _read_jobs(self, ns: str) -> list[dict[str, Any]]:
+    async def _read_jobs(self, ns: str, whole: bool = True) -> list[dict[str, Any]]:
+        """The namespace's jobs; whole=False: slim copies of finished jobs will do (state, queue, times)."""
         if self._view_serves(ns):
-            return [raw for (n, _), raw in list(self.view.jobs.items()) if n == ns]
+            jobs = [raw for (n, _), raw in list(self.view.jobs.items()) if n == ns]
+            if not whole or not any(is_slim(raw) for raw in jobs):
+                return jobs
         try:
             items, _ = await self.kube.list(self._path(ns))
         except ApiError as exc:
@@ -325,7 +329,7 @@ class Api:
             queue_objects, _ = await self.kube.list(self._path(ns, "queues"))
         except ApiError as exc:
             raise self._upstream(exc, ns) from None
-        stats = queue_stats(queue_objects, await self._read_jobs(ns))
+        stats = queue_stats(queue_objects, await self._read_jobs(ns, whole=False))
         now = self.now()
         return _json(models.dump(models.QueueList(items=[models.queue_out(s, now) for s in stats])))
 

@@ -42,6 +42,7 @@ class PodObservation:
     message: str | None = None
     deleting: bool = False
     started_at: datetime | None = None  # when the handler container started
+    unschedulable: bool = False  # the scheduler found no node for it (PodScheduled False, Unschedulable)
 
     @property
     def finished(self) -> bool:

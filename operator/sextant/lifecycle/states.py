@@ -23,7 +23,7 @@ ALLOWED: dict[State | None, frozenset[State]] = {
     SCHEDULED: frozenset({QUEUED, CANCELLED}),
     QUEUED: frozenset({RUNNING, CANCELLED}),
     RUNNING: frozenset({SUCCEEDED, FAILED, DEAD, CANCELLED}),
-    FAILED: frozenset({QUEUED, CANCELLED}),
+    FAILED: frozenset({QUEUED, DEAD, CANCELLED}),  # dead: the queue's maxAttempts was lowered meanwhile
     DEAD: frozenset({QUEUED}),
     SUCCEEDED: frozenset(),
     CANCELLED: frozenset(),

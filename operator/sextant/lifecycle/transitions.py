@@ -16,7 +16,8 @@ from ..resources.job import Attempt, JobSpec, JobStatus, State, cancel_wanted
 from ..resources.queue import QueueSpec
 from . import attempts as A
 from .backoff import backoff_delay, jitter_sample
-from .states import CANCELLED, DEAD, FAILED, QUEUED, RUNNING, SCHEDULED, SUCCEEDED, cancel_refusal, retry_refusal
+from .states import (CANCELLED, DEAD, FAILED, FINISHED, QUEUED, RUNNING, SCHEDULED, SUCCEEDED, cancel_refusal,
+                     retry_refusal)
 
 # How long past its grace period a stopping pod may linger before it is force-deleted.
 FORCE_DELETE_AFTER = timedelta(seconds=5)
@@ -165,7 +166,7 @@ class _Step:
 def reconcile(job: JobSnapshot, obs: Observations, now: datetime) -> Decision:
     """Everything that moves a job except taking a queue slot (see admit)."""
     s = _Step(job, obs, now)
-    if obs.queue is not None:
+    if obs.queue is not None and s.status.state not in FINISHED:  # a finished job keeps the limit it ran under
         s.status.max_attempts = obs.queue.max_attempts
     if s.status.state is None:
         _first_sight(s)
@@ -297,6 +298,11 @@ def _blocked(s: _Step) -> None:
 
 def _wait_until_runnable(s: _Step) -> None:
     st = s.status
+    if st.state == FAILED and st.max_attempts is not None and st.attempt >= st.max_attempts:
+        # The queue's maxAttempts was lowered during the backoff: the attempts are exhausted now.
+        s.finish(DEAD, "Dead", f"attempt {st.attempt} of {st.max_attempts} failed; attempts exhausted "
+                 "(the queue's maxAttempts was lowered)", warning=True)
+        return
     due = parse_time(st.next_attempt_at)
     if due is None or due <= s.now:
         s.queued(due or s.now, "Queued", "runnable, waiting for a slot in queue " + s.job.spec.queue)

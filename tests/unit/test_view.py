@@ -1,0 +1,155 @@
+"""The operator's in-memory view: which finished jobs it keeps slim, and what a slim copy still answers."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from sextant.controller.admission import Placement
+from sextant.controller.pods import LABEL_JOB, LABEL_RUN
+from sextant.controller.view import View, is_slim, settled, slim, state_of
+from sextant.resources.job import State
+
+
+def job(state: str | None, *, generation: int = 1, observed: int | None = 1, rv: str = "10",
+        name: str = "job-a") -> dict[str, Any]:
+    raw: dict[str, Any] = {
+        "apiVersion": "sextant.dev/v1alpha1", "kind": "Job",
+        "metadata": {"name": name, "namespace": "shop", "uid": "u-1", "resourceVersion": rv,
+                     "generation": generation, "creationTimestamp": "2026-03-01T12:00:00Z",
+                     "labels": {"sextant.dev/schedule": "nightly"}},
+        "spec": {"queue": "emails", "handler": "send", "payload": {"to": "a@example.com"},
+                 "idempotencyKey": "k-1", "priority": 3},
+        "status": {},
+    }
+    if state is not None:
+        raw["status"] = {"state": state, "run": 2, "attempt": 2, "finishedAt": "2026-03-01T12:01:00Z",
+                         "observedGeneration": observed, "message": "done",
+                         "attempts": [{"attempt": 1, "run": 1, "pod": f"{name}-1", "result": "failed"},
+                                      {"attempt": 2, "run": 2, "pod": f"{name}-2", "result": "succeeded"}],
+                         "conditions": [{"type": "Succeeded", "status": "True"}]}
+    return raw
+
+
+def pod(job_name: str, run: int) -> dict[str, Any]:
+    return {"metadata": {"name": f"{job_name}-{run}", "namespace": "shop", "resourceVersion": "5",
+                         "labels": {LABEL_JOB: job_name, LABEL_RUN: str(run)}},
+            "spec": {"containers": [{"name": "handler"}]}, "status": {"phase": "Succeeded"}}
+
+
+@pytest.mark.parametrize("state,generation,observed,expected", [
+    ("succeeded", 1, 1, True),
+    ("dead", 1, 1, True),
+    ("cancelled", 3, 3, True),
+    ("succeeded", 2, 1, False),  # a spec change (a retry) not yet acted upon
+    ("failed", 1, 1, False),  # waits for its next attempt
+    ("running", 1, 1, False),
+    ("queued", 1, 1, False),
+    ("scheduled", 1, 1, False),
+    (None, 1, None, False),
+])
+def test_only_finished_jobs_whose_spec_was_acted_upon_are_settled(state, generation, observed, expected):
+    assert settled(job(state, generation=generation, observed=observed)) is expected
+
+
+def test_the_view_keeps_settled_jobs_slim_and_the_rest_whole():
+    view = View()
+    running, done = job("running", name="job-r"), job("succeeded", name="job-s")
+    view.upsert_job(copy.deepcopy(running))
+    view.upsert_job(copy.deepcopy(done))
+    assert view.jobs[("shop", "job-r")] == running and not is_slim(view.jobs[("shop", "job-r")])
+    kept = view.jobs[("shop", "job-s")]
+    assert is_slim(kept) and "attempts" not in kept["status"] and "payload" not in kept["spec"]
+
+
+def test_a_slim_copy_answers_what_retention_counting_and_events_read():
+    kept = slim(job("succeeded"))
+    assert state_of(kept) == State.SUCCEEDED and settled(kept)
+    assert kept["status"] == {"state": "succeeded", "run": 2, "finishedAt": "2026-03-01T12:01:00Z",
+                              "observedGeneration": 1}
+    assert kept["spec"] == {"queue": "emails", "handler": "send", "idempotencyKey": "k-1", "priority": 3}
+    meta = kept["metadata"]
+    assert (meta["uid"], meta["resourceVersion"], meta["generation"], meta["labels"]) == \
+        ("u-1", "10", 1, {"sextant.dev/schedule": "nightly"})
+    assert (kept["apiVersion"], kept["kind"]) == ("sextant.dev/v1alpha1", "Job")
+
+
+def test_a_retried_job_is_whole_again_and_an_older_copy_never_replaces_it():
+    view = View()
+    view.upsert_job(job("dead", rv="10"))
+    retried = job("dead", generation=2, observed=1, rv="11")
+    assert view.upsert_job(copy.deepcopy(retried))
+    assert view.jobs[("shop", "job-a")] == retried
+    assert not view.upsert_job(job("dead", rv="10"))
+    assert view.jobs[("shop", "job-a")] == retried
+
+
+def test_strays_are_pods_of_runs_the_status_does_not_know():
+    view = View()
+    view.upsert_job(job("succeeded"))
+    key, kept = ("shop", "job-a"), view.jobs[("shop", "job-a")]
+    view.upsert_pod(pod("job-a", 2))
+    assert not view.has_strays(key, kept)  # the attempt the status recorded
+    view.upsert_pod(pod("job-a", 3))
+    assert view.has_strays(key, kept)
+
+
+def test_the_idempotency_index_survives_slimming():
+    view = View()
+    view.upsert_job(job("succeeded", name="job-a"))
+    assert set(view.by_idempotency_key[("shop", "k-1")]) == {"job-a"}
+    view.delete_job(job("succeeded", name="job-a"))
+    assert ("shop", "k-1") not in view.by_idempotency_key
+
+
+def scheduled(raw: dict[str, Any], node: str | None = None, unschedulable: bool = False) -> dict[str, Any]:
+    raw = copy.deepcopy(raw)
+    raw["status"] = {"phase": "Pending"}
+    if node:
+        raw["spec"]["nodeName"] = node
+    if unschedulable:
+        raw["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                        "message": "0/20 nodes are available: 20 Too many pods."}]
+    return raw
+
+
+@pytest.mark.parametrize("node,unschedulable,expected", [
+    (None, False, Placement.PENDING),
+    (None, True, Placement.UNSCHEDULABLE),
+    ("node-1", False, Placement.BOUND),
+    ("node-1", True, Placement.BOUND),  # bound after an unschedulable spell: the condition is stale
+])
+def test_placement_reads_the_schedulers_verdict(node, unschedulable, expected):
+    view = View()
+    view.upsert_job(job("running"))
+    view.upsert_pod(scheduled(pod("job-a", 2), node, unschedulable))
+    assert view.placement(("shop", "job-a")) is expected
+
+
+def test_a_job_without_live_pods_waits_for_no_node():
+    view = View()
+    view.upsert_job(job("succeeded"))
+    view.upsert_pod(pod("job-a", 2))  # Succeeded, never bound (as a pod can fail admission)
+    assert view.placement(("shop", "job-a")) is Placement.BOUND
+
+
+def test_of_two_jobs_created_in_the_same_second_the_one_already_run_keeps_its_key():
+    view = View()
+    first = job("succeeded", name="job-first")
+    copy_ = job(None, name="job-copy", observed=None)
+    view.upsert_job(first)
+    view.upsert_job(copy_)
+    snap = View.snapshot(("shop", "job-copy"), copy_)
+    assert view._duplicate_of(("shop", "job-copy"), snap) == "job-first"
+
+
+def test_of_two_undecided_jobs_created_in_the_same_second_the_first_name_holds_the_key():
+    view = View()
+    view.upsert_job(job(None, name="job-b", observed=None))
+    view.upsert_job(job(None, name="job-a", observed=None))
+    assert view._duplicate_of(("shop", "job-b"), View.snapshot(("shop", "job-b"), view.jobs[("shop", "job-b")])) \
+        == "job-a"
+    assert view._duplicate_of(("shop", "job-a"), View.snapshot(("shop", "job-a"), view.jobs[("shop", "job-a")])) \
+        is None
