@@ -1,4 +1,5 @@
-"""The async Kubernetes client of the operator, the runner and `sextant dev`: JSON in, JSON out, retries, counters."""
+"""The async Kubernetes client of the operator, the runner, `sextant dev` and the local node agent: JSON in, JSON out,
+retries, counters."""
 
 from __future__ import annotations
 

@@ -75,6 +75,17 @@ class Operator:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
 
+def token_kubeconfig(cluster: Any, token: str, path: Path) -> Path:
+    """A kubeconfig for the cluster's server that authenticates with a bearer token (a service account's)."""
+    server = yaml.safe_load(cluster.kubeconfig.read_text())["clusters"][0]
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "clusters": [server],
+        "users": [{"name": "sa", "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": server["name"], "user": "sa"}}],
+        "current-context": "sa"}))
+    return path
+
+
 def queue(name: str, **spec: Any) -> dict[str, Any]:
     return {"apiVersion": "sextant.dev/v1alpha1", "kind": "Queue", "metadata": {"name": name}, "spec": spec}
 

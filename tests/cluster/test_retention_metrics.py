@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.harness import wait_for
 
-from .support import Operator, apply, get_json, handler, job, jobs, queue, status, wait_state
+from .support import Operator, apply, get_json, handler, job, jobs, queue, status, token_kubeconfig, wait_state
 
 FAST = {"backoff": {"policy": "fixed", "initial": "200ms"}}
 EXIT = "sextant.dev/test-exit-code"
@@ -148,14 +148,7 @@ def test_readiness_waits_for_the_watches(cluster, namespace, crds, tmp_path_fact
     ]
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(objects))
     token = cluster.kubectl("create", "token", "op", "-n", namespace).stdout.strip()
-    admin = yaml.safe_load(cluster.kubeconfig.read_text())
-    server_cluster = admin["clusters"][0]
-    kubeconfig = tmp_path_factory.mktemp("sa") / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "clusters": [server_cluster],
-        "users": [{"name": "op", "user": {"token": token}}],
-        "contexts": [{"name": "op", "context": {"cluster": server_cluster["name"], "user": "op"}}],
-        "current-context": "op"}))
+    kubeconfig = token_kubeconfig(cluster, token, tmp_path_factory.mktemp("sa") / "kubeconfig")
     op = Operator(kubeconfig, namespace, tmp_path_factory.mktemp("oplog"))
     op.start()
     try:

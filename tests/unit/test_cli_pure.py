@@ -232,3 +232,27 @@ def test_bad_command_lines_fail_before_any_request(argv, words, code, capsys, mo
         got = exc.code
     err = capsys.readouterr().err
     assert got == code and words in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("flags,expected", [
+    (["--http-tls-cert", "/x/tls.crt"], "--http-tls-cert and --http-tls-key go together"),
+    (["--http-tls-key", "/x/tls.key"], "--http-tls-cert and --http-tls-key go together"),
+    (["--http-tls-cert", "/nonexistent/tls.crt", "--http-tls-key", "/nonexistent/tls.key"],
+     "--http-tls-cert/--http-tls-key: cannot use /nonexistent/tls.crt and /nonexistent/tls.key"),
+])
+def test_bad_tls_flags_stop_the_operator_before_it_starts(flags, expected, capsys):
+    from sextant.cli.main import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["operator", *flags])
+    assert exit_.value.code == 2 and expected in capsys.readouterr().err
+
+
+def test_a_key_that_does_not_match_is_refused(tmp_path, capsys):
+    from sextant.cli.main import main
+
+    not_a_pair = tmp_path / "tls.crt"
+    not_a_pair.write_text("-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n")
+    with pytest.raises(SystemExit) as exit_:
+        main(["operator", "--http-tls-cert", str(not_a_pair), "--http-tls-key", str(not_a_pair)])
+    assert exit_.value.code == 2 and f"cannot use {not_a_pair}" in capsys.readouterr().err

@@ -81,11 +81,15 @@ user's, the operator writes only jobs/status.
 - apiGroups: [sextant.dev]
   resources: [jobs]
   verbs: [create, delete]
-# The status subresources it owns: a Job's lifecycle (one merge patch per transition) and a Schedule's last and next
-# run times.
+# A Job's status, its lifecycle: one optimistic update of the status per transition, and a patch of
+# status.cancelRequested when a Schedule's Replace policy cancels a run. A write of /status changes only the status.
 - apiGroups: [sextant.dev]
-  resources: [jobs/status, schedules/status]
-  verbs: [patch]
+  resources: [jobs/status]
+  verbs: [update, patch]
+# A Schedule's status: its last and next run times, one optimistic update per change.
+- apiGroups: [sextant.dev]
+  resources: [schedules/status]
+  verbs: [update]
 # Attempt pods: each attempt is one pod, created from its Handler's template, watched (label-selected:
 # sextant.dev/job) to see how it ends, and deleted on cancel, timeout or lease expiry. No update or patch.
 - apiGroups: [""]

@@ -38,6 +38,7 @@ def _settings(args: argparse.Namespace, conn: kubeconfig.Connection):
     return Settings(namespaces=args.watch_namespace or [], workers=args.workers, pending_pods=args.max_pending_pods,
                     events=not args.no_events,
                     http_host=args.http_host, http_port=None if args.http_port < 0 else args.http_port,
+                    http_tls=(args.http_tls_cert, args.http_tls_key) if args.http_tls_cert else None,
                     leader_election=election)
 
 
@@ -71,6 +72,9 @@ def _operator_flags(op: argparse.ArgumentParser) -> None:
     op.add_argument("--http-port", type=int, default=8080,
                     help="port of health, readiness, metrics and the /v2 API (default 8080; -1: none)")
     op.add_argument("--http-host", default="0.0.0.0", help="address to listen on (default all)")
+    op.add_argument("--http-tls-cert", help="serve HTTPS with this PEM certificate (chain); with --http-tls-key. "
+                                            "Read again when the file changes")
+    op.add_argument("--http-tls-key", help="the certificate's PEM private key")
     op.add_argument("--leader-elect", action="store_true",
                     help="run as one of several replicas: only the holder of a Lease acts (see docs/ha.md)")
     op.add_argument("--leader-election-namespace", help="the Lease's namespace (default: $POD_NAMESPACE, "
@@ -117,13 +121,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _tls_problem(cert: str | None, key: str | None) -> str | None:
+    """What is wrong with the HTTPS flags, checked before anything starts; None when nothing is."""
+    if not cert and not key:
+        return None
+    if not cert or not key:
+        return "--http-tls-cert and --http-tls-key go together: give both or neither"
+    import ssl
+
+    from ..http.server import ServingCertificate
+
+    try:
+        ServingCertificate(cert, key)
+    except (OSError, ssl.SSLError) as exc:
+        return f"--http-tls-cert/--http-tls-key: cannot use {cert} and {key}: {exc}"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["run"]:  # the pod entrypoint: everything after `--` is the handler's command, untouched
         from ..runner.run import main as run_main
 
         return run_main(argv[1:])
-    args = build_parser().parse_args(argv)  # bad usage: argparse prints it and exits 2
+    parser = build_parser()
+    args = parser.parse_args(argv)  # bad usage: argparse prints it and exits 2
+    problem = _tls_problem(getattr(args, "http_tls_cert", None), getattr(args, "http_tls_key", None))
+    if problem:
+        parser.error(problem)
     if getattr(args, "cli", False):
         return _run_command(args)
     try:

@@ -31,6 +31,7 @@ class Settings:
     events: bool = True
     http_host: str = "0.0.0.0"
     http_port: int | None = 8080  # health, readiness, metrics and the /v2 API; None: no server
+    http_tls: tuple[str, str] | None = None  # (certificate, key) files: serve HTTPS
     leader_election: ElectionSettings | None = None  # None: this replica acts alone
 
 
@@ -127,10 +128,11 @@ class Operator:
         web_runner = None
         if self.settings.http_port is not None:
             from ..http.api import routes
-            from ..http.server import build_app, serve
+            from ..http.server import ServingCertificate, build_app, serve
 
+            tls = ServingCertificate(*self.settings.http_tls) if self.settings.http_tls else None
             web_runner = await serve(build_app(lambda: self.ready, self.metrics, routes(self), self.role),
-                                     self.settings.http_host, self.settings.http_port)
+                                     self.settings.http_host, self.settings.http_port, tls)
         tasks = [asyncio.create_task(i.run(), name=f"informer {i.name}") for i in self.informers]
         tasks.append(asyncio.create_task(self.events.run(), name="events"))
         tasks.append(asyncio.create_task(self.timers.run(), name="timers"))

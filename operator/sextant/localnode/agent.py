@@ -15,7 +15,7 @@ from typing import Any
 import aiohttp
 
 from .. import kubeconfig as kubeconfig_module
-from .client import Api, ApiError, Gone
+from ..kube import ApiError, Gone, Kube
 from .logs import KubeletServer, self_signed_certificate
 from .pods import PodRunner, now, reap_leftovers
 
@@ -85,7 +85,7 @@ class LocalNode:
         self.pods: dict[str, PodRunner] = {}  # uid → runner
         self.ready = threading.Event()  # set once the Node is registered and the pod watch has listed
         self.error: BaseException | None = None
-        self.api: Api
+        self.api: Kube
         self.base_env = self._base_env()
         self._ready_since = now()
         self._node_uid: str | None = None
@@ -118,7 +118,7 @@ class LocalNode:
             self._stop.set()
         self.workdir.mkdir(parents=True, exist_ok=True)
         reap_leftovers(self.workdir)
-        self.api = Api(kubeconfig_module.load(self.kubeconfig, self.context))
+        self.api = Kube(kubeconfig_module.load(self.kubeconfig, self.context), user_agent="sextant-localnode")
         tasks: list[asyncio.Task[None]] = []
         try:
             if self.serve_logs:
@@ -331,10 +331,9 @@ class LocalNode:
         path = "/api/v1/pods"
         selector = f"spec.nodeName={self.name}"
         while True:
-            pods = await self.api.get(path, fieldSelector=selector)
-            version = pods["metadata"]["resourceVersion"]
+            items, version = await self.api.list(path, {"fieldSelector": selector})
             present = set()
-            for pod in pods.get("items") or []:
+            for pod in items:
                 present.add(pod["metadata"]["uid"])
                 self._observe(pod)
             for uid in [u for u in self.pods if u not in present]:
@@ -342,12 +341,11 @@ class LocalNode:
             listed.set()
             while True:
                 try:
-                    async for event in self.api.watch(path, version, fieldSelector=selector):
-                        obj = event.get("object") or {}
+                    async for event_type, obj in self.api.watch(path, version, {"fieldSelector": selector}):
                         version = obj.get("metadata", {}).get("resourceVersion") or version
-                        if event["type"] == "BOOKMARK":
+                        if event_type == "BOOKMARK":
                             continue
-                        if event["type"] == "DELETED":
+                        if event_type == "DELETED":
                             runner = self.pods.pop(obj["metadata"]["uid"], None)
                             if runner is not None:
                                 runner.vanish()

@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .client import ApiError
+from ..kube import ApiError
 from .logs import log_path
 
 if TYPE_CHECKING:
@@ -417,7 +417,7 @@ class PodRunner:
         if self.gone:
             return
         try:
-            await self.node.api.delete(self.path, {"gracePeriodSeconds": 0, "preconditions": {"uid": self.uid}})
+            await self.node.api.delete(self.path, 0, {"uid": self.uid})
             log.info("pod %s/%s: deleted", self.namespace, self.name)
         except ApiError as exc:
             if exc.status not in (404, 409):
