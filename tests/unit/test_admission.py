@@ -18,6 +18,12 @@ def line_up(admission: Admission, count: int, priority: int = 0) -> None:
         admission.offer(job(n), Q, priority, 1000.0 + n, n)
 
 
+def started(admission: Admission, key: tuple[str, str], placement: Placement) -> None:
+    """The granted job's pod now exists: the reservation ends, and the pod's placement counts."""
+    admission.release(key)
+    admission.hold(key, Q, True, placement)
+
+
 def test_concurrency_bounds_the_holders_and_order_is_priority_then_fifo():
     admission = Admission()
     line_up(admission, 3)
@@ -32,8 +38,7 @@ def test_while_pods_find_nodes_the_pending_limit_holds_nothing_back():
     granted = admission.take(Q, 100, pending_limit=2)
     assert len(granted) == 5
     for key in granted:
-        admission.release(key)
-        admission.hold(key, Q, True, PENDING)
+        started(admission, key, PENDING)
     assert admission.pending(Q) == 5
 
 
@@ -43,8 +48,7 @@ def test_a_full_cluster_holds_the_line_until_the_scheduler_places_a_pod():
     granted = admission.take(Q, 3, pending_limit=2)
     assert len(granted) == 3  # nothing unschedulable yet: the limit does not apply
     for key in granted:
-        admission.release(key)
-        admission.hold(key, Q, True, PENDING)
+        started(admission, key, PENDING)
     admission.hold(granted[0], Q, True, UNSCHEDULABLE)  # the scheduler found no node: the cluster is full
     assert admission.full(Q, 2) and not admission.full(Q, None)
     assert admission.take(Q, 100, pending_limit=2) == []
@@ -60,8 +64,7 @@ def test_once_no_pod_is_unschedulable_the_gate_opens():
     admission = Admission()
     line_up(admission, 4)
     [first] = admission.take(Q, 1)
-    admission.release(first)
-    admission.hold(first, Q, True, UNSCHEDULABLE)
+    started(admission, first, UNSCHEDULABLE)
     assert admission.full(Q, 1)
     assert admission.hold(first, Q, True, BOUND)
     assert not admission.full(Q, 1)
@@ -72,8 +75,7 @@ def test_a_finished_pending_pod_frees_both_its_slot_and_its_pending_place():
     admission = Admission()
     line_up(admission, 2)
     [first] = admission.take(Q, 1, pending_limit=1)
-    admission.release(first)
-    admission.hold(first, Q, True, UNSCHEDULABLE)
+    started(admission, first, UNSCHEDULABLE)
     assert admission.hold(first, Q, False)
     assert (admission.running(Q), admission.pending(Q), admission.full(Q, 1)) == (0, 0, False)
     assert admission.take(Q, 1, pending_limit=1) == [job(1)]
@@ -89,7 +91,6 @@ def test_forget_drops_a_job_from_every_count():
     admission = Admission()
     line_up(admission, 1)
     [first] = admission.take(Q, 1, pending_limit=1)
-    admission.release(first)
-    admission.hold(first, Q, True, UNSCHEDULABLE)
+    started(admission, first, UNSCHEDULABLE)
     admission.forget(first)
     assert (admission.running(Q), admission.pending(Q), admission.full(Q, 0)) == (0, 0, False)

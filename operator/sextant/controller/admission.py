@@ -105,8 +105,6 @@ class Admission:
     def forget(self, job: Key) -> None:
         self.release(job)
         self.withdraw(job)
-        queue = self._holder_queue.pop(job, None)
+        queue = self._holder_queue.get(job)
         if queue is not None:
-            self._holders[queue].discard(job)
-            self._pending[queue].discard(job)
-            self._unschedulable[queue].discard(job)
+            self.hold(job, queue, False)

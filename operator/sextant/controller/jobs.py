@@ -64,7 +64,7 @@ def pod_path(namespace: str, name: str = "") -> str:
 
 class JobController:
     def __init__(self, kube: Kube, view: View, events: EventRecorder, timers: Timers, *,
-                 now: Callable[[], datetime] = utcnow, workers: int = 64, pending_pods: int | None = 200) -> None:
+                 workers: int, pending_pods: int, now: Callable[[], datetime] = utcnow) -> None:
         self.kube = kube
         self.view = view
         self.events = events
