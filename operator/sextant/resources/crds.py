@@ -121,6 +121,8 @@ RESOURCES: list[dict[str, Any]] = [
         "module": job,
         "model": job.Job,
         "doc": "A unit of work: a handler, a queue, a JSON payload and a time to run; status is its lifecycle.",
+        # A worker watches only the jobs assigned to it: ?fieldSelector=status.worker=NAME (docs/workers.md).
+        "selectable": [{"jsonPath": ".status.worker"}],
         "root_rules": [_NAME_FITS_A_LABEL, _RETRY_ONLY_FAILED_OR_DEAD, _CANCEL_ONLY_UNFINISHED],
         "columns": [
             {"name": "State", "type": "string", "jsonPath": ".status.state"},
@@ -146,9 +148,10 @@ RESOURCES: list[dict[str, Any]] = [
     {
         "module": handler,
         "model": handler.Handler,
-        "doc": "How a handler runs: the pod template of its attempts.",
+        "doc": "How a handler runs: the pod template of its attempts, or on workers.",
         "columns": [
             {"name": "Image", "type": "string", "jsonPath": ".spec.template.spec.containers[0].image"},
+            {"name": "Command", "type": "string", "priority": 1, "jsonPath": ".spec.worker.command"},
             _AGE,
         ],
     },
@@ -195,6 +198,7 @@ def crd(entry: dict[str, Any]) -> dict[str, Any]:
                     "storage": True,
                     "subresources": {"status": {}},
                     "additionalPrinterColumns": entry["columns"],
+                    **({"selectableFields": entry["selectable"]} if "selectable" in entry else {}),
                     "schema": {"openAPIV3Schema": schema},
                 }
             ],

@@ -1,4 +1,4 @@
-"""Handler: how the code that does the work runs — a pod template (core-concepts: Handlers)."""
+"""Handler: how the code that does the work runs — a pod per attempt, or on workers (core-concepts: Handlers)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import Field
 
-from .common import Model
+from .common import Model, validations
 
 KIND = "Handler"
 PLURAL = "handlers"
@@ -40,8 +40,26 @@ class PodTemplate(Model):
     spec: PodSpec = Field(description="The pod spec, as in a batch/v1 Job's template.")
 
 
+class WorkerHandler(Model):
+    """Served by `sextant worker` processes (docs/workers.md) instead of a pod per attempt."""
+
+    command: list[str] | None = Field(
+        default=None,
+        min_length=1,
+        description="A command the worker starts per job, the payload (JSON) on standard input and the SEXTANT_* "
+        "variables in its environment. Unset: an SDK function registered under the Handler's name.",
+    )
+
+
 class HandlerSpec(Model):
-    template: PodTemplate = Field(description="The pod template each attempt runs from.")
+    template: PodTemplate | None = Field(
+        default=None, description="Pod mode: the pod template each attempt runs from (`sextant run` inside it)."
+    )
+    worker: WorkerHandler | None = Field(
+        default=None,
+        description="Worker mode: the handler is served by `sextant worker` processes (docs/workers.md); "
+        "exactly one of template and worker.",
+    )
     heartbeat: bool = Field(
         default=True,
         description="The handler runs `sextant run`, which renews the attempt's lease. The lease clock starts "
@@ -54,7 +72,22 @@ class HandlerSpec(Model):
         json_schema_extra={"items": {"type": "integer", "minimum": 1, "maximum": 255}},
     )
 
+    model_config = Model.model_config | {
+        "json_schema_extra": validations(
+            {
+                "rule": "has(self.template) != has(self.worker)",
+                "message": "set exactly one of template (a pod per attempt) and worker (served by sextant worker)",
+            }
+        )
+    }
+
+    @property
+    def on_workers(self) -> bool:
+        return self.worker is not None
+
     def pod_spec(self) -> dict[str, Any]:
+        if self.template is None:
+            raise ValueError("a worker-mode handler has no pod template")
         return self.template.spec.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 

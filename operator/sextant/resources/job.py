@@ -90,14 +90,18 @@ class Attempt(Model):
 
     attempt: int = Field(description="The attempt number (1-based; retry starts again at 1).")
     run: int = Field(description="The run sequence number; never reused, names the pod.")
-    pod: str = Field(description="The attempt's pod.")
-    node: str | None = Field(default=None, description="The node (worker) that ran it.")
+    pod: str | None = Field(default=None, description="The attempt's pod (pod mode).")
+    worker: str | None = Field(
+        default=None, description="The worker that ran it, as <name>/<incarnation> (worker mode, docs/workers.md)."
+    )
+    node: str | None = Field(default=None, description="The node, or the worker's name, that ran it.")
     started_at: str | None = Field(default=None, description="When the attempt was admitted (RFC 3339).")
     finished_at: str | None = Field(default=None, description="When it ended (RFC 3339).")
     result: str = Field(description="running, succeeded, failed or cancelled.")
     exit_code: int | None = Field(default=None, description="The handler's exit code, when it exited.")
     reason: str | None = Field(
-        default=None, description="Error, Timeout, LeaseExpired, PodLost, NonRetryableExitCode or Cancelled."
+        default=None,
+        description="Error, Timeout, LeaseExpired, PodLost, Drained, NonRetryableExitCode or Cancelled.",
     )
     message: str | None = Field(default=None, description="What went wrong, for a person.")
 
@@ -107,6 +111,9 @@ class JobStatus(Model):
     attempt: int = Field(default=0, description="Attempts made since creation or the last retry.")
     max_attempts: int | None = Field(default=None, description="The queue's maxAttempts when last evaluated.")
     run: int = Field(default=0, description="Runs started over the job's life; never reset, names the pods.")
+    worker: str | None = Field(
+        default=None, description="The worker the running attempt is assigned to (worker mode; a selectable field)."
+    )
     next_attempt_at: str | None = Field(default=None, description="When a scheduled job becomes queued.")
     queued_at: str | None = Field(default=None, description="When the job last became runnable (FIFO order).")
     finished_at: str | None = Field(default=None, description="When the job reached a terminal state.")

@@ -1,0 +1,25 @@
+"""Names that the operator, workers, the runner, the CLI and the HTTP API share with each other and with users'
+scripts: labels, annotations and lease names. (The pod labels are still in controller/pods.py.)"""
+
+from __future__ import annotations
+
+# A worker's registration Lease (docs/workers.md §1).
+LABEL_WORKER = "sextant.dev/worker"
+ANNOTATION_QUEUES = "sextant.dev/queues"
+ANNOTATION_HANDLERS = "sextant.dev/handlers"
+ANNOTATION_SLOTS = "sextant.dev/slots"
+ANNOTATION_DRAINING = "sextant.dev/draining"
+WORKER_LEASE_PREFIX = "sextant-worker-"
+
+
+def worker_lease_name(worker: str) -> str:
+    return WORKER_LEASE_PREFIX + worker
+
+
+def holder_identity(worker: str, incarnation: str) -> str:
+    """What a worker's Lease and its attempts' timeline entries name it by: one process start of that worker."""
+    return f"{worker}/{incarnation}"
+
+
+def worker_of(holder: str) -> str:
+    return holder.split("/", 1)[0]
