@@ -17,9 +17,13 @@ from __future__ import annotations
 import enum
 import heapq
 from collections import defaultdict
+from collections.abc import Callable
 
 Key = tuple[str, str]
 Entry = tuple[int, float, int, Key]  # (-priority, queued_at, order first seen, job)
+# How many jobs in line one take() passes over that cannot start yet (a worker-mode job no worker has a free slot
+# for), so that a pod-mode job behind them still starts, without scanning a long backlog on every change.
+SKIP_LIMIT = 16
 
 
 class Placement(enum.Enum):
@@ -83,19 +87,29 @@ class Admission:
     def withdraw(self, job: Key) -> None:
         self._entry.pop(job, None)
 
-    def take(self, queue: Key, concurrency: int, pending_limit: int | None = None) -> list[Key]:
-        """Grant free slots to the first in line; granted jobs are reserved until release()."""
+    def take(self, queue: Key, concurrency: int, pending_limit: int | None = None,
+             startable: Callable[[Key], bool] | None = None) -> list[Key]:
+        """Grant free slots to the first in line that can start (`startable`, e.g. a worker has room for it);
+        granted jobs are reserved until release(). Those passed over keep their place."""
         granted: list[Key] = []
+        skipped: list[Entry] = []
         line = self._ready.get(queue)
         while line and self.running(queue) < concurrency and not self.full(queue, pending_limit):
             entry = heapq.heappop(line)
             job = entry[3]
             if self._entry.get(job) is not entry:
                 continue  # stale: withdrawn or re-offered
+            if startable is not None and not startable(job):
+                skipped.append(entry)
+                if len(skipped) >= SKIP_LIMIT:
+                    break
+                continue
             del self._entry[job]
             self.reserved.add(job)
             self.hold(job, queue, True)
             granted.append(job)
+        for entry in skipped:
+            heapq.heappush(self._ready[queue], entry)
         return granted
 
     def release(self, job: Key) -> None:

@@ -15,8 +15,9 @@ from typing import Any
 
 from .. import metrics, retention
 from ..lifecycle import transitions as T
+from ..lifecycle import workers as W
 from ..lifecycle.states import FINISHED
-from ..resources import API_VERSION, GROUP, VERSION
+from ..resources import API_VERSION, GROUP, VERSION, contract
 from ..resources.job import JobStatus, State
 from ..resources.queue import QueueSpec
 from ..resources.common import parse_time
@@ -26,7 +27,8 @@ from .informer import Key, key_of
 from ..kube import ApiError, Kube, NotLeader
 from .pods import build_pod
 from .timers import Timers
-from .view import View, is_slim, settled, state_of
+from .view import View, assigned_worker, is_slim, settled, state_of
+from .workers import Assignments
 from .workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
@@ -43,6 +45,12 @@ def _line_position(raw: dict[str, Any]) -> datetime:
     created = parse_time(raw["metadata"]["creationTimestamp"])
     run_at = parse_time(spec.get("runAt"))
     return max(created, run_at) if run_at else created
+
+
+def _same_offer(before: W.WorkerLease, after: W.WorkerLease, now: datetime) -> bool:
+    """Nothing but the renewal changed: same incarnation, queues, handlers, slots and draining, still live."""
+    return (before.holder, before.queues, before.handlers, before.slots, before.draining, before.live(now)) == \
+        (after.holder, after.queues, after.handlers, after.slots, after.draining, after.live(now))
 
 
 def _earliest(*moments: datetime | None) -> datetime | None:
@@ -70,6 +78,7 @@ class JobController:
         self.events = events
         self.now = now
         self.admission = Admission()
+        self.assignments = Assignments(view)
         self.timers = timers
         self.queue = WorkQueue()
         self.workers = workers
@@ -81,13 +90,63 @@ class JobController:
     # --- informer callbacks ---------------------------------------------------------------------------------
     def on_job(self, kind: str, obj: dict[str, Any]) -> None:
         if kind == "delete":
+            worker = assigned_worker(self.view.jobs.get(key_of(obj)) or {})
             key = self.view.delete_job(obj)
-        elif self.view.upsert_job(obj):
+            if worker:
+                self._pump_worker(key[0], worker)
+        elif self._store(obj):
             key = key_of(obj)
             self._line_up(key)
         else:
             return
         self._touch(key)
+
+    def _store(self, raw: dict[str, Any]) -> bool:
+        """upsert_job, and when that frees a worker's slot, offer it to every queue the worker serves."""
+        key = key_of(raw)
+        before = assigned_worker(self.view.jobs.get(key) or {})
+        if not self.view.upsert_job(raw):
+            return False
+        if before and before != assigned_worker(self.view.jobs.get(key) or {}):
+            self._pump_worker(key[0], before)
+        return True
+
+    def on_worker(self, kind: str, obj: dict[str, Any]) -> None:
+        """A worker's registration Lease changed (docs/workers.md §1)."""
+        meta = obj["metadata"]
+        ns = meta.get("namespace", "")
+        name = meta.get("name", "").removeprefix(contract.WORKER_LEASE_PREFIX)
+        before = self.view.workers.get(ns, {}).get(name)
+        key = self.view.delete_worker(obj) if kind == "delete" else self.view.upsert_worker(obj)
+        if key is None:
+            return
+        after = self.view.workers.get(ns, {}).get(name)
+        now = self.now()
+        if before is not None and after is not None and _same_offer(before, after, now):
+            return  # a renewal: the attempts' timers already know when its lease would expire
+        for job in list(self.view.assigned.get(key, ())):  # a restart (new incarnation) or a lost lease
+            self._touch(job)
+        for lease in (before, after):
+            for handler in (lease.handlers if lease else ()):
+                for job in list(self.view.unfinished_by_handler.get((ns, handler), ())):
+                    self._line_up(job)
+                    self._touch(job)  # NoWorker comes or goes
+        self._pump_worker(ns, name)
+
+    def _pump_worker(self, ns: str, worker: str) -> None:
+        lease = self.view.workers.get(ns, {}).get(worker)
+        if lease is not None and self.started.is_set():
+            for queue in lease.queues:
+                self._pump((ns, queue))
+
+    def _startable(self, job: Key) -> bool:
+        """A pod-mode job can always start once it has a slot; a worker-mode job needs a worker with room."""
+        raw = self.view.jobs.get(job)
+        spec = (raw or {}).get("spec") or {}
+        handler = self.view.handlers.get((job[0], spec.get("handler", "")))
+        if handler is None or not handler.on_workers:
+            return True
+        return self.assignments.reserve(job, spec.get("queue", ""), spec.get("handler", ""), self.now())
 
     def on_pod(self, kind: str, obj: dict[str, Any]) -> None:
         job = self.view.delete_pod(obj) if kind == "delete" else self.view.upsert_pod(obj)
@@ -157,6 +216,7 @@ class JobController:
         if queue is None:
             if key not in self.view.pods:
                 self.admission.forget(key)
+                self.assignments.release(key)
             return
         if self.admission.hold(key, queue, self.view.holds_slot(key), self.view.placement(key)) \
                 and self.started.is_set():
@@ -166,7 +226,7 @@ class JobController:
         spec = self.view.queues.get(queue)
         if spec is None:
             return
-        for granted in self.admission.take(queue, spec.concurrency, self.pending_pods):
+        for granted in self.admission.take(queue, spec.concurrency, self.pending_pods, self._startable):
             self.queue.add(granted)
 
     # --- running --------------------------------------------------------------------------------------------
@@ -216,7 +276,7 @@ class JobController:
                 # Settled: the lifecycle rules have nothing left to decide (T.reconcile would change nothing);
                 # only retention runs. A slot reserved for it meanwhile (by a standby, say) is given back.
                 self.admission.withdraw(key)
-                self.admission.release(key)
+                self._release(key)
                 self._refresh_slot(key)
                 self.timers.schedule(key, await self._retain(key, self.now()), self.queue.add)
                 return
@@ -224,10 +284,11 @@ class JobController:
         job = self.view.snapshot(key, raw) if raw is not None else None
         if job is None:
             self.admission.forget(key)
+            self.assignments.release(key)
             self.timers.schedule(key, None, self.queue.add)
             return
-        obs = self.view.observations(key, job)
         now = self.now()
+        obs = self.view.observations(key, job, now)
         decision = T.reconcile(job, obs, now)
         queue = (key[0], job.spec.queue)
         admissible = decision.wants_admission and obs.queue and obs.handler and not obs.alive_pods
@@ -236,12 +297,14 @@ class JobController:
                 qtime = parse_time(decision.status.queued_at) or now
                 self.admission.offer(key, queue, job.spec.priority, qtime.timestamp(),
                                      self.view.seen[key])  # a no-op when _line_up did it
-                for granted in self.admission.take(queue, obs.queue.concurrency, self.pending_pods):
+                for granted in self.admission.take(queue, obs.queue.concurrency, self.pending_pods,
+                                                   self._startable):
                     if granted != key:
                         self.queue.add(granted)
-            if key in self.admission.reserved:
+            worker = self.assignments.holder(key) if obs.handler.on_workers else None
+            if key in self.admission.reserved and (worker is not None or not obs.handler.on_workers):
                 snapshot = T.JobSnapshot(job.name, job.uid, job.generation, job.created_at, job.spec, decision.status)
-                started = T.admit(snapshot, obs, now)
+                started = T.admit(snapshot, obs, now, worker=worker)
                 started.events[:0] = decision.events
                 decision = started
         else:
@@ -249,12 +312,17 @@ class JobController:
         try:
             applied = await self._apply(key, raw, job, decision)
         finally:
-            self.admission.release(key)
+            self._release(key)
             self._refresh_slot(key)
         wake = decision.wake_at
         if applied and decision.status.state in FINISHED:
             wake = _earliest(wake, await self._retain(key, now))
         self.timers.schedule(key, wake, self.queue.add)
+
+    def _release(self, key: Key) -> None:
+        """The reservations of a reconcile end: the queue's slot and the worker's (the view counts them now)."""
+        self.admission.release(key)
+        self.assignments.release(key)
 
     async def _full(self, key: Key, raw: dict[str, Any]) -> dict[str, Any] | None:
         """The whole object behind a slim view copy (a status write needs all of it); None when it is gone."""
@@ -264,7 +332,7 @@ class JobController:
             if exc.status == 404:
                 return None  # the watch brings the delete
             raise
-        self.view.upsert_job(full)
+        self._store(full)
         if full["metadata"].get("resourceVersion") != raw["metadata"]["resourceVersion"]:
             self.queue.add(key)  # it changed meanwhile: judge the newer version on the next look
         return full
@@ -358,5 +426,5 @@ class JobController:
         if updated is None:
             return False
         updated.setdefault("apiVersion", API_VERSION)
-        self.view.upsert_job(updated)
+        self._store(updated)
         return True

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from .. import metrics
 from ..kubeconfig import Connection
-from ..resources import GROUP, VERSION
+from ..resources import GROUP, VERSION, contract
 from .events import EventRecorder
 from .informer import Informer
 from .leader import ElectionSettings, LeaderElector, default_identity
@@ -78,6 +78,9 @@ class Operator:
             *(Informer(self.kube, p, c.on_pod, label_selector=LABEL_JOB, name="pods")
               for p in _paths("pods", None, ns)),
             *(Informer(self.kube, p, c.on_lease, label_selector=LABEL_JOB, name="leases")
+              for p in _paths("leases", "coordination.k8s.io", ns, version="v1")),
+            # Workers' registration Leases (docs/workers.md §1): one per worker, not per job.
+            *(Informer(self.kube, p, c.on_worker, label_selector=contract.LABEL_WORKER, name="workers")
               for p in _paths("leases", "coordination.k8s.io", ns, version="v1")),
         ]
 

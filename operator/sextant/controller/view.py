@@ -6,7 +6,7 @@ import itertools
 import logging
 import sys
 from collections import OrderedDict, defaultdict
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import ValidationError
@@ -14,8 +14,10 @@ from pydantic import ValidationError
 from ..idempotency import claimant
 from ..lifecycle.attempts import PodObservation
 from ..lifecycle.states import FINISHED
+from ..lifecycle import workers as W
 from ..lifecycle.transitions import JobSnapshot, Observations
-from ..resources.common import parse_time
+from ..resources import contract
+from ..resources.common import parse_duration, parse_time
 from ..resources.handler import HandlerSpec
 from ..resources.job import JobSpec, JobStatus, State
 from ..resources.queue import QueueSpec
@@ -103,6 +105,38 @@ def slim(raw: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def assigned_worker(raw: dict[str, Any]) -> str | None:
+    """The worker a running job is assigned to (status.worker), if any."""
+    status = raw.get("status") or {}
+    return status.get("worker") if status.get("state") == "running" else None
+
+
+def read_worker_lease(lease: dict[str, Any]) -> W.WorkerLease | None:
+    """A worker's registration Lease (docs/workers.md §1); None when it is not one. Whatever is odd in it makes a
+    worker that is not live rather than an error."""
+    meta, spec = lease["metadata"], lease.get("spec") or {}
+    labels, notes = meta.get("labels") or {}, meta.get("annotations") or {}
+    name = labels.get(contract.LABEL_WORKER)
+    if not name or meta.get("name") != contract.worker_lease_name(name):
+        return None
+    try:
+        renewed = parse_time(spec.get("renewTime"))
+    except (ValueError, OverflowError, TypeError):
+        renewed = None
+    slots = notes.get(contract.ANNOTATION_SLOTS, "")
+    seconds = spec.get("leaseDurationSeconds")
+    return W.WorkerLease(
+        name=name,
+        holder=str(spec.get("holderIdentity") or ""),
+        renewed_at=renewed,
+        queues=frozenset(q for q in notes.get(contract.ANNOTATION_QUEUES, "").split(",") if q),
+        handlers=frozenset(h for h in notes.get(contract.ANNOTATION_HANDLERS, "").split(",") if h),
+        slots=min(int(slots), 100_000) if slots.isdigit() else 0,
+        draining=notes.get(contract.ANNOTATION_DRAINING) == "true",
+        lease_duration=timedelta(seconds=seconds if isinstance(seconds, int) and 0 < seconds < 86_400 else 30),
+    )
+
+
 def is_slim(raw: dict[str, Any]) -> bool:
     return SLIM in raw
 
@@ -126,6 +160,9 @@ class View:
         self.unfinished_by_queue: dict[Key, set[Key]] = defaultdict(set)
         self.unfinished_by_handler: dict[Key, set[Key]] = defaultdict(set)
         self.by_idempotency_key: dict[Key, dict[str, datetime]] = defaultdict(dict)  # (ns, key) → name → created
+        # Worker mode (docs/workers.md): the workers' Leases per namespace, and the jobs each worker runs now.
+        self.workers: dict[str, dict[str, W.WorkerLease]] = defaultdict(dict)
+        self.assigned: dict[Key, set[Key]] = defaultdict(set)  # (namespace, worker) → its running jobs
         self.seen: dict[Key, int] = {}  # the order jobs were first seen in: creation order, from the watch
         self._seen_order = itertools.count()
         self._job_versions = Versions()
@@ -152,6 +189,9 @@ class View:
             spec = raw.get("spec") or {}
             self.unfinished_by_queue[(ns, spec.get("queue", ""))].add(key)
             self.unfinished_by_handler[(ns, spec.get("handler", ""))].add(key)
+            worker = assigned_worker(raw)
+            if worker:
+                self.assigned[(ns, worker)].add(key)
         return True
 
     def delete_job(self, raw: dict[str, Any]) -> Key:
@@ -173,6 +213,13 @@ class View:
         ns, spec = key[0], raw.get("spec") or {}
         self.unfinished_by_queue.get((ns, spec.get("queue", "")), set()).discard(key)
         self.unfinished_by_handler.get((ns, spec.get("handler", "")), set()).discard(key)
+        worker = assigned_worker(raw)
+        if worker:
+            jobs = self.assigned.get((ns, worker))
+            if jobs is not None:
+                jobs.discard(key)
+                if not jobs:
+                    del self.assigned[(ns, worker)]
 
     def upsert_pod(self, pod: dict[str, Any]) -> Key | None:
         """Store an attempt pod (unless a newer version is known); returns its job's key."""
@@ -218,6 +265,31 @@ class View:
             self.leases.pop(key, None)
         return key
 
+    def upsert_worker(self, lease: dict[str, Any]) -> Key | None:
+        """Store a worker's registration Lease; returns (namespace, worker name)."""
+        seen = read_worker_lease(lease)
+        if seen is None:
+            return None
+        ns = lease["metadata"].get("namespace", "")
+        self.workers[ns][seen.name] = seen
+        return ns, seen.name
+
+    def delete_worker(self, lease: dict[str, Any]) -> Key | None:
+        meta = lease["metadata"]
+        ns, name = meta.get("namespace", ""), meta.get("name", "")
+        if not name.startswith(contract.WORKER_LEASE_PREFIX):
+            return None
+        worker = name.removeprefix(contract.WORKER_LEASE_PREFIX)
+        leases = self.workers.get(ns, {})
+        leases.pop(worker, None)
+        if not leases:
+            self.workers.pop(ns, None)
+        return ns, worker
+
+    def busy(self, ns: str) -> dict[str, int]:
+        """Per worker of the namespace: the jobs assigned to it and still running."""
+        return {name: len(self.assigned.get((ns, name), ())) for name in self.workers.get(ns, {})}
+
     @staticmethod
     def job_of_pod(pod: dict[str, Any]) -> Key | None:
         meta = pod["metadata"]
@@ -240,16 +312,28 @@ class View:
         return JobSnapshot(name=meta["name"], uid=meta.get("uid", ""), generation=meta.get("generation", 1),
                            created_at=parse_time(meta.get("creationTimestamp")), spec=spec, status=status)
 
-    def observations(self, key: Key, job: JobSnapshot) -> Observations:
+    def observations(self, key: Key, job: JobSnapshot, now: datetime) -> Observations:
         ns = key[0]
         handler = self.handlers.get((ns, job.spec.handler))
+        queue = self.queues.get((ns, job.spec.queue))
         pods = self.pods.get(key, {})
+        seen, heartbeat = tuple(pods.values()), self._heartbeat(key, job.status.run, pods, handler)
+        entry = W.current_entry(job.status)
+        if entry is not None and entry.worker is not None and job.status.state == State.RUNNING:
+            settings = queue or QueueSpec()
+            lease = self.workers.get(ns, {}).get(contract.worker_of(entry.worker))
+            attempt, heartbeat = W.observe_attempt(entry, lease, job.status, parse_duration(settings.lease_duration),
+                                                   parse_duration(settings.cancel_grace), now)
+            seen = (*seen, attempt) if attempt is not None else seen
+        no_worker = (handler is not None and handler.on_workers and job.status.state != State.RUNNING
+                     and not W.served(self.workers.get(ns, {}).values(), job.spec.queue, job.spec.handler, now))
         return Observations(
-            queue=self.queues.get((ns, job.spec.queue)),
+            queue=queue,
             handler=handler,
-            pods=tuple(pods.values()),
-            lease_renewed_at=self._heartbeat(key, job.status.run, pods, handler),
+            pods=seen,
+            lease_renewed_at=heartbeat,
             duplicate_of=self._duplicate_of(key, job) if job.status.state is None else None,
+            no_worker=no_worker,
         )
 
     def _duplicate_of(self, key: Key, job: JobSnapshot) -> str | None:

@@ -13,6 +13,7 @@ LEASE_EXPIRED = "LeaseExpired"
 POD_LOST = "PodLost"
 NON_RETRYABLE = "NonRetryableExitCode"
 CANCELLED = "Cancelled"
+DRAINED = "Drained"  # a worker stopped (SIGTERM) before the handler finished: docs/workers.md §6
 STOP_REASONS = frozenset({CANCELLED, TIMEOUT, LEASE_EXPIRED})
 
 # Pod-level reasons for a pod the cluster took away rather than one whose handler failed.
@@ -84,6 +85,9 @@ def outcome_of(
         return Outcome(SUCCEEDED, None, 0 if pod.exit_code is None else pod.exit_code, None, node)
     if pod.phase != "Failed":
         return None  # running, or terminating after someone else's delete: wait until it is gone
+    if pod.reason == DRAINED:
+        return Outcome(FAILED, DRAINED, pod.exit_code, pod.message or "the worker stopped before the handler finished",
+                       node)
     if pod.reason in LOST_POD_REASONS:
         return Outcome(FAILED, POD_LOST, pod.exit_code, f"{pod.reason}: {pod.message or 'the pod was lost'}", node)
     if pod.deleting:  # killed by someone else's delete (137 after SIGKILL): not the handler's own failure

@@ -15,6 +15,7 @@ from ..resources.handler import HandlerSpec
 from ..resources.job import Attempt, JobSpec, JobStatus, State, cancel_wanted
 from ..resources.queue import QueueSpec
 from . import attempts as A
+from .workers import REPORT_AFTER_GRACE, on_worker
 from .backoff import backoff_delay, jitter_sample
 from .states import (CANCELLED, DEAD, FAILED, FINISHED, QUEUED, RUNNING, SCHEDULED, SUCCEEDED, cancel_refusal,
                      retry_refusal)
@@ -44,6 +45,7 @@ class Observations:
     pods: tuple[A.PodObservation, ...] = ()  # the job's pods that exist now
     lease_renewed_at: datetime | None = None  # the current attempt's last heartbeat, if it has a lease
     duplicate_of: str | None = None  # another job already holds this idempotency key
+    no_worker: bool = False  # a worker-mode handler that no live worker serves on this queue (docs/workers.md)
 
     def pod(self, run: int) -> A.PodObservation | None:
         return next((p for p in self.pods if p.run == run), None)
@@ -185,8 +187,9 @@ def reconcile(job: JobSnapshot, obs: Observations, now: datetime) -> Decision:
     return s.decision
 
 
-def admit(job: JobSnapshot, obs: Observations, now: datetime) -> Decision:
-    """Take a queue slot: start the next attempt. The caller holds the slot; the job must be queued."""
+def admit(job: JobSnapshot, obs: Observations, now: datetime, worker: str | None = None) -> Decision:
+    """Take a queue slot: start the next attempt, in a new pod, or on `worker` (<name>/<incarnation>: the worker
+    that takes it, docs/workers.md §2). The caller holds the slot; the job must be queued."""
     s = _Step(job, obs, now)
     st = s.status
     if st.state != QUEUED:
@@ -199,9 +202,18 @@ def admit(job: JobSnapshot, obs: Observations, now: datetime) -> Decision:
     timeout = parse_duration(s.queue.timeout)
     st.timeout_at = format_time(now + timeout)
     st.stop_reason = st.stop_requested_at = None
-    st.attempts.append(Attempt(attempt=st.attempt, run=st.run, pod=name, started_at=format_time(now), result="running"))
-    s.decision.actions.append(CreatePod(name, st.run, st.attempt))
-    message = f"attempt {st.attempt} of {st.max_attempts or s.queue.max_attempts} started in pod {name}"
+    limit = st.max_attempts or s.queue.max_attempts
+    if worker is None:
+        st.attempts.append(Attempt(attempt=st.attempt, run=st.run, pod=name, started_at=format_time(now),
+                                   result="running"))
+        s.decision.actions.append(CreatePod(name, st.run, st.attempt))
+        message = f"attempt {st.attempt} of {limit} started in pod {name}"
+    else:
+        worker_name = worker.split("/", 1)[0]
+        st.worker = worker_name
+        st.attempts.append(Attempt(attempt=st.attempt, run=st.run, worker=worker, node=worker_name,
+                                   started_at=format_time(now), result="running"))
+        message = f"attempt {st.attempt} of {limit} taken by worker {worker_name}"
     s.move(RUNNING, "Started", message)
     s.cond(COND_RUNNING, True, "Started", message)
     _clear_condition(st, COND_BLOCKED, "Admitted", now, job.generation)
@@ -292,6 +304,9 @@ def _blocked(s: _Step) -> None:
     elif s.obs.handler is None:
         s.cond(COND_BLOCKED, True, "HandlerNotFound",
                f"handler {s.job.spec.handler!r} does not exist in this namespace")
+    elif s.obs.no_worker:
+        s.cond(COND_BLOCKED, True, "NoWorker", f"no live worker serves handler {s.job.spec.handler!r} on queue "
+               f"{s.job.spec.queue!r}; the job runs when one connects")
     else:
         _clear_condition(st, COND_BLOCKED, "Found", s.now, s.job.generation)
 
@@ -315,7 +330,7 @@ def _stop(s: _Step, reason: str) -> None:
     st.stop_reason = reason
     st.stop_requested_at = format_time(s.now)
     current = s.obs.pod(st.run)
-    if current is not None and not current.finished:
+    if current is not None and not current.finished and not on_worker(st):  # a worker stops its own handler
         grace = int(parse_duration(s.queue.cancel_grace).total_seconds())
         s.decision.actions.append(DeletePod(current.name, grace))
 
@@ -324,6 +339,11 @@ def _watch_running(s: _Step) -> None:
     st, now = s.status, s.now
     pod = s.obs.pod(st.run)
     lease_duration = parse_duration(s.queue.lease_duration)
+    worker = on_worker(st)
+    if worker and pod is None and st.stop_reason is None:
+        # The worker's Lease expired, is gone, or names another incarnation: its attempts are lost with it.
+        _stop(s, A.LEASE_EXPIRED)
+        s.event("LeaseExpired", f"attempt {st.attempt}'s worker {st.worker} stopped renewing its lease", warning=True)
     if st.stop_reason is None and not (pod is not None and pod.finished):
         # A pod that already finished keeps its result even when the operator sees it only after the timeout or
         # after its lease went stale (the runner stops renewing once the handler returned).
@@ -339,7 +359,11 @@ def _watch_running(s: _Step) -> None:
         else:
             s.decision.wake(timeout_at)
             s.decision.wake(lease_expires)
-    if st.stop_reason is not None and pod is not None and not pod.finished:
+    if worker and st.stop_reason is not None and pod is not None and not pod.finished:
+        # The worker stops its handler and reports; the operator records the outcome itself once the worker's
+        # allowance is over (observe_attempt then shows the attempt gone).
+        s.decision.wake(parse_time(st.stop_requested_at) + parse_duration(s.queue.cancel_grace) + REPORT_AFTER_GRACE)
+    elif st.stop_reason is not None and pod is not None and not pod.finished:
         force_at = parse_time(st.stop_requested_at) + parse_duration(s.queue.cancel_grace) + FORCE_DELETE_AFTER
         if now >= force_at:
             s.decision.actions.append(DeletePod(pod.name, 0))
@@ -361,6 +385,7 @@ def _finish_attempt(s: _Step, outcome: A.Outcome) -> None:
         entry.message = outcome.message
         entry.node = outcome.node or entry.node
     st.stop_reason = st.stop_requested_at = st.timeout_at = None
+    st.worker = None  # no longer assigned: the worker's watch lets go of it
     s.decision.wake_at = None  # the attempt's timeout, lease and force-delete deadlines are moot now
     max_attempts = st.max_attempts or s.queue.max_attempts
     label = f"attempt {st.attempt} of {max_attempts}"
