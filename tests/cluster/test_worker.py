@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
+import subprocess
 import time
 import urllib.request
 from pathlib import Path
@@ -16,10 +18,10 @@ import pytest
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
-from tests.harness import holds_for, wait_for
+from tests.harness import wait_for
 
-from .support import (JobRecorder, WorkerProcess, apply, free_port, get_json, handler, job, jobs, queue, status,
-                      timeline_of, wait_all, wait_state)
+from .support import (HANDLERS_DIR, JobRecorder, WorkerProcess, apply, free_port, get_json, handler, job, jobs,
+                      queue, status, timeline_of, wait_all, wait_state)
 
 FAST = {"backoff": {"policy": "fixed", "initial": "200ms"}, "leaseDuration": "3s", "cancelGrace": "1s"}
 
@@ -128,9 +130,8 @@ def test_a_killed_worker_loses_its_attempt_and_another_worker_runs_the_retry(clu
 
     async def late() -> tuple[Any, int]:
         async with Kube(kubeconfig.load(str(cluster.kubeconfig))) as kube:
-            recorder = Recorder(kube, namespace, "wa", final["attempts"][0]["worker"],
-                                lambda q, h: (QueueSpec.model_validate(FAST), HandlerSpec.model_validate({"worker": {}})),
-                                utcnow)
+            specs = (QueueSpec.model_validate(FAST), HandlerSpec.model_validate({"worker": {}}))
+            recorder = Recorder(kube, namespace, "wa", final["attempts"][0]["worker"], lambda q, h: specs, utcnow)
             return await recorder.record(stale, Report(run=1, exit_code=0)), recorder.refused
 
     before = status(cluster, namespace, "job-k")
@@ -314,16 +315,12 @@ def test_bad_input_is_an_error_at_start_that_names_it(cluster, namespace, crds, 
     }
     for args, words in cases.items():
         proc = WorkerProcess(cluster.kubeconfig, namespace, "bad", tmp_path, *args)
-        result = __import__("subprocess").run(proc.command(), capture_output=True, text=True, timeout=60,
-                                              cwd=tmp_path, env=proc_env())
+        result = subprocess.run(proc.command(), capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                                env=proc_env())
         assert (result.returncode, words in result.stderr) == (2, True), (args, result.stderr)
     assert lease(cluster, namespace, "bad") is None, "nothing was registered"
 
 
 def proc_env() -> dict[str, str]:
-    import os
-
-    from .support import HANDLERS_DIR
-
     return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(HANDLERS_DIR), os.environ.get("PYTHONPATH", ""))
                                                          if p)}

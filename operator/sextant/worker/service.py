@@ -22,7 +22,6 @@ from ..controller.informer import Informer
 from ..controller.pods import scheduled_at
 from ..controller.view import View
 from ..kube import Kube
-from ..lifecycle import attempts as A
 from ..resources import API_VERSION, contract
 from ..resources.common import parse_duration
 from ..resources.handler import HandlerSpec
