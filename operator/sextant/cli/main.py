@@ -20,6 +20,7 @@ from .. import inputs, kubeconfig
 from ..client import ClientError
 from . import inspect as inspect_cmd
 from . import jobs, queues, schedules
+from ..worker import main as worker_cmd
 from .context import CliError, Context, api_error
 
 
@@ -118,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     dv.add_argument("--keep", action="store_true", help="leave the local control plane running afterwards")
     _operator_flags(dv)
     dv.set_defaults(func=_dev)
+    worker_cmd.register(sub, flags)
     return parser
 
 
