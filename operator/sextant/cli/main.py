@@ -19,7 +19,7 @@ import httpx
 from .. import inputs, kubeconfig
 from ..client import ClientError
 from . import inspect as inspect_cmd
-from . import jobs, queues, schedules
+from . import jobs, queues, schedules, workers
 from .context import CliError, Context, api_error
 
 
@@ -110,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     inspect_cmd.register(sub, flags)
     queues.register(sub, flags)
     schedules.register(sub, flags)
+    workers.register(sub, flags)
     op = sub.add_parser("operator", help="run the operator in the foreground")
     _operator_flags(op)
     op.set_defaults(func=_operator)
