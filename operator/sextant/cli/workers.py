@@ -85,11 +85,13 @@ def read_lease(lease: Mapping[str, Any]) -> Worker | None:
     except ValueError:
         renewed = None
     seconds = spec.get("leaseDurationSeconds")
+    if not isinstance(seconds, int) or seconds <= 0:
+        seconds = DEFAULT_LEASE_SECONDS
     return Worker(
         namespace=meta.get("namespace", ""), name=name, holder=spec.get("holderIdentity") or "",
         queues=_names(notes.get(contract.ANNOTATION_QUEUES)), handlers=_names(notes.get(contract.ANNOTATION_HANDLERS)),
         slots=slots, draining=notes.get(contract.ANNOTATION_DRAINING) == "true", renewed_at=renewed,
-        lease_duration=timedelta(seconds=seconds if isinstance(seconds, int) and seconds > 0 else DEFAULT_LEASE_SECONDS),
+        lease_duration=timedelta(seconds=seconds),
         created_at=parse_time(meta.get("creationTimestamp")),
     )
 
