@@ -20,6 +20,9 @@ def pytest_runtest_makereport(item, call):
     op = getattr(item, "_sextant_operator", None)
     if report.when == "call" and report.failed and op is not None:
         report.sections.append((f"operator log ({op.namespace})", op.log_tail()))
+    if report.when == "call" and report.failed:
+        for worker in getattr(item, "_sextant_workers", ()):  # tests/cluster/test_worker.py
+            report.sections.append((f"worker {worker.name} log", "\n".join(worker.log().splitlines()[-40:])))
 
 
 @pytest.fixture

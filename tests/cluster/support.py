@@ -253,3 +253,140 @@ class PodRecorder:
             if r.kind == "ADDED":
                 created[r.job].add(r.name)
         return created
+
+
+HANDLERS_DIR = Path(__file__).parent / "handlers"
+
+
+class WorkerProcess:
+    """`sextant worker` as its own process (so a test may SIGKILL or SIGTERM it), its handler modules from
+    tests/cluster/handlers; its output in a log file."""
+
+    def __init__(self, kubeconfig: Path, namespace: str, name: str, log_dir: Path, *args: str) -> None:
+        self.kubeconfig, self.namespace, self.name, self.args = kubeconfig, namespace, name, args
+        self.log_path = log_dir / f"worker-{name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "sextant.cli.main", "--kubeconfig", str(self.kubeconfig), "worker",
+                "-n", self.namespace, "--name", self.name, *self.args]
+
+    def start(self) -> WorkerProcess:
+        log = open(self.log_path, "ab")
+        path = os.pathsep.join(p for p in (str(HANDLERS_DIR), os.environ.get("PYTHONPATH", "")) if p)
+        self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
+                                     env={**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"})
+        return self
+
+    def signal(self, sig: int) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+
+    def kill(self) -> None:
+        """SIGKILL: no drain, no last write; its Lease is left to expire."""
+        self.signal(signal.SIGKILL)
+        if self.proc:
+            self.proc.wait(10)
+
+    def wait(self, timeout: float = 60) -> int:
+        assert self.proc is not None
+        return self.proc.wait(timeout)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+@dataclass
+class JobRecord:
+    at: float
+    kind: str  # ADDED | MODIFIED | DELETED
+    name: str
+    state: str
+    worker: str | None
+    run: int
+    priority: int
+    created: int  # the order the recorder first saw it in
+
+
+@dataclass
+class JobRecorder:
+    """Every change of the namespace's Sextant jobs, from one watch started before the test acts: what ran where
+    and when, as the API server saw it (not as the workers say)."""
+
+    kubeconfig: Path
+    namespace: str
+    records: list[JobRecord] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _ready: threading.Event = field(default_factory=threading.Event)
+
+    def __enter__(self) -> JobRecorder:
+        api = k8s_client.CustomObjectsApi(k8s_config.new_client_from_config(str(self.kubeconfig)))
+        self._thread = threading.Thread(target=self._run, args=(api,), daemon=True)
+        self._thread.start()
+        assert self._ready.wait(30), "job watch did not start"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+
+    def _run(self, api: k8s_client.CustomObjectsApi) -> None:
+        args = ("sextant.dev", "v1alpha1", self.namespace, "jobs")
+        version = api.list_namespaced_custom_object(*args)["metadata"]["resourceVersion"]
+        order: dict[str, int] = {}
+        self._ready.set()
+        while not self._stop.is_set():
+            try:
+                for event in k8s_watch.Watch().stream(api.list_namespaced_custom_object, *args,
+                                                      resource_version=version, timeout_seconds=5):
+                    obj = event["object"]
+                    version = obj["metadata"]["resourceVersion"]
+                    name, st = obj["metadata"]["name"], obj.get("status") or {}
+                    order.setdefault(name, len(order))
+                    self.records.append(JobRecord(time.monotonic(), event["type"], name, st.get("state") or "new",
+                                                  st.get("worker"), st.get("run", 0),
+                                                  (obj.get("spec") or {}).get("priority", 0), order[name]))
+                    if self._stop.is_set():
+                        break
+            except Exception:  # a dropped watch resumes from the last version seen
+                time.sleep(0.2)
+
+    def _replay(self) -> list[dict[str, JobRecord]]:
+        """After each event: the jobs running at that moment."""
+        running: dict[str, JobRecord] = {}
+        out = []
+        for r in list(self.records):
+            if r.kind != "DELETED" and r.state == "running":
+                running[r.name] = r
+            else:
+                running.pop(r.name, None)
+            out.append(dict(running))
+        return out
+
+    def max_running(self) -> int:
+        return max((len(running) for running in self._replay()), default=0)
+
+    def max_running_per_worker(self) -> dict[str, int]:
+        most: dict[str, int] = defaultdict(int)
+        for running in self._replay():
+            per: dict[str, int] = defaultdict(int)
+            for r in running.values():
+                per[r.worker or "-"] += 1
+            for worker, count in per.items():
+                most[worker] = max(most[worker], count)
+        return dict(most)
+
+    def start_order(self) -> list[str]:
+        """Jobs in the order their first attempt started."""
+        order: list[str] = []
+        for r in self.records:
+            if r.state == "running" and r.name not in order:
+                order.append(r.name)
+        return order

@@ -19,6 +19,7 @@ import httpx
 from .. import inputs, kubeconfig
 from ..client import ClientError
 from . import inspect as inspect_cmd
+from ..worker import main as worker_cmd
 from . import jobs, queues, schedules, workers
 from .context import CliError, Context, api_error
 
@@ -119,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     dv.add_argument("--keep", action="store_true", help="leave the local control plane running afterwards")
     _operator_flags(dv)
     dv.set_defaults(func=_dev)
+    worker_cmd.register(sub, flags)
     return parser
 
 

@@ -48,8 +48,10 @@ class TokenBucket:
 
 class EventRecorder:
     def __init__(self, kube: Kube, now, enabled: bool = True, parallel: int = 4, backlog: int = 2000,
-                 qps: float = 25.0, burst: int = 100, normal_qps: float = 5.0, normal_burst: int = 100) -> None:
+                 qps: float = 25.0, burst: int = 100, normal_qps: float = 5.0, normal_burst: int = 100,
+                 component: str = "sextant-operator") -> None:
         self.kube = kube
+        self.component = component  # the Events' source: the operator, or a worker (sextant-worker)
         self.now = now
         self.enabled = enabled
         self.backlog = backlog
@@ -105,7 +107,7 @@ class EventRecorder:
             "firstTimestamp": stamp,
             "lastTimestamp": stamp,
             "count": 1,
-            "source": {"component": "sextant-operator"},
-            "reportingComponent": "sextant.dev/operator",
+            "source": {"component": self.component},
+            "reportingComponent": "sextant.dev/" + self.component.removeprefix("sextant-"),
             "reportingInstance": self._instance,
         }

@@ -37,11 +37,11 @@ def trim(obj: dict[str, Any]) -> dict[str, Any]:
 
 class Informer:
     def __init__(self, kube: Kube, path: str, on_change: OnChange, *, label_selector: str | None = None,
-                 name: str | None = None) -> None:
+                 field_selector: str | None = None, name: str | None = None) -> None:
         self.kube = kube
         self.path = path
         self.on_change = on_change
-        self.params = {"labelSelector": label_selector} if label_selector else {}
+        self.params = {k: v for k, v in (("labelSelector", label_selector), ("fieldSelector", field_selector)) if v}
         self.name = name or path
         self.synced = asyncio.Event()
         self.healthy = False

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import json
 from typing import Any
 
 from ..lifecycle.attempts import PodObservation
@@ -13,6 +12,7 @@ from ..resources.common import format_time, parse_duration, parse_time
 from ..resources.handler import HandlerSpec
 from ..resources.job import job_id
 from ..resources.queue import QueueSpec
+from ..runner.env import attempt_variables
 
 LABEL_JOB = "sextant.dev/job"
 LABEL_QUEUE = "sextant.dev/queue"
@@ -39,22 +39,11 @@ def build_pod(raw: dict[str, Any], job: JobSnapshot, handler: HandlerSpec, queue
     spec["restartPolicy"] = "Never"  # a retry is a new attempt, decided by the operator, not the kubelet
     spec.setdefault("terminationGracePeriodSeconds", int(parse_duration(queue.cancel_grace).total_seconds()))
     restrict(spec)  # the Pod Security Standard "restricted", unless the Handler's template says otherwise
-    identity = {
-        "SEXTANT_JOB_ID": job_id(job.name),
-        "SEXTANT_JOB_NAME": job.name,
-        "SEXTANT_JOB_UID": job.uid,
-        "SEXTANT_NAMESPACE": namespace,
-        "SEXTANT_QUEUE": job.spec.queue,
-        "SEXTANT_HANDLER": job.spec.handler,
-        "SEXTANT_ATTEMPT": str(create.attempt),
-        "SEXTANT_RUN": str(create.run),
-        "SEXTANT_SCHEDULED_AT": scheduled_at(job, raw),
-        "SEXTANT_PAYLOAD": json.dumps(job.spec.payload, separators=(",", ":")),
-        "SEXTANT_LEASE_NAME": create.name,
-        "SEXTANT_LEASE_DURATION": queue.lease_duration,
-        "SEXTANT_CANCEL_GRACE": queue.cancel_grace,
-        "SEXTANT_HEARTBEAT": "true" if handler.heartbeat else "false",
-    }
+    identity = attempt_variables(
+        job_name=job.name, job_uid=job.uid, namespace=namespace, queue=job.spec.queue, handler=job.spec.handler,
+        attempt=create.attempt, run=create.run, scheduled_at=scheduled_at(job, raw), payload=job.spec.payload,
+        lease_name=create.name, lease_duration=queue.lease_duration, cancel_grace=queue.cancel_grace,
+        heartbeat=handler.heartbeat)
     first = spec["containers"][0]
     env = [e for e in first.get("env", []) if e.get("name") not in identity]
     env += [{"name": k, "value": v} for k, v in identity.items()]

@@ -9,6 +9,30 @@ from datetime import timedelta
 from typing import Any
 
 from ..resources.common import parse_duration
+from ..resources.job import job_id
+
+
+def attempt_variables(*, job_name: str, job_uid: str, namespace: str, queue: str, handler: str, attempt: int,
+                      run: int, scheduled_at: str, payload: dict[str, Any], lease_name: str, lease_duration: str,
+                      cancel_grace: str, heartbeat: bool) -> dict[str, str]:
+    """The SEXTANT_* variables a handler gets, in an attempt pod (controller/pods.py) and from `sextant worker`
+    (worker/execution.py) alike: AttemptEnv.from_environ reads them back."""
+    return {
+        "SEXTANT_JOB_ID": job_id(job_name),
+        "SEXTANT_JOB_NAME": job_name,
+        "SEXTANT_JOB_UID": job_uid,
+        "SEXTANT_NAMESPACE": namespace,
+        "SEXTANT_QUEUE": queue,
+        "SEXTANT_HANDLER": handler,
+        "SEXTANT_ATTEMPT": str(attempt),
+        "SEXTANT_RUN": str(run),
+        "SEXTANT_SCHEDULED_AT": scheduled_at,
+        "SEXTANT_PAYLOAD": json.dumps(payload, separators=(",", ":")),
+        "SEXTANT_LEASE_NAME": lease_name,
+        "SEXTANT_LEASE_DURATION": lease_duration,
+        "SEXTANT_CANCEL_GRACE": cancel_grace,
+        "SEXTANT_HEARTBEAT": "true" if heartbeat else "false",
+    }
 
 
 @dataclass(frozen=True)

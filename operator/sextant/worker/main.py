@@ -1,0 +1,224 @@
+"""`sextant worker` (and `kubectl sextant worker`): serve queues with SDK functions and command handlers.
+
+    sextant worker --module myapp.handlers                 every Queue of the namespace, the functions of myapp
+    sextant worker --queue emails --concurrency 32         command handlers (Handler spec.worker.command) only
+    sextant worker -n shop --module myapp.handlers --queue payments --queue emails --name payments-1
+
+Bad input is an error at start that names it, exit code 2: a --queue or --handler that does not exist, a module
+that does not import, a handler registered twice, a function without a worker-mode Handler, nothing to serve.
+SIGTERM or Ctrl-C drains (docs/workers.md §6); a second one skips what is left of the drain grace. Exit code 0
+after a drain, 1 when the worker lost its Lease (its attempts are no longer its own; a restart registers anew).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import logging
+import os
+import signal
+import sys
+import threading
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from .. import inputs, kubeconfig
+from ..resources.common import parse_duration
+
+# The rest is imported when a worker starts, so that every other command of the CLI starts fast.
+
+log = logging.getLogger("sextant.worker")
+
+DEFAULT_CONCURRENCY = 8
+DEFAULT_DRAIN_GRACE = "25s"  # below a pod's default terminationGracePeriodSeconds (30 s)
+
+
+class BadInput(Exception):
+    """Exit code 2: the message names what is wrong."""
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not at least 1")
+    return value
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text).total_seconds()
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _port(text: str) -> int:
+    value = _positive(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port (1-65535)")
+    return value
+
+
+def register(sub: argparse._SubParsersAction, flags: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "worker", parents=[flags], help="serve queues: run worker-mode handlers as jobs are assigned (no pods)",
+        description="A long-running worker (docs/workers.md): it announces itself with a Lease, and runs the jobs "
+                    "the operator assigns to it — SDK functions of --module on its event loop (async def) or "
+                    "thread pool (def), command handlers (Handler spec.worker.command) as a subprocess per job "
+                    "with the payload on stdin. It serves the Handlers of the namespace with spec.worker that it "
+                    "can run.")
+    p.add_argument("--queue", action="append", dest="queues", metavar="QUEUE",
+                   help="a queue to serve (repeatable; default: every Queue of the namespace, as they come and go)")
+    p.add_argument("--module", action="append", dest="modules", metavar="MODULE",
+                   help="a Python module whose @sextant.sdk.handler functions to serve (repeatable; imported with "
+                        "the current directory on sys.path)")
+    p.add_argument("--handler", action="append", dest="handlers", metavar="HANDLER",
+                   help="serve only this handler (repeatable; default: every worker-mode Handler it can run)")
+    p.add_argument("--concurrency", type=_positive, default=DEFAULT_CONCURRENCY, metavar="N",
+                   help=f"slots: attempts run at once (default {DEFAULT_CONCURRENCY}; also the threads for `def` "
+                        "functions)")
+    p.add_argument("--name", help="the worker's name, a DNS label (default: the pod's name, else <host>-<pid>)")
+    p.add_argument("--drain-grace", type=_duration, default=DEFAULT_DRAIN_GRACE, metavar="DURATION",
+                   help=f"on SIGTERM, how long running handlers may finish before they are stopped and their "
+                        f"attempts recorded failed, reason Drained (default {DEFAULT_DRAIN_GRACE})")
+    p.add_argument("--metrics-port", type=_port, metavar="PORT", help="serve Prometheus metrics on this port")
+    p.add_argument("--metrics-host", default="0.0.0.0", help="the metrics' address (default all)")
+    p.add_argument("--no-events", action="store_true", help="post no Kubernetes Events for the attempts it records")
+    p.add_argument("--log-level", default="info", help="debug, info (default), warning or error")
+    p.set_defaults(func=main)
+
+
+def import_modules(modules: list[str]) -> dict[str, Callable[..., Any]]:
+    """Import the --module modules; their registered functions. BadInput naming the module that fails."""
+    from .. import sdk
+
+    if "" not in sys.path and "." not in sys.path:
+        sys.path.insert(0, ".")  # as `sextant run --module` does: the application's own directory
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name and (module == exc.name or module.startswith(exc.name + ".")):
+                raise BadInput(f"--module {module}: no such module (sys.path: {', '.join(sys.path[:4])}, …)") \
+                    from None
+            traceback.print_exc()
+            raise BadInput(f"--module {module} does not import: {type(exc).__name__}: {exc}") from None
+        except Exception as exc:  # noqa: BLE001 - the module's own failure, a handler registered twice included
+            traceback.print_exc()
+            raise BadInput(f"--module {module} does not import: {type(exc).__name__}: {exc}") from None
+    return sdk.registered()
+
+
+async def _listed(kube: Any, namespace: str, plural: str) -> list[dict[str, Any]]:
+    from ..resources import API_VERSION
+
+    group, version = API_VERSION.split("/")
+    items, _ = await kube.list(f"/apis/{group}/{version}/namespaces/{namespace}/{plural}")
+    return items
+
+
+def _read(kind: Any, items: list[dict[str, Any]]) -> dict[str, Any]:
+    found = {}
+    for item in items:
+        try:
+            found[item["metadata"]["name"]] = kind.model_validate(item.get("spec") or {})
+        except ValueError as exc:
+            log.warning("%s %s cannot be read: %s", kind.__name__, item["metadata"]["name"], exc)
+    return found
+
+
+async def serve(conn: kubeconfig.Connection, args: argparse.Namespace, namespace: str, name: str,
+                functions: dict[str, Callable[..., Any]]) -> int:
+    from ..kube import ApiError, Kube
+    from ..resources.handler import HandlerSpec
+    from ..resources.queue import QueueSpec
+    from .metrics import WorkerMetrics
+    from .plan import PlanError, plan
+    from .service import Settings, Worker
+
+    kube = Kube(conn, user_agent=f"sextant-worker/{name}")
+    try:
+        try:
+            queues = _read(QueueSpec, await _listed(kube, namespace, "queues"))
+            handlers = _read(HandlerSpec, await _listed(kube, namespace, "handlers"))
+        except ApiError as exc:
+            _error(f"cannot read the Queues and Handlers of namespace {namespace} at {conn.server}: {exc}")
+            return 1
+        want_queues = frozenset(args.queues) if args.queues else None
+        want_handlers = frozenset(args.handlers) if args.handlers else None
+        try:
+            plan(namespace, queues, handlers, functions, want_queues, want_handlers)
+        except PlanError as exc:
+            _error(str(exc))
+            return 2
+        settings = Settings(namespace=namespace, name=name, concurrency=args.concurrency,
+                            drain_grace=args.drain_grace, want_queues=want_queues, want_handlers=want_handlers,
+                            events=not args.no_events)
+        from ..client import Client
+
+        shared: list[Client] = []
+
+        def jobs_client() -> Client:  # one client for every handler's ctx.jobs (httpx.Client is thread-safe)
+            if not shared:
+                shared.append(Client(conn, user_agent="sextant-sdk"))
+            return shared[0]
+
+        worker: Worker | None = None
+        metrics = WorkerMetrics(name, lambda: worker.slots() if worker else (0, args.concurrency))
+        worker = Worker(kube, settings, functions, queues, handlers, jobs_client, metrics)
+        if args.metrics_port:
+            metrics.serve(args.metrics_port, args.metrics_host)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, worker.drain)
+        try:
+            return await worker.run()
+        except ApiError as exc:
+            _error(f"worker {name}: {exc}")
+            return 1
+    finally:
+        await kube.close()
+
+
+def main(args: argparse.Namespace) -> int:
+    from .registration import default_name, name_problem
+
+    logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        if getattr(args, "all_namespaces", False):
+            raise BadInput("-A/--all-namespaces cannot be used with `worker`: a worker serves one namespace "
+                           "(use -n NAMESPACE)")
+        if args.name is not None and (problem := name_problem(args.name)):
+            raise BadInput(problem)
+        namespace_given = getattr(args, "namespace", None)
+        if namespace_given is not None:
+            inputs.namespace("--namespace", namespace_given)
+        functions = import_modules(args.modules or [])
+    except (BadInput, inputs.InputError) as exc:
+        _error(str(exc))
+        return 2
+    conn = kubeconfig.load(getattr(args, "kubeconfig", None), getattr(args, "context", None),
+                           getattr(args, "token", None))
+    namespace = namespace_given or conn.namespace or "default"
+    name = args.name or default_name()
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    code = asyncio.run(serve(conn, args, namespace, name, functions))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+        os._exit(code)  # a `def` handler given up on still runs in its thread: do not wait for it
+    return code
+
+
+def _error(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr, flush=True)

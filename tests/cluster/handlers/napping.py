@@ -1,0 +1,40 @@
+"""SDK handlers of the worker tests (`sextant worker --module napping`).
+
+The payload steers them: `seconds` (how long the first attempt takes), `then` (later attempts; default 0), and
+`dir` (where to leave marks: <job>.<attempt>.started / .cancelled / .done, so a test sees what ran)."""
+
+import asyncio
+import pathlib
+import time
+
+from sextant.sdk import handler
+
+
+def _mark(job, what: str) -> None:
+    where = job.payload.get("dir")
+    if where:
+        pathlib.Path(where, f"{job.name}.{job.attempt}.{what}").write_text(str(time.time()))
+
+
+def _seconds(job) -> float:
+    return job.payload.get("seconds", 0.3) if job.attempt == 1 else job.payload.get("then", 0)
+
+
+@handler("nap")
+async def nap(job, ctx):
+    _mark(job, "started")
+    try:
+        await asyncio.sleep(_seconds(job))
+    except asyncio.CancelledError:
+        _mark(job, "cancelled")
+        raise
+    _mark(job, "done")
+
+
+@handler("nap-sync")
+def nap_sync(job, ctx):
+    _mark(job, "started")
+    if ctx.cancelled.wait(_seconds(job)):
+        _mark(job, "cancelled")
+        return
+    _mark(job, "done")

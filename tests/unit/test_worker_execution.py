@@ -1,0 +1,138 @@
+"""One attempt's handler on a worker, as real threads and processes (no cluster): exit codes as in pod mode, the
+payload on stdin, and stops — SIGTERM / ctx.cancelled, then SIGKILL after the grace."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from _builders import T0
+from sextant import sdk
+from sextant.worker.execution import CommandWork, Ended, Execution, FunctionWork
+
+JOB = sdk.Job(id="job_a", name="job-a", namespace="shop", queue="emails", handler="h", attempt=1,
+              payload={"orderId": 7}, scheduled_at="2026-03-01T12:00:00Z")
+
+
+@pytest.fixture(scope="module")
+def pool():
+    executor = ThreadPoolExecutor(4)
+    yield executor
+    executor.shutdown(wait=False, cancel_futures=True)
+
+
+def function(fn, pool) -> FunctionWork:
+    return FunctionWork(fn, JOB, sdk.Context(jobs=None), pool, "[job-a#1]")
+
+
+async def ended(work, grace: float = 5.0, stop_after: float | None = None, reason: str = "Cancelled"):
+    execution = Execution(work, grace)
+    task = asyncio.ensure_future(execution.run())
+    if stop_after is not None:
+        await asyncio.sleep(stop_after)
+        execution.stop(reason, T0)
+    return await asyncio.wait_for(task, 30), execution
+
+
+async def test_sdk_functions_end_with_the_runners_exit_codes(pool) -> None:
+    async def fine(job, ctx):
+        assert job.payload == {"orderId": 7}
+
+    def broken(job, ctx):
+        raise KeyError("orderId")
+
+    def declined(job, ctx):
+        raise sdk.NonRetryableError("card declined")
+
+    assert (await ended(function(fine, pool)))[0] == Ended(0)
+    assert (await ended(function(broken, pool)))[0] == Ended(1, "KeyError: 'orderId'")
+    assert (await ended(function(declined, pool)))[0] == Ended(86, "NonRetryableError: card declined")
+
+
+async def test_a_stop_cancels_an_async_function_and_sets_ctx_cancelled(pool) -> None:
+    seen = {}
+
+    async def slow(job, ctx):
+        try:
+            await asyncio.sleep(60)
+        finally:
+            seen["cancelled"] = ctx.cancelled.is_set()
+
+    result, execution = await ended(function(slow, pool), stop_after=0.1)
+    assert result.exit_code == 143 and seen == {"cancelled": True} and not execution.lingering
+
+
+async def test_a_def_function_sees_ctx_cancelled_and_one_that_ignores_it_is_given_up_on(pool) -> None:
+    def polite(job, ctx):
+        ctx.cancelled.wait(60)
+
+    result, _ = await ended(function(polite, pool), stop_after=0.1)
+    assert result == Ended(0)  # it returned: the stop's reason decides the outcome (results.py)
+
+    release = threading.Event()
+
+    def stubborn(job, ctx):
+        release.wait(60)
+
+    began = time.monotonic()
+    result, execution = await ended(function(stubborn, pool), grace=0.3, stop_after=0.1)
+    assert result.exit_code == 137 and execution.lingering  # its thread runs on; its slot is not offered
+    assert 0.3 + 1.0 <= time.monotonic() - began < 10
+    release.set()
+    await asyncio.wait_for(execution.task, 5)
+
+
+def command(script: str, tmp_path: Path, **env: str) -> CommandWork:
+    return CommandWork(["sh", "-c", script], {"PATH": "/usr/bin:/bin", **env}, {"orderId": 7, "note": "ü"},
+                       "[job-a#1]")
+
+
+async def test_a_command_gets_the_payload_on_stdin_and_its_environment(tmp_path: Path) -> None:
+    out = tmp_path / "payload.json"
+    result, _ = await ended(command(f'cat > {out}; test "$SEXTANT_QUEUE" = emails', tmp_path, SEXTANT_QUEUE="emails"))
+    assert result == Ended(0) and json.loads(out.read_text()) == {"orderId": 7, "note": "ü"}
+
+
+async def test_a_failed_command_reports_its_exit_code_and_last_output(tmp_path: Path) -> None:
+    result, _ = await ended(command("cat >/dev/null; seq 1 200; echo 'no such order' >&2; exit 4", tmp_path))
+    assert result.exit_code == 4 and result.message.endswith("no such order")
+    assert "\n1\n" not in result.message  # only the tail, as FallbackToLogsOnError keeps
+    missing = CommandWork(["/nonexistent/handler"], {}, {}, "[job-a#1]")
+    assert (await ended(missing))[0].exit_code == 127
+
+
+async def test_a_stop_sends_sigterm_then_sigkill_to_the_whole_group(tmp_path: Path) -> None:
+    mark, child = tmp_path / "got-term", tmp_path / "child.pid"
+    script = f'trap "touch {mark}" TERM; sleep 120 & echo $! > {child}; while true; do sleep 0.05; done'
+    began = time.monotonic()
+    result, _ = await ended(command(script, tmp_path), grace=0.5, stop_after=0.3)
+    assert result.exit_code == 137 and mark.exists()
+    assert time.monotonic() - began >= 0.8  # SIGKILL only after the grace
+    pid = int(child.read_text())
+    with pytest.raises(ProcessLookupError):  # the handler's children went with it, as in a pod
+        for _ in range(50):
+            import os
+
+            os.kill(pid, 0)
+            await asyncio.sleep(0.05)
+
+
+async def test_a_command_that_honours_sigterm_exits_143(tmp_path: Path) -> None:
+    result, _ = await ended(command("exec sleep 60", tmp_path), grace=10, stop_after=0.2)
+    assert result.exit_code == 128 + signal.SIGTERM
+
+
+async def test_stopped_before_it_started_it_never_runs(tmp_path: Path) -> None:
+    mark = tmp_path / "ran"
+    execution = Execution(command(f"touch {mark}", tmp_path), 1.0)
+    execution.stop("Drained", T0)
+    assert await execution.run() == Ended(None, "stopped before the handler started")
+    assert not mark.exists()
