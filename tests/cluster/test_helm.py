@@ -22,7 +22,8 @@ import yaml
 from tests.harness import Cluster, namespace_name, repo_root, wait_for
 from tests.harness.tools import Tools, ToolsUnavailable, build_tools
 
-from .support import KWOK_TOLERATION, Operator, apply, handler, job, queue, token_kubeconfig, wait_state
+from .support import (KWOK_TOLERATION, Operator, WorkerProcess, apply, handler, job, queue, token_kubeconfig,
+                      wait_state)
 
 CHART = repo_root() / "charts" / "sextant"
 CRDS = repo_root() / "crds"
@@ -647,8 +648,6 @@ def test_install_watching_two_namespaces_then_uninstall(cluster, helm, tools, re
     op.start()
     # ... and a real `sextant worker` as the chart's worker account: registering, taking a job of a command handler,
     # recording its result and an Event, and deleting its Lease when it stops.
-    from .support import WorkerProcess  # noqa: PLC0415 - (w-proc's helper; moved up once that branch is merged)
-
     worker_token = cluster.kubectl("create", "token", "sxns-sextant-worker-payments", "-n", shop).stdout.strip()
     worker = WorkerProcess(token_kubeconfig(cluster, worker_token, tmp_path / "worker-kubeconfig"), shop,
                            "chart-sa", tmp_path, "--queue", "q")
