@@ -55,6 +55,10 @@ def test_the_local_worker_example_runs_as_the_readme_says(cluster, namespace, op
         [attempt] = welcome["attempts"]
         assert attempt["result"] == "succeeded" and attempt.get("pod") is None and attempt["worker"]
         assert not get_json(cluster, namespace, "pods")["items"]
+        shown = json.loads(ok(sextant(cluster, "inspect", "job-welcome", "-n", namespace, "-o", "json")))
+        assert shown["attempts"][0]["worker"] == attempt["worker"] and shown["attempts"][0]["pod"] is None
+        logs = sextant(cluster, "logs", "job-welcome", "-n", namespace)
+        assert logs.returncode == 1 and f"ran on worker {attempt['worker']}, not in a pod" in logs.stderr
 
         # kubectl sextant workers shows it, live, with the example's queue and both handlers, its slots free.
         [row] = json.loads(ok(sextant(cluster, "workers", "-n", namespace, "-o", "json")))["items"]
