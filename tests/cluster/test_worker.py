@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
+import subprocess
 import time
 import urllib.request
 from pathlib import Path
@@ -16,10 +18,10 @@ import pytest
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
-from tests.harness import holds_for, wait_for
+from tests.harness import wait_for
 
-from .support import (JobRecorder, WorkerProcess, apply, free_port, get_json, handler, job, jobs, queue, status,
-                      timeline_of, wait_all, wait_state)
+from .support import (HANDLERS_DIR, JobRecorder, WorkerProcess, apply, free_port, get_json, handler, job, jobs,
+                      queue, status, timeline_of, wait_all, wait_state)
 
 FAST = {"backoff": {"policy": "fixed", "initial": "200ms"}, "leaseDuration": "3s", "cancelGrace": "1s"}
 
@@ -90,3 +92,235 @@ def test_three_workers_share_a_queue_and_its_concurrency_holds(cluster, namespac
     assert 'sextant_worker_attempts_total{handler="nap",queue="q",result="succeeded",worker="w0"}' in scraped
     assert 'sextant_worker_slots{state="free",worker="w0"} 2.0' in scraped
     assert 'sextant_worker_claim_to_start_seconds_count{worker="w0"}' in scraped
+
+
+def marks(where: Path, name: str) -> list[str]:
+    path = where / name
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def serve_nap(workers, name: str, *args: str):
+    return workers(name, "--module", "napping", "--handler", "nap", *args)
+
+
+def test_a_killed_worker_loses_its_attempt_and_another_worker_runs_the_retry(cluster, namespace, operator, workers,
+                                                                            tmp_path):
+    apply(cluster, namespace, queue("q", maxAttempts=3, **FAST), worker_handler("nap"),
+          job("job-k", handler_name="nap", payload={"seconds": 120, "dir": str(tmp_path)}))
+    first = serve_nap(workers, "wa")
+    wait_for(lambda: marks(tmp_path, "job-k.1.started"), 60, message="the handler to run on wa")
+    stale = get_json(cluster, namespace, "jobs.sextant.dev", "job-k")
+    serve_nap(workers, "wb")
+    wait_registered(cluster, namespace, "wb")
+    killed = time.monotonic()
+    first.kill()
+    wait_for(lambda: timeline_of(status(cluster, namespace, "job-k"))[:1] == [("failed", "LeaseExpired")], 30,
+             message="the attempt to fail with LeaseExpired")
+    assert time.monotonic() - killed < 3 + 5, "within leaseDuration and a few seconds"
+    final = wait_state(cluster, namespace, "job-k", "succeeded")
+    assert timeline_of(final) == [("failed", "LeaseExpired"), ("succeeded", None)]
+    assert [a["node"] for a in final["attempts"]] == ["wa", "wb"]
+    # The killed incarnation's late result, at the version it read, through the worker's own results code: refused.
+    from sextant import kubeconfig
+    from sextant.kube import Kube
+    from sextant.resources.handler import HandlerSpec
+    from sextant.resources.queue import QueueSpec
+    from sextant.worker.results import Recorder, Report
+    from sextant.worker.registration import utcnow
+
+    async def late() -> tuple[Any, int]:
+        async with Kube(kubeconfig.load(str(cluster.kubeconfig))) as kube:
+            specs = (QueueSpec.model_validate(FAST), HandlerSpec.model_validate({"worker": {}}))
+            recorder = Recorder(kube, namespace, "wa", final["attempts"][0]["worker"], lambda q, h: specs, utcnow)
+            return await recorder.record(stale, Report(run=1, exit_code=0)), recorder.refused
+
+    before = status(cluster, namespace, "job-k")
+    assert asyncio.run(late()) == (None, 1)
+    assert status(cluster, namespace, "job-k") == before  # nothing recorded
+
+
+def test_a_worker_restarted_under_its_name_does_not_run_its_predecessors_attempt(cluster, namespace, operator,
+                                                                                 workers, tmp_path):
+    apply(cluster, namespace, queue("q", maxAttempts=3, **FAST), worker_handler("nap"),
+          job("job-r", handler_name="nap", payload={"seconds": 120, "dir": str(tmp_path)}))
+    before = serve_nap(workers, "wa")
+    wait_for(lambda: marks(tmp_path, "job-r.1.started"), 60, message="the handler to run")
+    before.kill()
+    after = serve_nap(workers, "wa")  # the same name: a new incarnation, before the old Lease expired
+    final = wait_state(cluster, namespace, "job-r", "succeeded", timeout=60)
+    assert timeline_of(final) == [("failed", "LeaseExpired"), ("succeeded", None)]
+    old, new = (a["worker"] for a in final["attempts"])
+    assert old.startswith("wa/") and new.startswith("wa/") and old != new
+    assert len(marks(tmp_path, "job-r.1.started")) == 1, "the restarted worker never ran the earlier attempt"
+    assert after.proc.poll() is None
+
+
+def test_sigterm_drains_finishing_what_runs_and_retrying_the_rest_elsewhere(cluster, namespace, operator, workers,
+                                                                           tmp_path):
+    def nap_job(name: str, seconds: float) -> dict[str, Any]:
+        return job(name, handler_name="nap", payload={"seconds": seconds, "dir": str(tmp_path)})
+
+    apply(cluster, namespace, queue("q", concurrency=10, maxAttempts=3, **FAST), worker_handler("nap"))
+    draining = serve_nap(workers, "wa", "--concurrency", "3", "--drain-grace", "4s")
+    wait_registered(cluster, namespace, "wa")
+    apply(cluster, namespace, nap_job("short-1", 1.5), nap_job("short-2", 1.5), nap_job("long", 120))
+    wait_for(lambda: all(marks(tmp_path, f"{n}.1.started") for n in ("short-1", "short-2", "long")), 60,
+             message="three handlers running on wa")
+    serve_nap(workers, "wb")
+    wait_registered(cluster, namespace, "wb")
+    draining.signal(signal.SIGTERM)
+    wait_for(lambda: (lease(cluster, namespace, "wa") or {}).get("metadata", {}).get("annotations", {})
+             .get("sextant.dev/draining") == "true", 10, message="wa's Lease to say draining")
+    apply(cluster, namespace, nap_job("after-1", 0.1), nap_job("after-2", 0.1))
+    assert draining.wait(60) == 0
+    assert lease(cluster, namespace, "wa") is None, "a drained worker deletes its Lease"
+    final = wait_all(cluster, namespace, 5, {"succeeded", "dead"}, 60)
+    nodes = {n: [a["node"] for a in j["status"]["attempts"]] for n, j in final.items()}
+    assert {n: timeline_of(j["status"]) for n, j in final.items()} == {
+        "short-1": [("succeeded", None)], "short-2": [("succeeded", None)],
+        "long": [("failed", "Drained"), ("succeeded", None)],
+        "after-1": [("succeeded", None)], "after-2": [("succeeded", None)]}, nodes
+    assert nodes == {"short-1": ["wa"], "short-2": ["wa"], "long": ["wa", "wb"], "after-1": ["wb"],
+                     "after-2": ["wb"]}
+    assert marks(tmp_path, "long.1.cancelled"), "the unfinished handler was stopped"
+
+
+def test_cancel_stops_a_running_handler_sigterm_then_sigkill_after_the_grace(cluster, namespace, operator, workers,
+                                                                            tmp_path):
+    term, started = tmp_path / "got-term", tmp_path / "started"
+    stubborn = ["sh", "-c", f'trap "date +%s.%N >> {term}; sleep 60" TERM; touch {started}; '
+                            "while true; do sleep 0.1; done"]
+    apply(cluster, namespace, queue("q", cancelGrace="2s", leaseDuration="3s"), worker_handler("stubborn", stubborn),
+          worker_handler("nap"), job("job-cmd", handler_name="stubborn"),
+          job("job-sdk", handler_name="nap", payload={"seconds": 120, "dir": str(tmp_path)}))
+    workers("w", "--module", "napping", "--handler", "nap", "--handler", "stubborn", "--concurrency", "2")
+    wait_for(lambda: started.exists() and marks(tmp_path, "job-sdk.1.started"), 60, message="both handlers to run")
+    asked = time.time()
+    for name in ("job-cmd", "job-sdk"):
+        cluster.kubectl("patch", "-n", namespace, "jobs.sextant.dev", name, "--type=merge", "-p",
+                        '{"spec":{"cancel":true}}')
+    sdk_final = wait_state(cluster, namespace, "job-sdk", "cancelled", timeout=30)
+    cmd_final = wait_state(cluster, namespace, "job-cmd", "cancelled", timeout=30)
+    ended = time.time()
+    assert float(term.read_text().split()[0]) - asked < 2, "SIGTERM came at once"
+    assert ended - asked >= 2, "SIGKILL only after cancelGrace"
+    assert [(a["result"], a["reason"], a.get("exitCode")) for a in cmd_final["attempts"]] == \
+        [("cancelled", "Cancelled", 137)]
+    assert [(a["result"], a["reason"], a.get("exitCode")) for a in sdk_final["attempts"]] == \
+        [("cancelled", "Cancelled", 143)]
+    assert marks(tmp_path, "job-sdk.1.cancelled"), "the async handler's task was cancelled"
+    assert conditions(cmd_final)["Cancelled"] == ("True", "Cancelled")
+
+
+def test_the_worker_applies_the_timeout_itself_even_with_the_operator_away(cluster, namespace, operator, workers,
+                                                                          tmp_path):
+    apply(cluster, namespace, queue("q", timeout="3s", maxAttempts=1, cancelGrace="1s", leaseDuration="3s"),
+          worker_handler("nap"), job("job-t", handler_name="nap", payload={"seconds": 120, "dir": str(tmp_path)}))
+    serve_nap(workers, "w")
+    wait_for(lambda: marks(tmp_path, "job-t.1.started"), 60, message="the handler to run")
+    operator.kill()
+    final = wait_state(cluster, namespace, "job-t", "dead", timeout=30)
+    assert [(a["result"], a["reason"], a.get("exitCode")) for a in final["attempts"]] == [("failed", "Timeout", 143)]
+    assert marks(tmp_path, "job-t.1.cancelled")
+    assert conditions(final)["Dead"][0] == "True"
+
+
+def test_a_command_handler_gets_the_payload_on_stdin_and_the_sextant_environment(cluster, namespace, operator,
+                                                                                workers, tmp_path):
+    payload = {"orderId": 42, "items": ["a", "b"], "note": "ünïcode ✓", "nested": {"x": 1.5, "ok": True}}
+    out, env = tmp_path / "payload.json", tmp_path / "env"
+    script = f'cat > {out}; env | grep ^SEXTANT_ > {env}; echo "attempt $SEXTANT_ATTEMPT of $SEXTANT_JOB_ID"'
+    apply(cluster, namespace, queue("q", maxAttempts=1),
+          worker_handler("h", ["sh", "-c", script]),
+          worker_handler("fails", ["sh", "-c", "cat >/dev/null; echo 'no such order' >&2; exit 4"]),
+          job("job-stdin", handler_name="h", payload=payload), job("job-exit4", handler_name="fails"))
+    worker = workers("w")  # command handlers need no --module
+    assert timeline_of(wait_state(cluster, namespace, "job-stdin", "succeeded")) == [("succeeded", None)]
+    assert json.loads(out.read_text()) == payload
+    seen = dict(line.split("=", 1) for line in env.read_text().splitlines())
+    assert {k: seen[k] for k in ("SEXTANT_JOB_ID", "SEXTANT_JOB_NAME", "SEXTANT_NAMESPACE", "SEXTANT_QUEUE",
+                                 "SEXTANT_HANDLER", "SEXTANT_ATTEMPT", "SEXTANT_RUN", "SEXTANT_NODE_NAME")} == {
+        "SEXTANT_JOB_ID": "job_stdin", "SEXTANT_JOB_NAME": "job-stdin", "SEXTANT_NAMESPACE": namespace,
+        "SEXTANT_QUEUE": "q", "SEXTANT_HANDLER": "h", "SEXTANT_ATTEMPT": "1", "SEXTANT_RUN": "1",
+        "SEXTANT_NODE_NAME": "w"}
+    assert json.loads(seen["SEXTANT_PAYLOAD"]) == payload
+    from sextant.runner.env import AttemptEnv  # what `sextant run` reads in a pod reads the same here
+
+    assert AttemptEnv.from_environ(seen).payload == payload
+    final = wait_state(cluster, namespace, "job-exit4", "dead")
+    assert [(a["reason"], a["exitCode"], a["message"]) for a in final["attempts"]] == [("Error", 4, "no such order")]
+    wait_for(lambda: "[job-stdin#1] attempt 1 of job_stdin" in worker.log(), 10, message="the output in its log")
+
+
+def test_sdk_chaining_makes_one_child_even_when_the_attempt_runs_twice(cluster, namespace, operator, workers):
+    apply(cluster, namespace, queue("q", maxAttempts=3, **FAST), worker_handler("charge-card"),
+          worker_handler("send-receipt"), job("job-charge", handler_name="charge-card", payload={"orderId": 7}))
+    worker = workers("w", "--module", "chaining", "--handler", "charge-card", "--handler", "send-receipt")
+    final = wait_state(cluster, namespace, "job-charge", "succeeded", timeout=60)
+    assert timeline_of(final) == [("failed", "Error"), ("succeeded", None)]
+    assert "card network timed out" in final["attempts"][0]["message"]
+
+    def receipts() -> list[dict[str, Any]]:
+        return [j for j in jobs(cluster, namespace).values() if j["spec"]["handler"] == "send-receipt"]
+
+    wait_for(lambda: receipts() and receipts()[0].get("status", {}).get("state") == "succeeded", 60,
+             message="the chained job to succeed")
+    assert len(receipts()) == 1
+    assert receipts()[0]["spec"]["payload"] == {"orderId": 7, "chargeId": "ch_7"}
+    assert receipts()[0]["status"]["attempts"][0]["node"] == "w"
+    wait_for(lambda: "receipt for order 7 (charge ch_7)" in worker.log(), 10, message="the receipt's output")
+
+
+def test_pod_mode_and_worker_mode_in_one_queue_share_its_concurrency(cluster, namespace, operator, workers):
+    names = [f"job-{i:02d}" for i in range(12)]
+    with JobRecorder(cluster.kubeconfig, namespace) as recorder:
+        apply(cluster, namespace, queue("q", concurrency=3, **FAST), worker_handler("nap"),
+              handler("h-pod", annotations={"sextant.dev/test-duration": "1s"}),
+              *(job(n, handler_name="nap" if i % 2 else "h-pod", payload={"seconds": 1}) for i, n in enumerate(names)))
+        serve_nap(workers, "w", "--concurrency", "4")
+        final = wait_all(cluster, namespace, 12, {"succeeded", "dead"}, 120)
+    assert {j["status"]["state"] for j in final.values()} == {"succeeded"}
+    assert recorder.max_running() == 3, "pods and workers together never exceed the queue's concurrency"
+    ran = {n: ("pod" if "pod" in j["status"]["attempts"][0] else "worker") for n, j in final.items()}
+    assert sorted(ran.values()) == ["pod"] * 6 + ["worker"] * 6
+
+
+def test_a_worker_that_loses_its_lease_stops_its_handlers(cluster, namespace, operator, workers, tmp_path):
+    apply(cluster, namespace, queue("q", maxAttempts=1, **FAST), worker_handler("nap"),
+          job("job-l", handler_name="nap", payload={"seconds": 120, "dir": str(tmp_path)}))
+    worker = serve_nap(workers, "w")
+    wait_for(lambda: marks(tmp_path, "job-l.1.started"), 60, message="the handler to run")
+    api = k8s_client.CoordinationV1Api(k8s_config.new_client_from_config(str(cluster.kubeconfig)))
+    taken = api.read_namespaced_lease("sextant-worker-w", namespace)
+    taken.spec.holder_identity = "w/someone-else"  # another process took the name
+    api.replace_namespaced_lease("sextant-worker-w", namespace, taken)
+    assert worker.wait(30) == 1
+    assert "lease lost: its Lease was taken over by w/someone-else" in worker.log()
+    assert marks(tmp_path, "job-l.1.cancelled"), "its handler was stopped"
+    final = wait_state(cluster, namespace, "job-l", "dead", timeout=30)
+    assert timeline_of(final) == [("failed", "LeaseExpired")]  # recorded by the operator, not by the lost worker
+
+
+def test_bad_input_is_an_error_at_start_that_names_it(cluster, namespace, crds, tmp_path):
+    (tmp_path / "pod_mode_handlers.py").write_text(
+        "from sextant.sdk import handler\n@handler('resize')\ndef resize(job, ctx): pass\n")
+    apply(cluster, namespace, queue("q"), worker_handler("nap"), handler("resize"))
+    cases = {
+        ("--queue", "nope", "--module", "napping", "--handler", "nap"): f"--queue nope: there is no Queue 'nope' in "
+                                                                       f"namespace {namespace}",
+        ("--module", "napping"): "handler 'nap-sync' is registered by --module, but there is no Handler 'nap-sync'",
+        ("--module", "pod_mode_handlers"): "Handler 'resize' runs its jobs in pods (spec.template)",
+        ("--module", "no_such_module_here"): "--module no_such_module_here: no such module",
+        (): "nothing to serve: no --module registers a handler",
+    }
+    for args, words in cases.items():
+        proc = WorkerProcess(cluster.kubeconfig, namespace, "bad", tmp_path, *args)
+        result = subprocess.run(proc.command(), capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                                env=proc_env())
+        assert (result.returncode, words in result.stderr) == (2, True), (args, result.stderr)
+    assert lease(cluster, namespace, "bad") is None, "nothing was registered"
+
+
+def proc_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(HANDLERS_DIR), os.environ.get("PYTHONPATH", ""))
+                                                         if p)}

@@ -279,7 +279,8 @@ def test_bad_input_exits_2_before_anything_starts(argv: list[str], words: str,
 def test_a_module_that_fails_to_import_shows_its_error(tmp_path, monkeypatch, capsys) -> None:
     (tmp_path / "broken_handlers.py").write_text("import json\nraise RuntimeError('no database URL set')\n")
     (tmp_path / "twice_handlers.py").write_text(
-        "from sextant.sdk import handler\n@handler('dup')\ndef a(job, ctx): pass\n@handler('dup')\ndef b(job, ctx): pass\n")
+        "from sextant.sdk import handler\n"
+        "@handler('dup')\ndef a(job, ctx): pass\n@handler('dup')\ndef b(job, ctx): pass\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     assert worker_main.main(parse("--module", "broken_handlers")) == 2
     err = capsys.readouterr().err

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -119,8 +119,6 @@ async def test_a_stop_sends_sigterm_then_sigkill_to_the_whole_group(tmp_path: Pa
     pid = int(child.read_text())
     with pytest.raises(ProcessLookupError):  # the handler's children went with it, as in a pod
         for _ in range(50):
-            import os
-
             os.kill(pid, 0)
             await asyncio.sleep(0.05)
 

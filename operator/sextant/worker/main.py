@@ -171,7 +171,11 @@ async def serve(conn: kubeconfig.Connection, args: argparse.Namespace, namespace
         metrics = WorkerMetrics(name, lambda: worker.slots() if worker else (0, args.concurrency))
         worker = Worker(kube, settings, functions, queues, handlers, jobs_client, metrics)
         if args.metrics_port:
-            metrics.serve(args.metrics_port, args.metrics_host)
+            try:
+                metrics.serve(args.metrics_port, args.metrics_host)
+            except OSError as exc:
+                _error(f"--metrics-port {args.metrics_port}: cannot listen on {args.metrics_host}: {exc.strerror}")
+                return 1
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, worker.drain)

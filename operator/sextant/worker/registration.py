@@ -120,7 +120,6 @@ class Registration:
         self.writes = 0
         self._acquired: datetime | None = None
         self._version: str | None = None
-        self._written: Offer | None = None
         self._nudge = asyncio.Event()
 
     async def register(self) -> None:
@@ -145,7 +144,7 @@ class Registration:
                             (now - renewed).total_seconds())
             body["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
             created = await self.kube.request("PUT", self.path, body=body, retry=False)
-        self._stored(created, now, offer)
+        self._stored(created, now)
 
     def changed(self) -> None:
         """The offer changed (draining, slots, queues, handlers): write it now rather than at the next renewal."""
@@ -201,13 +200,12 @@ class Registration:
                 return f"!its Lease was taken over by {holder}"
             self._version = current["metadata"]["resourceVersion"]  # changed by someone else: write over it
             return "changed meanwhile"
-        self._stored(stored, now, offer)
+        self._stored(stored, now)
         return None
 
-    def _stored(self, lease: dict[str, Any], now: datetime, offer: Offer) -> None:
+    def _stored(self, lease: dict[str, Any], now: datetime) -> None:
         self._version = lease["metadata"]["resourceVersion"]
         self.renewed_at = now
-        self._written = offer
         self.writes += 1
 
     def _lose(self, why: str) -> bool:

@@ -22,7 +22,6 @@ from ..controller.informer import Informer
 from ..controller.pods import scheduled_at
 from ..controller.view import View
 from ..kube import Kube
-from ..lifecycle import attempts as A
 from ..resources import API_VERSION, contract
 from ..resources.common import parse_duration
 from ..resources.handler import HandlerSpec
@@ -336,7 +335,7 @@ class Worker:
     async def run(self) -> int:
         """Register, serve until drained (0) or the Lease is lost (1)."""
         await self.registration.register()
-        log.warning("worker %s (%s) serves queues %s, handlers %s with %d slots", self.name, self.holder,
+        log.info("worker %s (%s) serves queues %s, handlers %s with %d slots", self.name, self.holder,
                     ",".join(sorted(self.served.queues)) or "-", ",".join(sorted(self.served.handlers)) or "-",
                     self.settings.concurrency)
         background = [asyncio.create_task(i.run(), name=f"informer {i.name}") for i in self.informers]

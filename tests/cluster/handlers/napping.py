@@ -1,9 +1,11 @@
 """SDK handlers of the worker tests (`sextant worker --module napping`).
 
 The payload steers them: `seconds` (how long the first attempt takes), `then` (later attempts; default 0), and
-`dir` (where to leave marks: <job>.<attempt>.started / .cancelled / .done, so a test sees what ran)."""
+`dir` (where to leave marks: <job>.<attempt>.started / .cancelled / .done, a line per process that got there, so a
+test sees what ran, and how many times)."""
 
 import asyncio
+import os
 import pathlib
 import time
 
@@ -13,7 +15,8 @@ from sextant.sdk import handler
 def _mark(job, what: str) -> None:
     where = job.payload.get("dir")
     if where:
-        pathlib.Path(where, f"{job.name}.{job.attempt}.{what}").write_text(str(time.time()))
+        with pathlib.Path(where, f"{job.name}.{job.attempt}.{what}").open("a") as mark:
+            mark.write(f"{os.getpid()} {time.time()}\n")
 
 
 def _seconds(job) -> float:
