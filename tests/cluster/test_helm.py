@@ -22,7 +22,8 @@ import yaml
 from tests.harness import Cluster, namespace_name, repo_root, wait_for
 from tests.harness.tools import Tools, ToolsUnavailable, build_tools
 
-from .support import KWOK_TOLERATION, Operator, apply, handler, job, queue, token_kubeconfig, wait_state
+from .support import (KWOK_TOLERATION, Operator, WorkerProcess, apply, handler, job, queue, token_kubeconfig,
+                      wait_state)
 
 CHART = repo_root() / "charts" / "sextant"
 CRDS = repo_root() / "crds"
@@ -52,6 +53,21 @@ CUSTOM = {
             "serviceAccountName": "mine", "containers": [{"name": "handler", "image": "registry.example/r:2"}]}}}},
     ],
 }  # fmt: skip
+
+# Workers (docs/workers.md) on top of CUSTOM: worker-mode Handlers and two worker Deployments, one with every default.
+WORKER_HANDLERS = [
+    {"name": "charge-card", "namespace": "shop", "spec": {"worker": {}}},
+    {"name": "resize-image", "namespace": "billing", "spec": {"worker": {"command": ["python", "-m", "images.resize"]},
+                                                             "nonRetryableExitCodes": [2]}},
+]
+WORKERS = [
+    {"name": "payments", "namespace": "shop", "image": "registry.example/payments:2.3", "queues": ["emails"],
+     "modules": ["payments.handlers"], "concurrency": 16, "replicas": 2, "metricsPort": 9090,
+     "env": [{"name": "SMTP_HOST", "value": "smtp.example"}]},
+    {"name": "images", "namespace": "billing", "events": False, "drainGrace": "1m", "handlers": ["resize-image"]},
+]
+WITH_WORKERS = {**CUSTOM, "handlers": CUSTOM["handlers"] + WORKER_HANDLERS, "workers": WORKERS}
+EXAMPLE_VALUES = repo_root() / "examples" / "helm" / "workers-values.yaml"
 
 
 # ---- helpers ---------------------------------------------------------------------------------------------------------
@@ -128,6 +144,16 @@ OPERATOR_RULES = {
     ("", "events"): {"create"},
 }
 
+# docs/workers.md, "Permissions", and Events for the attempts a worker records.
+WORKER_RULES = {
+    ("sextant.dev", "jobs"): {"get", "list", "watch", "create"},
+    ("sextant.dev", "jobs/status"): {"update"},
+    ("sextant.dev", "queues"): {"get", "list", "watch"},
+    ("sextant.dev", "handlers"): {"get", "list", "watch"},
+    ("coordination.k8s.io", "leases"): {"get", "create", "update", "delete"},
+    ("", "events"): {"create"},
+}
+
 
 def assert_least_privilege(docs: list[dict[str, Any]]) -> None:
     """No role of the chart grants a wildcard, Secrets or ConfigMaps, or writes to a Job's spec."""
@@ -155,7 +181,8 @@ def assert_every_rule_commented(rendered: str) -> None:
 
 
 def test_helm_lint_is_clean_with_default_and_custom_values(helm):
-    for values in (None, CUSTOM, {**CUSTOM, "watchNamespaces": [], "replicas": 3}):
+    for values in (None, CUSTOM, {**CUSTOM, "watchNamespaces": [], "replicas": 3}, WITH_WORKERS,
+                   yaml.safe_load(EXAMPLE_VALUES.read_text())):
         out = helm("lint", "--strict", str(CHART), values=values).stdout
         assert "0 chart(s) failed" in out and "[WARNING]" not in out and "[ERROR]" not in out, out
 
@@ -308,7 +335,7 @@ def test_the_charts_crds_are_the_generated_ones(helm):
 def test_kube_score_finds_nothing_critical(helm, tools, tmp_path):
     # No check is ignored: every one of kube-score's default checks applies to the chart and passes, at least at
     # WARNING level (the one-replica render is warned about having few replicas).
-    for name, values in (("default", None), ("custom", CUSTOM)):
+    for name, values in (("default", None), ("custom", CUSTOM), ("workers", WITH_WORKERS)):
         manifest = tmp_path / f"{name}.yaml"
         manifest.write_text(helm("template", "sx", str(CHART), "--namespace", "sextant-system", values=values).stdout)
         proc = subprocess.run([tools.kube_score, "score", "--kubernetes-version", "v1.36", "--output-format", "ci",
@@ -316,6 +343,115 @@ def test_kube_score_finds_nothing_critical(helm, tools, tmp_path):
         critical = [ln for ln in proc.stdout.splitlines() if ln.startswith("[CRITICAL]")]
         assert not critical and proc.returncode == 0, f"{name} values:\n{proc.stdout}{proc.stderr}"
         assert "[OK]" in proc.stdout  # it did score the objects
+
+
+def worker_parts(docs: list[dict[str, Any]], name: str, namespace: str) -> tuple[dict, dict, list[str]]:
+    """A worker's Deployment, its pod spec and its container's args."""
+    deployment = one(docs, "Deployment", f"sx-sextant-worker-{name}", namespace)
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    return deployment, pod, container["args"]
+
+
+def test_workers_render_a_deployment_each_with_exactly_a_workers_rights(helm):
+    docs = helm.template(WITH_WORKERS)
+    deployment, pod, args = worker_parts(docs, "payments", "shop")
+    container = pod["containers"][0]
+    assert deployment["spec"]["replicas"] == 2
+    assert container["image"] == "registry.example/payments:2.3" and container["command"] == ["sextant", "worker"]
+    assert args == ["--name=$(POD_NAME)", "--namespace=shop", "--queue=emails", "--module=payments.handlers",
+                    "--concurrency=16", "--drain-grace=25s", "--metrics-port=9090"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}  # the worker's name
+    assert env["SMTP_HOST"]["value"] == "smtp.example"
+    assert container["ports"] == [{"name": "metrics", "containerPort": 9090, "protocol": "TCP"}]
+    # SIGTERM drains for drainGrace; the kubelet's SIGKILL comes later, after what is left is stopped and recorded.
+    assert pod["terminationGracePeriodSeconds"] == 25 + 15
+    sc = container["securityContext"]
+    assert sc["runAsNonRoot"] and sc["readOnlyRootFilesystem"] and sc["capabilities"] == {"drop": ["ALL"]}
+    assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
+    assert pod["affinity"]["podAntiAffinity"], "two replicas prefer two nodes"
+    assert {"cpu", "memory"} <= set(container["resources"]["limits"])
+
+    # Its own ServiceAccount, bound to a Role in its namespace with the worker's rights and nothing more.
+    assert pod["serviceAccountName"] == "sx-sextant-worker-payments"
+    one(docs, "ServiceAccount", "sx-sextant-worker-payments", "shop")
+    assert rules_of(one(docs, "Role", "sx-sextant-worker-payments", "shop")) == WORKER_RULES
+    binding = one(docs, "RoleBinding", "sx-sextant-worker-payments", "shop")
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": "sx-sextant-worker-payments"}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "sx-sextant-worker-payments",
+                                    "namespace": "shop"}]
+    assert not find(docs, "ClusterRoleBinding", "sx-sextant-worker-payments"), "a worker's rights end at its namespace"
+
+    # Two replicas: drained one at a time. Its NetworkPolicy opens only the metrics port; egress is open by default.
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    assert one(docs, "PodDisruptionBudget", "sx-sextant-worker-payments", "shop")["spec"] == {
+        "maxUnavailable": 1, "unhealthyPodEvictionPolicy": "AlwaysAllow", "selector": {"matchLabels": selector}}
+    policy = one(docs, "NetworkPolicy", "sx-sextant-worker-payments", "shop")["spec"]
+    assert policy["podSelector"]["matchLabels"] == selector and policy["policyTypes"] == ["Ingress", "Egress"]
+    assert policy["ingress"] == [{"ports": [{"port": "metrics", "protocol": "TCP"}]}] and policy["egress"] == [{}]
+    # The operator's Service, PDB and NetworkPolicy never select a worker's pods (nor the other way round).
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    op_spec = one(docs, "Deployment", "sx-sextant")["spec"]
+    assert not op_spec["selector"]["matchLabels"].items() <= pod_labels.items()
+    assert not selector.items() <= op_spec["template"]["metadata"]["labels"].items()
+
+    # Every default: the runner image, all queues and modules unsaid, one replica (no PDB), no Events, no ingress.
+    _, pod, args = worker_parts(docs, "images", "billing")
+    assert pod["containers"][0]["image"] == f"ghcr.io/sextant-dev/sextant-runner:{APP_VERSION}"
+    assert args == ["--name=$(POD_NAME)", "--namespace=billing", "--handler=resize-image", "--drain-grace=1m",
+                    "--no-events"]
+    assert pod["terminationGracePeriodSeconds"] == 60 + 15
+    assert "affinity" not in pod and not find(docs, "PodDisruptionBudget", "sx-sextant-worker-images")
+    assert rules_of(one(docs, "Role", "sx-sextant-worker-images", "billing")) == {
+        k: v for k, v in WORKER_RULES.items() if k != ("", "events")}
+    assert one(docs, "NetworkPolicy", "sx-sextant-worker-images", "billing")["spec"]["ingress"] == []
+
+    # Worker-mode Handlers are rendered as written: no pod template, image or runner ServiceAccount added.
+    assert one(docs, "Handler", "charge-card", "shop")["spec"] == {"worker": {}}
+    assert one(docs, "Handler", "resize-image", "billing")["spec"] == WORKER_HANDLERS[1]["spec"]
+    assert_least_privilege(docs)
+    assert_every_rule_commented(helm("template", "sx", str(CHART), "--namespace", "sextant-system",
+                                     values=WITH_WORKERS).stdout)
+
+
+def test_a_worker_can_use_an_existing_service_account_and_a_narrower_network_policy(helm):
+    docs = helm.template({"workers": [{"name": "w", "serviceAccount": {"create": False, "name": "mine"},
+                                       "terminationGracePeriodSeconds": 26, "replicas": 0,
+                                       "networkPolicy": {"egress": [{"to": [{"ipBlock": {"cidr": "10.0.0.0/8"}}]}]}}]})
+    _, pod, _ = worker_parts(docs, "w", "sextant-system")
+    assert pod["serviceAccountName"] == "mine" and pod["terminationGracePeriodSeconds"] == 26
+    assert one(docs, "Deployment", "sx-sextant-worker-w")["spec"]["replicas"] == 0  # scaled to zero stays zero
+    assert not find(docs, "ServiceAccount", "mine")
+    assert one(docs, "RoleBinding", "sx-sextant-worker-w")["subjects"][0]["name"] == "mine"
+    assert one(docs, "NetworkPolicy", "sx-sextant-worker-w")["spec"]["egress"] == [
+        {"to": [{"ipBlock": {"cidr": "10.0.0.0/8"}}]}]
+    off = helm.template({"workers": [{"name": "w", "networkPolicy": {"enabled": False}}]})
+    assert not find(off, "NetworkPolicy", "sx-sextant-worker-w")
+
+
+@pytest.mark.parametrize("values,words", [
+    ({"workers": [{"name": "w", "drainGrace": "30s", "terminationGracePeriodSeconds": 30}]},
+     "workers[w].terminationGracePeriodSeconds (30) must be above drainGrace (30s)"),
+    ({"workers": [{"name": "w", "drainGrace": "soon"}]}, "drainGrace"),
+    ({"workers": [{"name": "w", "concurrency": 0}]}, "concurrency"),
+    ({"workers": [{"name": "W_1"}]}, "name"),
+    ({"workers": [{"name": "w", "module": ["x"]}]}, "module"),  # a typo of modules: no unknown keys
+    ({"workers": [{"image": "x:1"}]}, "name"),
+    ({"watchNamespaces": ["shop"], "workers": [{"name": "w", "namespace": "elsewhere"}]},
+     'Worker "w" is in namespace "elsewhere", which the operator does not watch'),
+    ({"watchNamespaces": ["shop"], "workers": [{"name": "w"}]},
+     'Worker "w" is in namespace "default", which the operator does not watch'),
+    ({"handlers": [{"name": "h", "spec": {"worker": {}, "template": {"spec": {"containers": [{"name": "c"}]}}}}]},
+     "handlers[h].spec: set exactly one of template (a pod per attempt) and worker"),
+    ({"handlers": [{"name": "h", "spec": {"nonRetryableExitCodes": [2]}}]},
+     "handlers[h].spec: set exactly one of template (a pod per attempt) and worker"),
+    ({"handlers": [{"name": "h", "spec": {"worker": {"command": []}}}]}, "command"),
+])  # fmt: skip
+def test_worker_values_are_checked(helm, values, words):
+    bad = helm("template", "sx", str(CHART), values=values, check=False)
+    assert bad.returncode != 0 and words in bad.stderr, bad.stderr
 
 
 # ---- install into the real API server -------------------------------------------------------------------------------
@@ -370,10 +506,16 @@ def test_install_watching_two_namespaces_then_uninstall(cluster, helm, tools, re
     values = {**CUSTOM, **ON_KWOK, "replicas": 2, "serviceMonitor": {"enabled": False},
               "terminationGracePeriodSeconds": 1, "watchNamespaces": [ns["shop"], ns["billing"]],
               "queues": [{**q, "namespace": ns[q["namespace"]]} for q in CUSTOM["queues"]],
-              "handlers": [{**h, "namespace": ns[h["namespace"]]} for h in CUSTOM["handlers"]]}
+              "handlers": [{**h, "namespace": ns[h["namespace"]]} for h in WITH_WORKERS["handlers"]],
+              "workers": [{**w, **ON_KWOK, "namespace": ns[w["namespace"]], "drainGrace": "1s",
+                           "terminationGracePeriodSeconds": 2}
+                          for w in WORKERS]}
     on_cluster = Helm(tools, tmp_path, cluster.kubeconfig)
     release, sa = "sxns", f"system:serviceaccount:{ns['release']}:sxns-sextant"
     lease = "leases.coordination.k8s.io:sxns-sextant"  # the leader-election Lease: named after the release
+    # PodSecurity "restricted" warns about the workers' Deployments in the watched namespaces, if they fall short.
+    for n in (ns["shop"], ns["billing"]):
+        cluster.kubectl("label", "--overwrite", "namespace", n, "pod-security.kubernetes.io/warn=restricted")
     install = on_cluster("install", release, str(CHART), "--namespace", ns["release"], values=values)
     assert "Warning" not in install.stderr and "PodSecurity" not in install.stderr, install.stderr
     assert "It watches the namespaces" in install.stdout  # NOTES.txt
@@ -390,6 +532,14 @@ def test_install_watching_two_namespaces_then_uninstall(cluster, helm, tools, re
         return json.loads(out)["items"]
 
     wait_for(lambda: len(pods()) == 2, 30, message="the Deployment's two pods to be created and admitted")
+
+    def worker_pods(namespace: str) -> list[dict]:
+        out = cluster.kubectl("get", "pods", "-n", namespace, "-l", "app.kubernetes.io/name=sextant-worker",
+                              "-o", "json").stdout
+        return json.loads(out)["items"]
+
+    wait_for(lambda: len(worker_pods(ns["shop"])) == 2 and len(worker_pods(ns["billing"])) == 1, 30,
+             message="the workers' pods (2 in shop, 1 in billing) to be created")
 
     # What the operator's service account can do, and what it cannot.
     shop, billing, other, home = ns["shop"], ns["billing"], ns["other"], ns["release"]
@@ -452,6 +602,42 @@ def test_install_watching_two_namespaces_then_uninstall(cluster, helm, tools, re
         (False, "create", "leases.coordination.k8s.io", billing),
     ])  # fmt: skip
 
+    # A worker's service account: its namespace's jobs (read, create, their status), Queues and Handlers, Leases,
+    # Events; nothing else, nowhere else.
+    worker_sa = f"system:serviceaccount:{shop}:sxns-sextant-worker-payments"
+    check_matrix(cluster, worker_sa, [
+        *[(True, verb, "jobs.sextant.dev", shop) for verb in ("get", "list", "watch", "create")],
+        (True, "update", "jobs.sextant.dev/status", shop),
+        *[(True, verb, f"{kind}.sextant.dev", shop) for verb in ("get", "list", "watch")
+          for kind in ("queues", "handlers")],
+        *[(True, verb, "leases.coordination.k8s.io", shop) for verb in ("get", "create", "update", "delete")],
+        (True, "create", "events", shop),
+        # never a Job's spec, nor deleting jobs; status only by update
+        *[(False, verb, "jobs.sextant.dev", shop) for verb in ("update", "patch", "delete")],
+        (False, "patch", "jobs.sextant.dev/status", shop),
+        (False, "update", "queues.sextant.dev", shop),
+        (False, "list", "schedules.sextant.dev", shop),
+        # no pods, no Secrets or ConfigMaps, no listing Leases (its own is named), no escalation
+        *[(False, verb, "pods", shop) for verb in ("create", "delete", "list")],
+        (False, "create", "pods/exec", shop),
+        *[(False, verb, "secrets", shop) for verb in ("get", "list")],
+        (False, "get", "configmaps", shop),
+        (False, "list", "leases.coordination.k8s.io", shop),
+        (False, "create", "rolebindings.rbac.authorization.k8s.io", shop),
+        (False, "create", "serviceaccounts/token", shop),
+        # nothing in another namespace, nor cluster-wide
+        *[(False, verb, "jobs.sextant.dev", n) for verb in ("list", "create") for n in (billing, home, other)],
+        (False, "create", "leases.coordination.k8s.io", billing),
+        (False, "update", lease, home),  # never the operator's leader-election Lease
+        (False, "list", "jobs.sextant.dev", None),
+    ])  # fmt: skip
+    # The billing worker posts no Events (events: false), so it may not.
+    check_matrix(cluster, f"system:serviceaccount:{billing}:sxns-sextant-worker-images", [
+        (True, "update", "jobs.sextant.dev/status", billing),
+        (False, "create", "events", billing),
+        (False, "update", "jobs.sextant.dev/status", shop),
+    ])  # fmt: skip
+
     # The operator itself as that service account (run here; kwok runs none of its pods): the chart's RBAC is all it
     # needs to take a job from the first list to the last status write, with leader election on the chart's Lease.
     token = cluster.kubectl("create", "token", "sxns-sextant", "-n", home).stdout.strip()
@@ -460,18 +646,37 @@ def test_install_watching_two_namespaces_then_uninstall(cluster, helm, tools, re
     op.log_path.parent.mkdir(parents=True, exist_ok=True)
     apply(cluster, shop, queue("q"), handler("h"), job("job-as-the-chart-sa"))
     op.start()
+    # ... and a real `sextant worker` as the chart's worker account: registering, taking a job of a command handler,
+    # recording its result and an Event, and deleting its Lease when it stops.
+    worker_token = cluster.kubectl("create", "token", "sxns-sextant-worker-payments", "-n", shop).stdout.strip()
+    worker = WorkerProcess(token_kubeconfig(cluster, worker_token, tmp_path / "worker-kubeconfig"), shop,
+                           "chart-sa", tmp_path, "--queue", "q")
+    apply(cluster, shop, {"apiVersion": "sextant.dev/v1alpha1", "kind": "Handler", "metadata": {"name": "echo"},
+                          "spec": {"worker": {"command": ["cat"]}}},
+          job("job-on-the-chart-worker", "q", "echo", payload={"orderId": 7}))
+    worker.start()
     try:
         wait_state(cluster, shop, "job-as-the-chart-sa", "succeeded", timeout=90)
         assert "Forbidden" not in op.log_tail(200) and " 403 " not in op.log_tail(200), op.log_tail()
+        done = wait_state(cluster, shop, "job-on-the-chart-worker", "succeeded", timeout=90)
+        assert done["attempts"][-1]["worker"].startswith("chart-sa/")
+        worker.stop()
+        assert worker.proc is not None and worker.proc.returncode == 0, worker.log()[-3000:]
+        assert "Forbidden" not in worker.log() and " 403 " not in worker.log(), worker.log()[-3000:]
+        leases = cluster.kubectl("get", "leases", "-n", shop, "-l", "sextant.dev/worker=chart-sa", "-o", "name")
+        assert not leases.stdout.strip(), "a stopped worker deletes its Lease"
     finally:
+        worker.kill()
         op.stop()
 
     # Uninstall: every object goes (the Deployment's ReplicaSet and pods with it), the CRDs stay.
     on_cluster("uninstall", release, "--namespace", ns["release"])
     wait_for(lambda: not installed_objects(cluster, manifest), 30, message="the release's objects to be deleted")
     wait_for(lambda: not pods(), 30, message="the operator's pods to be deleted")
-    for kind in ("replicasets", "services", "serviceaccounts", "roles", "rolebindings", "networkpolicies",
-                 "poddisruptionbudgets", "queues.sextant.dev", "handlers.sextant.dev"):
+    wait_for(lambda: not worker_pods(ns["shop"]) and not worker_pods(ns["billing"]), 30,
+             message="the workers' pods to be deleted")
+    for kind in ("deployments", "replicasets", "services", "serviceaccounts", "roles", "rolebindings",
+                 "networkpolicies", "poddisruptionbudgets", "queues.sextant.dev", "handlers.sextant.dev"):
         for n in (home, shop, billing):
             left = cluster.kubectl("get", kind, "-n", n, "-l", "app.kubernetes.io/instance=sxns", "-o", "name").stdout
             assert not left.strip(), f"left behind in {n}: {left}"

@@ -48,11 +48,12 @@ app.kubernetes.io/part-of: sextant
 {{- printf "%s:%s" .Values.runner.image.repository (.Values.runner.image.tag | default .Chart.AppVersion) -}}
 {{- end -}}
 
-{{/* The namespaces that get the runner's ServiceAccount, as JSON: watched ones, those of declared Handlers, extras. */}}
+{{/* The namespaces that get the runner's ServiceAccount, as JSON: watched ones, those of declared pod-mode Handlers,
+extras. */}}
 {{- define "sextant.runnerNamespaces" -}}
 {{- $namespaces := list -}}
 {{- range .Values.watchNamespaces }}{{ $namespaces = append $namespaces . }}{{ end -}}
-{{- range .Values.handlers }}{{ $namespaces = append $namespaces (.namespace | default $.Release.Namespace) }}{{ end -}}
+{{- range .Values.handlers }}{{ if (.spec | default dict).template }}{{ $namespaces = append $namespaces (.namespace | default $.Release.Namespace) }}{{ end }}{{ end -}}
 {{- range .Values.runner.namespaces }}{{ $namespaces = append $namespaces . }}{{ end -}}
 {{- toJson (uniq $namespaces) -}}
 {{- end -}}
@@ -102,6 +103,74 @@ user's, the operator writes only jobs/status.
   verbs: [get, list, watch]
 {{- if .Values.operator.events }}
 # Events: one per transition (Started, Succeeded, Failed, ...), on the Job, for `kubectl describe` and `kubectl events`.
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create]
+{{- end }}
+{{- end -}}
+
+{{/* Whole seconds of a duration written as in values ("25s", "1m30s", "2h"). */}}
+{{- define "sextant.seconds" -}}
+{{- $h := regexFind "[0-9]+h" . | trimSuffix "h" | default "0" | int -}}
+{{- $m := regexFind "[0-9]+m" . | trimSuffix "m" | default "0" | int -}}
+{{- $s := regexFind "[0-9]+s" . | trimSuffix "s" | default "0" | int -}}
+{{- add (mul $h 3600) (mul $m 60) $s -}}
+{{- end -}}
+
+{{/* A worker's objects are named <release>-worker-<name> (the Deployment, its ServiceAccount, Role, ...). */}}
+{{- define "sextant.workerFullname" -}}
+{{- printf "%s-worker-%s" (include "sextant.fullname" .root) .worker.name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* A worker's pods: deliberately not the operator's selector labels, so that the operator's Service, PDB and
+NetworkPolicy never select them. */}}
+{{- define "sextant.workerSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "sextant.name" .root }}-worker
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+sextant.dev/worker-deployment: {{ .worker.name }}
+{{- end -}}
+
+{{- define "sextant.workerServiceAccountName" -}}
+{{- $sa := .worker.serviceAccount | default dict -}}
+{{- if or (not (hasKey $sa "create")) $sa.create -}}
+{{- $sa.name | default (include "sextant.workerFullname" .) -}}
+{{- else -}}
+{{- required (printf "workers[%s].serviceAccount.name is required when serviceAccount.create is false" .worker.name) $sa.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+What a worker needs in its namespace (docs/workers.md, "Permissions"), a Role's rules: its jobs, the Queues and
+Handlers it serves, its registration Lease, and Events unless they are off. Nothing else: no pods, no Secrets, never
+a Job's spec.
+*/}}
+{{- define "sextant.workerRules" -}}
+# Jobs: list and watch those assigned to this worker (fieldSelector=status.worker=NAME, docs/workers.md §3); `get` to
+# read one again after a conflict, and to find the job already holding an idempotency key (chaining).
+- apiGroups: [sextant.dev]
+  resources: [jobs]
+  verbs: [get, list, watch]
+# Chaining: a handler's ctx.jobs.create makes the next job. Deliberately no `update`, `patch` or `delete`.
+- apiGroups: [sextant.dev]
+  resources: [jobs]
+  verbs: [create]
+# An attempt's result: one optimistic update of the job's status when its handler ends (docs/workers.md §4). A write
+# of /status changes only the status.
+- apiGroups: [sextant.dev]
+  resources: [jobs/status]
+  verbs: [update]
+# Queues and Handlers: which it serves, their timeout, leaseDuration and cancelGrace, a Handler's command.
+- apiGroups: [sextant.dev]
+  resources: [queues, handlers]
+  verbs: [get, list, watch]
+# Its registration Lease (docs/workers.md §1): created at start, renewed every leaseDuration/3, marked draining,
+# deleted at exit. The Lease is named after the pod, so these cannot be limited to one name: run workers in a
+# namespace of their own, not the operator's, whose leader-election Lease they could otherwise rewrite.
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  verbs: [get, create, update, delete]
+{{- if or (not (hasKey . "events")) .events }}
+# Events on the Job for the attempts it records (Succeeded, Failed, ...), as the operator posts them in pod mode.
 - apiGroups: [""]
   resources: [events]
   verbs: [create]

@@ -55,7 +55,8 @@ def timeline(job: dict[str, Any], now: datetime) -> list[dict[str, Any]]:
     for a in (job.get("status") or {}).get("attempts") or []:
         started, finished = parse_time(a.get("startedAt")), parse_time(a.get("finishedAt"))
         out.append({
-            "attempt": a.get("attempt"), "run": a.get("run"), "pod": a.get("pod"), "node": a.get("node"),
+            "attempt": a.get("attempt"), "run": a.get("run"), "pod": a.get("pod"), "worker": a.get("worker"),
+            "node": a.get("node"),
             "startedAt": a.get("startedAt"), "finishedAt": a.get("finishedAt"),
             "durationSeconds": round(((finished or now) - started).total_seconds(), 3) if started else None,
             "result": a.get("result"), "exitCode": a.get("exitCode"), "reason": a.get("reason"),
@@ -138,6 +139,9 @@ def logs_cmd(ctx: Context) -> int:
         chosen = matching[-1]
     pod_name = chosen.get("pod")
     label = f"attempt {chosen.get('attempt')} of job {ident}"
+    if not pod_name and chosen.get("worker"):  # worker mode (docs/workers.md): no pod, no pods/log
+        raise CliError(f"{label} ran on worker {chosen['worker']}, not in a pod: its output is in that worker's own "
+                       "output (its pod's log, or the terminal of `sextant worker`)")
     try:
         pod = ctx.client.get_pod(ns, pod_name)
     except ClientError as exc:

@@ -19,8 +19,8 @@ import httpx
 from .. import inputs, kubeconfig
 from ..client import ClientError
 from . import inspect as inspect_cmd
-from . import jobs, queues, schedules
 from ..worker import main as worker_cmd
+from . import jobs, queues, schedules, workers
 from .context import CliError, Context, api_error
 
 
@@ -111,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     inspect_cmd.register(sub, flags)
     queues.register(sub, flags)
     schedules.register(sub, flags)
+    workers.register(sub, flags)
     op = sub.add_parser("operator", help="run the operator in the foreground")
     _operator_flags(op)
     op.set_defaults(func=_operator)
