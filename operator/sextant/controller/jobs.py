@@ -10,8 +10,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Any
+
+from pydantic import ValidationError
 
 from .. import metrics, retention
 from ..lifecycle import transitions as T
@@ -19,35 +21,65 @@ from ..lifecycle.states import FINISHED
 from ..resources import API_VERSION, GROUP, VERSION
 from ..resources.job import JobStatus, State
 from ..resources.queue import QueueSpec
-from ..resources.common import parse_time
+from ..resources.common import format_time, parse_time, problems
 from .admission import Admission
 from .events import EventRecorder
 from .informer import Key, key_of
 from ..kube import ApiError, Kube, NotLeader
 from .pods import build_pod
 from .timers import Timers
-from .view import View, is_slim, settled, state_of
-from .workqueue import WorkQueue
+from .view import InvalidJob, View, is_slim, settled, state_of
+from .workqueue import RetryLater, WorkQueue, failed
 
 log = logging.getLogger(__name__)
 
 JOBS = f"/apis/{GROUP}/{VERSION}/jobs"
-RETRY_AFTER_ERROR = timedelta(seconds=5)
+COND_INVALID = "Invalid"
 
 
-def _line_position(raw: dict[str, Any]) -> datetime:
-    """When the job became runnable, as lifecycle.transitions records it in status.queuedAt."""
+def _line_position(raw: dict[str, Any]) -> datetime | None:
+    """When the job became runnable, as lifecycle.transitions records it in status.queuedAt; None when a time
+    cannot be read (the reconcile then holds the job as Invalid)."""
     status, spec = raw.get("status") or {}, raw.get("spec") or {}
-    if status.get("state") == "queued" and status.get("queuedAt"):
-        return parse_time(status["queuedAt"])
-    created = parse_time(raw["metadata"]["creationTimestamp"])
-    run_at = parse_time(spec.get("runAt"))
+    try:
+        if status.get("state") == "queued" and status.get("queuedAt"):
+            return parse_time(status["queuedAt"])
+        created = parse_time(raw["metadata"]["creationTimestamp"])
+        run_at = parse_time(spec.get("runAt"))
+    except (ValueError, KeyError):
+        return None
+    if created is None:
+        return None
     return max(created, run_at) if run_at else created
+
+
+def invalid_conditions(conditions: Any, message: str, now: datetime, generation: Any) -> list[dict[str, Any]] | None:
+    """A job's status.conditions with Invalid=True saying `message`; None when it already says so. Works on the
+    raw list, since the status itself may be what cannot be read; conditions that are not well-formed are dropped."""
+    kept = [c for c in conditions if isinstance(c, dict) and all(isinstance(c.get(f), str) for f in
+                                                                  ("type", "status", "reason"))] \
+        if isinstance(conditions, list) else []
+    current = next((c for c in kept if c["type"] == COND_INVALID), None)
+    if current is not None and current["status"] == "True" and current.get("message") == message:
+        return None
+    invalid = {"type": COND_INVALID, "status": "True", "reason": "InvalidSpec" if message.startswith("spec.")
+               else "InvalidObject", "message": message, "lastTransitionTime": format_time(now, precise=False)}
+    if isinstance(generation, int):
+        invalid["observedGeneration"] = generation
+    return [c for c in kept if c["type"] != COND_INVALID] + [invalid]
 
 
 def _earliest(*moments: datetime | None) -> datetime | None:
     present = [m for m in moments if m is not None]
     return min(present) if present else None
+
+
+def _read(model: Any, obj: dict[str, Any]) -> Any:
+    """A Queue's or Handler's spec; ValueError naming each field it cannot read."""
+    try:
+        return model.model_validate(obj.get("spec") or {})
+    except ValidationError as exc:
+        raise ValueError(problems(exc, "spec.")) from None
 
 
 def utcnow() -> datetime:
@@ -103,8 +135,8 @@ class JobController:
         key = key_of(obj)
         if kind == "delete":
             self.view.queues.pop(key, None)
-        else:
-            self.view.queues[key] = QueueSpec.model_validate(obj.get("spec") or {})
+        else:  # an unreadable spec raises: the informer reports it; the last readable one stays in force
+            self.view.queues[key] = _read(QueueSpec, obj)
         for job in list(self.view.unfinished_by_queue.get(key, ())):
             self._line_up(job)
             self._touch(job)
@@ -121,7 +153,7 @@ class JobController:
         if kind == "delete":
             self.view.handlers.pop(key, None)
         else:
-            self.view.handlers[key] = HandlerSpec.model_validate(obj.get("spec") or {})
+            self.view.handlers[key] = _read(HandlerSpec, obj)
         for job in list(self.view.unfinished_by_handler.get(key, ())):
             self._line_up(job)
             self._touch(job)
@@ -145,8 +177,10 @@ class JobController:
             return
         if any(p.alive for p in self.view.pods.get(key, {}).values()):
             return
-        self.admission.offer(key, (ns, spec["queue"]), spec.get("priority", 0), _line_position(raw).timestamp(),
-                             self.view.seen[key])
+        position, priority = _line_position(raw), spec.get("priority", 0)
+        if position is None or not isinstance(priority, int):
+            return  # unreadable: the reconcile says why, and never admits it
+        self.admission.offer(key, (ns, spec["queue"]), priority, position.timestamp(), self.view.seen[key])
 
     def _queue_of(self, key: Key) -> Key | None:
         raw = self.view.jobs.get(key)
@@ -180,15 +214,24 @@ class JobController:
         await asyncio.gather(*(self._work() for _ in range(self.workers)))
 
     def resync(self) -> None:
-        """Start from the whole view: at start, and when this replica becomes the leader."""
+        """Start from the whole view: at start, and when this replica becomes the leader. A job that fails here is
+        reconciled (and so reported, and retried with its backoff) instead of stopping the others."""
         for key in list(self.view.jobs):  # slots first: nothing is admitted before every holder is counted
-            self._refresh_slot(key)
-            self._line_up(key)
-        for key, raw in list(self.view.jobs.items()):
-            if self._needs_look(raw, key):
+            try:
+                self._refresh_slot(key)
+                self._line_up(key)
+            except Exception:  # noqa: BLE001
+                log.exception("job %s/%s: cannot line it up", *key)
                 self.queue.add(key)
-            else:
-                self.schedule_retention(key)
+        for key, raw in list(self.view.jobs.items()):
+            try:
+                needs_look = self._needs_look(raw, key)
+                if not needs_look:
+                    self.schedule_retention(key)
+            except Exception:  # noqa: BLE001
+                needs_look = True
+            if needs_look:
+                self.queue.add(key)
 
     def _needs_look(self, raw: dict[str, Any], key: Key) -> bool:
         """A finished job whose spec was already seen needs nothing at start (100k of them must be cheap)."""
@@ -202,12 +245,21 @@ class JobController:
                 await self.reconcile(key)
             except NotLeader:
                 self.queue.add(key)  # deposed mid-reconcile: the next leader (maybe us again) looks again
-            except Exception:  # one bad job must not stop the operator
-                metrics.RECONCILE_ERRORS.inc()
-                log.exception("reconcile of %s/%s failed", *key)
-                self.timers.schedule(key, self.now() + RETRY_AFTER_ERROR, self.queue.add)
+            except Exception as exc:  # one bad job must not stop the operator: retried with its own backoff
+                if not isinstance(exc, RetryLater):
+                    metrics.RECONCILE_ERRORS.inc()
+                failed(self.queue, key, exc, kind="job", log=log, surface=lambda message, key=key: self._report(
+                    key, T.Event("ReconcileFailed", f"the operator failed to reconcile this job: {message}",
+                                 "Warning")))
+            else:
+                self.queue.forget(key)
             finally:
                 self.queue.done(key)
+
+    def _report(self, key: Key, event: T.Event) -> None:
+        raw = self.view.jobs.get(key)
+        if raw is not None:
+            self.events.record({"apiVersion": API_VERSION, "kind": "Job", **raw}, event)
 
     async def reconcile(self, key: Key) -> None:
         raw = self.view.jobs.get(key)
@@ -221,7 +273,10 @@ class JobController:
                 self.timers.schedule(key, await self._retain(key, self.now()), self.queue.add)
                 return
             raw = await self._full(key, raw)
-        job = self.view.snapshot(key, raw) if raw is not None else None
+        try:
+            job = self.view.snapshot(key, raw) if raw is not None else None
+        except InvalidJob as exc:
+            return await self._hold_invalid(key, raw, str(exc))
         if job is None:
             self.admission.forget(key)
             self.timers.schedule(key, None, self.queue.add)
@@ -229,6 +284,8 @@ class JobController:
         obs = self.view.observations(key, job)
         now = self.now()
         decision = T.reconcile(job, obs, now)
+        if any(c.type == COND_INVALID and c.status == "True" for c in decision.status.conditions):
+            T.set_condition(decision.status, COND_INVALID, False, "Valid", "the job can be read", now, job.generation)
         queue = (key[0], job.spec.queue)
         admissible = decision.wants_admission and obs.queue and obs.handler and not obs.alive_pods
         if admissible:
@@ -255,6 +312,28 @@ class JobController:
         if applied and decision.status.state in FINISHED:
             wake = _earliest(wake, await self._retain(key, now))
         self.timers.schedule(key, wake, self.queue.add)
+
+    async def _hold_invalid(self, key: Key, raw: dict[str, Any], message: str) -> None:
+        """A job the lifecycle cannot read is never run: it holds (state unchanged, no slot, no wake-up) with the
+        condition Invalid naming the fields, and a Warning Event when that is new. Only status.conditions is
+        written, by a merge patch guarded by the resourceVersion, since the rest of the status may be unreadable."""
+        self.admission.forget(key)
+        self.timers.schedule(key, None, self.queue.add)
+        status = raw.get("status") if isinstance(raw.get("status"), dict) else {}
+        conditions = invalid_conditions(status.get("conditions"), message, self.now(), raw["metadata"].get("generation"))
+        if conditions is None:
+            return
+        log.warning("job %s/%s is invalid and does not run: %s", *key, message)
+        body = {"metadata": {"resourceVersion": raw["metadata"]["resourceVersion"]}, "status": {"conditions": conditions}}
+        try:
+            updated = await self.kube.merge_patch(job_path(key, "/status"), body, retry=False)
+        except ApiError as exc:
+            if exc.status in (404, 409):
+                return  # gone, or changed meanwhile: the watch brings another look
+            raise
+        self._report(key, T.Event("Invalid", f"the job does not run: {message}", "Warning"))
+        updated.setdefault("apiVersion", API_VERSION)
+        self.view.upsert_job(updated)
 
     async def _full(self, key: Key, raw: dict[str, Any]) -> dict[str, Any] | None:
         """The whole object behind a slim view copy (a status write needs all of it); None when it is gone."""
@@ -346,8 +425,7 @@ class JobController:
             if exc.status != 409:
                 log.warning("job %s/%s: cannot create pod %s: %s", ns, key[1], action.name, exc)
                 self.events.record(raw, T.Event("PodCreateFailed", exc.message or str(exc), "Warning"))
-                self.timers.schedule(key, self.now() + RETRY_AFTER_ERROR, self.queue.add)
-                return False
+                raise RetryLater(str(exc)) from exc  # with the job's backoff: a refusal may stand for long
             created = await self.kube.get(pod_path(ns, action.name))  # ours from before a crash: adopt it
         self.view.upsert_pod(created)
         return True

@@ -119,9 +119,10 @@ def parse_time(text: str | datetime | None) -> datetime | None:
     elif isinstance(text, str) and len(text) <= 64:
         try:
             moment = datetime.fromisoformat(text.strip().upper().replace("Z", "+00:00"))
-        except ValueError:  # also "year 0 is out of range"
-            raise ValueError(f"{text!r} is not a time in range: use RFC 3339, e.g. 2026-12-01T10:00:00Z, from "
-                             f"{TIME_RANGE_TEXT}") from None
+        except ValueError as exc:
+            if "out of range" in str(exc):  # year 0
+                raise ValueError(f"{text} is out of range: times must lie from {TIME_RANGE_TEXT}") from None
+            raise ValueError(f"{text!r} is not a time: use RFC 3339, e.g. 2026-12-01T10:00:00Z") from None
     else:
         shown = text[:40] if isinstance(text, str) else text
         raise ValueError(f"{shown!r} is not a time: use RFC 3339, e.g. 2026-12-01T10:00:00Z")
