@@ -345,6 +345,19 @@ class LocalCluster:
             return
         self._delete_cluster()
 
+    def stop(self) -> None:
+        """Stop every component but keep the cluster's state (etcd's data): a control-plane outage until start()."""
+        if self.external:
+            raise LocalClusterError("cannot stop an external cluster")
+        self._kwokctl("stop", "cluster", timeout=60)
+
+    def start(self, timeout: float = 120) -> None:
+        """Start the components of a stopped cluster again and wait until the API server answers ready."""
+        if self.external:
+            raise LocalClusterError("cannot start an external cluster")
+        self._kwokctl("start", "cluster", timeout=timeout)
+        self._wait_ready(timeout, expect_nodes=0)
+
     def __enter__(self) -> LocalCluster:
         return self.up()
 

@@ -597,3 +597,62 @@ async def _until(predicate, timeout: float = 5.0) -> None:
     while not predicate():
         assert asyncio.get_running_loop().time() < deadline, "timed out"
         await asyncio.sleep(0.01)
+
+
+# ================================================================ handler templates the operator fills in
+def handler_spec(container: dict[str, Any], **pod: Any) -> dict[str, Any]:
+    return {"template": {"spec": {"containers": [{"name": "handler", "image": "x", **container}], **pod}}}
+
+
+@pytest.mark.parametrize("container,pod,problem", [
+    ({"env": True}, {}, r"containers\[0\].env must be a list"),
+    ({"env": "A=1"}, {}, r"containers\[0\].env must be a list"),
+    ({"env": [["A", "1"]]}, {}, r"containers\[0\].env must be a list"),
+    ({"env": [{"value": "1"}]}, {}, r"containers\[0\].env must be a list of objects with a name"),
+    ({"securityContext": "privileged"}, {}, r"containers\[0\].securityContext must be an object"),
+    ({"securityContext": {"capabilities": {"add": "NET_ADMIN"}}}, {}, r"capabilities.add must be a list of strings"),
+    ({"terminationMessagePolicy": 1}, {}, "terminationMessagePolicy must be a string"),
+    ({}, {"os": "linux"}, "template.spec.os must be an object"),
+    ({}, {"securityContext": [1]}, "template.spec.securityContext must be an object"),
+    ({}, {"initContainers": {"name": "x"}}, "initContainers must be a list"),
+    ({}, {"initContainers": ["x"]}, r"initContainers\[0\] must be an object"),
+])
+def test_a_handler_whose_template_the_operator_cannot_fill_in_is_refused(container, pod, problem):
+    with pytest.raises(ValidationError, match=problem):
+        HandlerSpec.model_validate(handler_spec(container, **pod))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(container=st.dictionaries(st.sampled_from(["env", "securityContext", "terminationMessagePolicy"]),
+                                 JSON | st.just([{"name": "A", "value": "1"}]) |
+                                 st.just({"capabilities": {"add": ["NET_ADMIN"], "drop": JSON}})),
+       pod=st.dictionaries(st.sampled_from(["os", "securityContext", "initContainers"]), JSON))
+def test_every_handler_that_is_read_builds_a_pod(container, pod):
+    """Found by the adversarial cluster test: a Handler whose env was `true` failed every pod build. Now a
+    template either is refused when read (naming the field), or builds its pods."""
+    from sextant.controller.pods import build_pod
+    from sextant.lifecycle.transitions import CreatePod
+
+    try:
+        spec_ = HandlerSpec.model_validate(handler_spec(container, **pod))
+    except ValidationError:
+        return
+    raw = raw_job()
+    pod_ = build_pod(raw, View.snapshot(("ns", "job-a"), raw), spec_, QueueSpec(), CreatePod("job-a-1", 1, 1))
+    assert pod_["spec"]["containers"][0]["env"][-1]["name"] == "SEXTANT_POD_NAME"
+
+
+@pytest.mark.parametrize("field,value", [("attempt", -1), ("run", -5), ("maxAttempts", 0)])
+def test_status_counters_are_not_negative(field, value):
+    with pytest.raises(ValidationError, match=field):
+        JobStatus.model_validate({field: value})
+
+
+def test_a_running_status_whose_attempt_was_set_to_zero_still_backs_off():
+    job = Job(queue=queue(maxAttempts=5, backoff={"policy": "fixed", "initial": "10s"}))
+    job.reconcile()
+    job.admit()
+    job.status.attempt = 0  # someone else's status write
+    job.set_pod("Failed", exit_code=1)
+    job.reconcile()
+    assert job.status.state == State.FAILED and parse_time(job.status.next_attempt_at) == job.now + timedelta(seconds=10)

@@ -182,5 +182,7 @@ def problems(exc: Any, prefix: str = "") -> str:
     for error in exc.errors():
         where = ".".join(to_camel(str(p)) if isinstance(p, str) else f"[{p}]" for p in error.get("loc", ()))
         message = str(error.get("msg", "")).removeprefix("Value error, ")
-        out.append(f"{prefix}{where.replace('.[', '[')}: {message}" if where or prefix else message)
+        where = where.replace(".[", "[")
+        out.append(f"{prefix}{where}: {message}" if where else f"{prefix.rstrip('.')}: {message}" if prefix
+                   else message)
     return "; ".join(out)

@@ -139,9 +139,9 @@ class Attempt(Model):
 
 class JobStatus(Model):
     state: State | None = Field(default=None, description="scheduled|queued|running|succeeded|failed|dead|cancelled")
-    attempt: int = Field(default=0, description="Attempts made since creation or the last retry.")
-    max_attempts: int | None = Field(default=None, description="The queue's maxAttempts when last evaluated.")
-    run: int = Field(default=0, description="Runs started over the job's life; never reset, names the pods.")
+    attempt: int = Field(default=0, ge=0, description="Attempts made since creation or the last retry.")
+    max_attempts: int | None = Field(default=None, ge=1, description="The queue's maxAttempts when last evaluated.")
+    run: int = Field(default=0, ge=0, description="Runs started over the job's life; never reset, names the pods.")
     next_attempt_at: Timestamp | None = Field(default=None, description="When a scheduled job becomes queued.")
     queued_at: Timestamp | None = Field(default=None, description="When the job last became runnable (FIFO order).")
     finished_at: Timestamp | None = Field(default=None, description="When the job reached a terminal state.")
