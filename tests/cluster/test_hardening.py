@@ -274,7 +274,7 @@ class Writer:
         self.http.delete(f"{API}/namespaces/{self.namespace}/schedules")
 
 
-ADVERSARIAL_EXAMPLES = 250
+ADVERSARIAL_EXAMPLES = 400
 
 
 def test_adversarial_objects_never_stop_the_operator(cluster, namespace, operator, crds):
@@ -325,13 +325,16 @@ def test_adversarial_objects_never_stop_the_operator(cluster, namespace, operato
     assert metric(operator, "sextant_loop_restarts_total") == 0, metric_lines(operator, "sextant_loop_restarts")
     print(f"\nadversarial run: {examples} examples in {elapsed:.0f} s; accepted {writer.accepted}, "
           f"refused {writer.refused}; isolated failures: {metric_lines(operator, 'sextant_object_errors_total')}")
-    errors = sorted({line.split(" ERROR ", 1)[1][:300] for line in operator.log_path.read_text(errors="replace")
-                     .splitlines() if " ERROR " in line})
-    print("operator errors (each isolated to its object):\n  " + "\n  ".join(errors or ["none"]))
+    log_lines = operator.log_path.read_text(errors="replace").splitlines()
+    errors = sorted({line.split(" ERROR ", 1)[1][:300] for line in log_lines if " ERROR " in line})
+    refused = sorted({line.split(" WARNING ", 1)[1].split(": ", 1)[1][:160] for line in log_lines
+                      if "cannot take it in" in line or "is invalid and does not run" in line})
+    print(f"operator errors (each isolated to its object): {errors or 'none'}\nobjects it refused "
+          f"({len(refused)}), e.g.:\n  " + "\n  ".join(refused[:12]))
     assert sum(writer.accepted.values()) >= examples, "the server accepted too little for the test to mean much"
 
 
-# ================================================================ the control plane stopped mid-run
+# ================================================================ the API server stopped mid-run
 @pytest.fixture(scope="module")
 def own_cluster() -> Any:
     """A control plane of this module's own: the test stops it, which the session's shared one must never be."""
@@ -367,6 +370,15 @@ def all_succeeded(cluster: Cluster, namespace: str, count: int) -> dict[str, dic
                                                 for j in found.values()) else {}
 
 
+def progress(cluster: Cluster, namespace: str) -> str:
+    """Where the jobs and their pods are, for a failure message."""
+    jobs_ = {j["metadata"]["name"]: (j.get("status") or {}).get("state")
+             for j in get_json(cluster, namespace, "jobs.sextant.dev")["items"]}
+    pods = {p["metadata"]["name"]: (p.get("status") or {}).get("phase")
+            for p in get_json(cluster, namespace, "pods")["items"]}
+    return f"jobs {jobs_}; pods {pods}"
+
+
 def assert_each_job_ran_once(cluster: Cluster, namespace: str, found: dict[str, dict]) -> None:
     pods = pods_of(cluster, namespace)
     for name, obj in found.items():
@@ -379,7 +391,10 @@ def test_the_operator_rides_out_a_control_plane_outage(own_cluster, tmp_path):
     cluster = own_cluster
     ns = cluster.create_namespace("outage")
     jobs_count = 12
-    apply(cluster, ns, queue("q", concurrency=4), handler("h", annotations={"sextant.dev/test-duration": "4s"}))
+    # heartbeat false: kwok runs no runner to renew the attempt's lease, and the restarted scheduler may place a
+    # pod late; every attempt then runs once, to its end.
+    apply(cluster, ns, queue("q", concurrency=4),
+          handler("h", annotations={"sextant.dev/test-duration": "4s"}, heartbeat=False))
     op = Operator(cluster.kubeconfig, ns, tmp_path)
     op.start()
     try:
@@ -392,21 +407,31 @@ def test_the_operator_rides_out_a_control_plane_outage(own_cluster, tmp_path):
             return states.count("running") >= 2 and states.count("succeeded") < jobs_count - 4
 
         wait_for(mid_run, 60, interval=0.2, message="jobs to be running")
-        cluster.local.stop()
+        components = {name: cluster.local.component_command(name) for name in cluster.local.pids()}
+        apiserver = cluster.local.stop_component("kube-apiserver")
         stopped = time.monotonic()
         wait_for(lambda: not ready(op), 30, message="readiness to drop while the API server is away")
         holds_for(lambda: alive(op), max(0.0, 10 - (time.monotonic() - stopped)),
-                  message="the operator to stay up while the control plane is down")
-        cluster.local.start()
+                  message="the operator to stay up while the API server is down")
+        cluster.local.start_component(apiserver)
         back = time.monotonic()
         wait_for(lambda: api_ready(cluster), 60, interval=0.05, message="the API server to be back")
         api_back = time.monotonic()
         wait_for(lambda: ready(op), 60, interval=0.05, message="the operator to be ready again")
         recovery = time.monotonic() - api_back
-        print(f"\ncontrol plane down {back - stopped:.1f} s; API server ready {api_back - back:.1f} s after start; "
+        print(f"\nAPI server down {back - stopped:.1f} s; ready {api_back - back:.1f} s after its start; "
               f"operator ready again {recovery:.2f} s after the API server")
-        found = wait_for(lambda: all_succeeded(cluster, ns, jobs_count), 180, interval=0.5,
-                         message="every job to succeed after the outage")
+
+        def succeeded() -> dict[str, dict]:
+            # The scheduler and controller manager exit when their leader lease lapsed during the outage, as they
+            # do in any cluster: start them again, as kubelet would.
+            for name, command in components.items():
+                if name not in cluster.local.pids():
+                    cluster.local.start_component(command)
+            return all_succeeded(cluster, ns, jobs_count)
+
+        found = wait_for(succeeded, 180, interval=0.5,
+                         message=lambda: f"every job to succeed after the outage; now {progress(cluster, ns)}")
         assert alive(op) and op.proc.pid == pid, "the operator restarted"
         assert op.starts == 1
         assert_each_job_ran_once(cluster, ns, found)
@@ -428,19 +453,22 @@ def proxied_kubeconfig(cluster: Cluster, url: str, path: Path) -> Path:
 
 
 def test_cut_watches_and_refused_requests_lose_no_event(cluster, namespace, crds, tmp_path):
-    jobs_count = 20
+    jobs_count = 40
     upstream = kubeconfig.load(str(cluster.kubeconfig))
-    with FaultProxy(upstream, seed=16, lifetime=500) as proxy:
+    with FaultProxy(upstream, lifetime=500) as proxy:
         op = Operator(proxied_kubeconfig(cluster, proxy.url, tmp_path / "kubeconfig"), namespace, tmp_path)
         op.start()
         try:
+            proxy.faulty = False  # readiness needs every watch open at once, which the faults below never allow
             wait_for(lambda: ready(op), 120, message="the operator to be ready through the proxy")
+            proxy.faulty = True
             pid = op.proc.pid
             apply(cluster, namespace, queue("q", concurrency=5, backoff={"policy": "fixed", "initial": "200ms"}),
                   handler("h", annotations={"sextant.dev/test-duration": "500ms"}),
                   *(job(f"job-{i}") for i in range(jobs_count)))
             found = wait_for(lambda: all_succeeded(cluster, namespace, jobs_count), 300, interval=0.5,
-                             message=lambda: f"every job to succeed through the proxy (faults so far: {proxy.counts})")
+                             message=lambda: f"every job to succeed through the proxy (faults so far: {proxy.counts}); "
+                                             f"now {progress(cluster, namespace)}")
             assert alive(op) and op.proc.pid == pid and op.starts == 1, "the operator exited"
             assert_each_job_ran_once(cluster, namespace, found)
             for fault in ("refused 429", "refused 503", "answer lost 503", "watch cut mid-chunk", "watch 410",

@@ -1,8 +1,8 @@
 """A small HTTP proxy in front of the real API server that misbehaves on purpose, for the operator's hardening tests.
 
 The operator talks plain HTTP to it (a kubeconfig copy pointing at http://127.0.0.1:PORT, no credentials); it
-forwards to the API server over TLS with the kubeconfig's own client certificate. On the way it, at random but
-reproducibly (one seed):
+forwards to the API server over TLS with the kubeconfig's own client certificate. On the way it, on a fixed
+rotation (so every kind of fault happens within the first few requests and watches, whatever the timing):
 - answers requests 429 (with a Retry-After) or 503 without forwarding them;
 - forwards a write and then answers 503 anyway (the answer is lost: the write happened, the client does not know);
 - answers a watch 410 Gone, or ends it with an ERROR event of code 410 after some events;
@@ -15,7 +15,6 @@ at stop()). `counts` says which faults it injected, so a test can check that it 
 from __future__ import annotations
 
 import asyncio
-import random
 import threading
 from collections import Counter
 from typing import Any
@@ -29,21 +28,23 @@ _HOP_HEADERS = {"content-type", "accept", "user-agent"}
 
 
 class FaultProxy:
-    def __init__(self, upstream: Connection, *, seed: int = 16, lifetime: float = 600.0,
-                 refuse: float = 0.12, lose_answer: float = 0.05, cut_watch: float = 0.5,
-                 gone: float = 0.08, garbage: float = 0.05) -> None:
+    # Every watch in turn: cut mid-chunk after some events, answered 410, ended by an ERROR 410 event after some
+    # events, a malformed line slipped in first. No watch lasts more than a few events or a second of quiet.
+    WATCH_FAULTS = ("cut", "gone", "error-410", "garbage", "cut", "error-410")
+
+    def __init__(self, upstream: Connection, *, lifetime: float = 600.0, refuse_every: int = 7,
+                 unavailable_every: int = 11, lose_every: int = 5) -> None:
         self.upstream = upstream
-        self.rng = random.Random(seed)
         self.lifetime = lifetime
-        self.p_refuse, self.p_lose, self.p_cut, self.p_gone, self.p_garbage = (refuse, lose_answer, cut_watch,
-                                                                               gone, garbage)
+        self.refuse_every, self.unavailable_every, self.lose_every = refuse_every, unavailable_every, lose_every
         self.counts: Counter[str] = Counter()
         self.url = ""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._stopped: asyncio.Event | None = None
         self._ready = threading.Event()
-        self.faulty = True  # False: a plain proxy (e.g. to let a test settle at the end)
+        self._requests = self._writes = self._watches = 0
+        self.faulty = True  # False: a plain proxy (to let the operator settle)
 
     # --- lifecycle ------------------------------------------------------------------------------------------
     def start(self) -> str:
@@ -96,39 +97,40 @@ class FaultProxy:
             await self.session.close()
 
     # --- the faults -----------------------------------------------------------------------------------------
-    def _chance(self, p: float) -> bool:
-        return self.faulty and self.rng.random() < p
-
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         self.counts["requests"] += 1
         watch = request.query.get("watch") in ("true", "1")
-        if self._chance(self.p_refuse):
-            status = self.rng.choice([429, 503])
-            self.counts[f"refused {status}"] += 1
-            return web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": status,
-                                      "reason": "TooManyRequests" if status == 429 else "ServiceUnavailable",
-                                      "message": "the fault proxy says no"}, status=status,
-                                     headers={"Retry-After": str(self.rng.choice([0, 1]))})
         if watch:
-            if self._chance(self.p_gone):
+            self._watches += 1
+            fault = self.WATCH_FAULTS[self._watches % len(self.WATCH_FAULTS)] if self.faulty else None
+            if fault == "gone":
                 self.counts["watch 410"] += 1
                 return web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 410,
                                           "reason": "Expired", "message": "too old resource version"}, status=410)
-            return await self._watch(request)
+            return await self._watch(request, fault, 1 + self._watches % 3)
+        self._requests += 1
+        for every, status in ((self.refuse_every, 429), (self.unavailable_every, 503)):
+            if self.faulty and self._requests % every == every // 2:
+                self.counts[f"refused {status}"] += 1
+                return web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": status,
+                                          "reason": "TooManyRequests" if status == 429 else "ServiceUnavailable",
+                                          "message": "the fault proxy says no"}, status=status,
+                                         headers={"Retry-After": str(self._requests % 2)})
         body = await request.read()
         async with self.session.request(request.method, self.upstream.server + request.path_qs, data=body or None,
                                         headers=self._headers(request)) as upstream:
             data = await upstream.read()
-            if request.method != "GET" and self._chance(self.p_lose):
-                self.counts["answer lost 503"] += 1
-                return web.json_response({"kind": "Status", "code": 503, "message": "answer lost"}, status=503)
+            if request.method != "GET":
+                self._writes += 1
+                if self.faulty and self._writes % self.lose_every == self.lose_every // 2:
+                    self.counts["answer lost 503"] += 1  # the write happened; its answer never arrives
+                    return web.json_response({"kind": "Status", "code": 503, "message": "answer lost"}, status=503)
             return web.Response(status=upstream.status, body=data,
                                 content_type=upstream.headers.get("Content-Type", "application/json").split(";")[0])
 
-    async def _watch(self, request: web.Request) -> web.StreamResponse:
-        cut_after = self.rng.randint(1, 6) if self._chance(self.p_cut) else None
-        gone_after = self.rng.randint(1, 6) if cut_after is None and self._chance(self.p_gone) else None
-        garbage_after = self.rng.randint(0, 4) if self._chance(self.p_garbage) else None
+    async def _watch(self, request: web.Request, fault: str | None, after: int) -> web.StreamResponse:
+        """Pass a watch through; `fault` strikes after `after` events, or after a second without any (a quiet
+        watch is struck too); a garbage line comes first."""
         async with self.session.get(self.upstream.server + request.path_qs, headers=self._headers(request),
                                     timeout=aiohttp.ClientTimeout(total=None, sock_read=None)) as upstream:
             if upstream.status != 200:
@@ -136,29 +138,37 @@ class FaultProxy:
             response = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
             response.enable_chunked_encoding()
             await response.prepare(request)
+            if fault == "garbage":
+                self.counts["watch garbage line"] += 1
+                await response.write(b'{"type":"MODIFIED","object":{"metadata":\n')
             events = 0
             while True:
-                if garbage_after is not None and events == garbage_after:
-                    self.counts["watch garbage line"] += 1
-                    await response.write(b'{"type":"MODIFIED","object":{"metadata":\n')
-                    garbage_after = None
-                line = await upstream.content.readline()
-                if not line:
+                if fault is None and self.faulty:
+                    fault, after, events = "cut", 0, 0  # a watch opened while calm is struck once faults start
+                try:
+                    line = await asyncio.wait_for(upstream.content.readline(), 1.0)
+                except asyncio.TimeoutError:
+                    if fault is None:
+                        continue
+                    line = None  # quiet: strike now
+                if line == b"":
                     break
-                events += 1
-                if cut_after is not None and events >= cut_after:
+                events += line is not None
+                if fault == "cut" and (line is None or events >= after):
                     self.counts["watch cut mid-chunk"] += 1
-                    await response.write(line[: max(1, len(line) // 2)])
+                    whole = line or b'{"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"1"}}}\n'
+                    await response.write(whole[: len(whole) // 2])
                     assert request.transport is not None
                     request.transport.abort()  # the rest of the chunk never comes: a truncated stream
                     return response
-                if gone_after is not None and events > gone_after:
+                if fault == "error-410" and (line is None or events > after):
                     self.counts["watch ERROR 410"] += 1
                     await response.write(b'{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1",'
                                          b'"status":"Failure","code":410,"reason":"Expired",'
                                          b'"message":"too old resource version"}}\n')
                     break
-                await response.write(line)
+                if line is not None:
+                    await response.write(line)
             await response.write_eof()
             return response
 

@@ -10,7 +10,7 @@ Nothing stops it but cancellation:
   the watch go on;
 - per connection: any error of the list or the watch (a restarted or unreachable API server, a stream cut
   mid-chunk, a reset, a malformed line, 429/5xx) makes it unhealthy (readiness drops) and it tries again after
-  a backoff with jitter (0.2 s doubling to 4 s): the watch resumes from the last resourceVersion it saw (no event
+  a backoff with jitter (0.2 s doubling to 2 s): the watch resumes from the last resourceVersion it saw (no event
   is lost in between), and a 410 Gone or a failed list lists again. It is healthy again as soon as a list
   completes or a watch is open.
 """
@@ -35,7 +35,7 @@ OnChange = Callable[[str, dict[str, Any]], None]  # ("upsert" | "delete", object
 OnError = Callable[[dict[str, Any], str], None]  # (the object, what went wrong)
 
 RETRY_INITIAL = 0.2  # seconds before the first retry of a failed list or watch
-RETRY_MAX = 4.0  # the longest wait between retries (× 0.5–1.5 jitter): ready within seconds of a comeback
+RETRY_MAX = 2.0  # the longest wait between retries (× 0.5–1.5 jitter): ready within seconds of a comeback
 RELIST_FLOOR = 1.0  # a 410 this soon after a list waits its backoff instead of listing again at once
 
 
@@ -108,7 +108,7 @@ class Informer:
                 self.healthy = False
                 self.connection_errors += 1
                 if self._progress:  # it broke after carrying events: a cut, not a server that is away
-                    delay = RETRY_INITIAL
+                    delay, self._progress = RETRY_INITIAL, False
                 wait = jittered(delay)
                 again = "listing again" if self.resource_version is None else "resuming the watch"
                 log.warning("%s: %s; %s in %.1fs", self.name, describe(exc, 300), again, wait)
@@ -204,8 +204,10 @@ class Informer:
         metrics.OBJECT_ERRORS.labels(self.name, "digest").inc()
         message = describe(exc)
         if first:
-            log.error("%s %s/%s: cannot take it in: %s; trying again in %.0f s, then less often", self.name, *key,
-                      message, delay, exc_info=exc)
+            # A ValueError is an object the models refuse (its message names the field): no traceback needed.
+            log.log(logging.WARNING if isinstance(exc, ValueError) else logging.ERROR,
+                    "%s %s/%s: cannot take it in: %s; trying again in %.0f s, then less often", self.name, *key,
+                    message, delay, exc_info=None if isinstance(exc, ValueError) else exc)
             if self.on_error is not None and kind == "upsert":
                 try:
                     self.on_error(obj, f"the operator cannot take this {self.name} in: {message}")
