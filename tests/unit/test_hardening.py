@@ -656,3 +656,87 @@ def test_a_running_status_whose_attempt_was_set_to_zero_still_backs_off():
     job.set_pod("Failed", exit_code=1)
     job.reconcile()
     assert job.status.state == State.FAILED and parse_time(job.status.next_attempt_at) == job.now + timedelta(seconds=10)
+
+
+# ================================================================ the other loops survive
+class RecordingKube:
+    """Answers the leader elector's and the event poster's calls from a script; raises what it is told to."""
+
+    def __init__(self, lease: Any = None, failures: list[BaseException] | None = None) -> None:
+        self.lease, self.failures, self.calls = lease, list(failures or []), []
+
+    async def _maybe_fail(self) -> None:
+        if self.failures:
+            raise self.failures.pop(0)
+
+    async def get(self, path: str) -> dict[str, Any]:
+        await self._maybe_fail()
+        return self.lease
+
+    async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        self.calls.append(("create", body))
+        await self._maybe_fail()
+        return body
+
+    async def request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        self.calls.append((method, kwargs.get("body")))
+        await self._maybe_fail()
+        return kwargs.get("body") or {}
+
+
+@pytest.mark.parametrize("renew,duration", [("10000-01-01T00:59:59.000000Z", 15), ("garbage", 15), (None, "15"),
+                                            ("2026-03-01T12:00:00.000000Z", -5), (17, 2**40), ("", None)])
+async def test_leader_election_reads_any_lease(renew, duration):
+    from sextant.controller.leader import ElectionSettings, LeaderElector
+
+    lease = {"metadata": {"resourceVersion": "1"},
+             "spec": {"holderIdentity": "someone-else", "renewTime": renew, "leaseDurationSeconds": duration}}
+    elector = LeaderElector(RecordingKube(lease), ElectionSettings("ns", retry_period=0.01), "me")
+    wait = await elector._try()
+    assert 0 < wait <= 2.0
+
+
+async def test_leader_election_survives_any_error():
+    from sextant.controller.leader import ElectionSettings, LeaderElector
+
+    kube = RecordingKube({"metadata": {"resourceVersion": "1"}, "spec": {}},
+                         [RuntimeError("a defect"), KeyError("metadata"), ApiError(0, "refused")])
+    elector = LeaderElector(kube, ElectionSettings("ns", retry_period=0.01), "me")
+    task = asyncio.create_task(elector.run())
+    try:
+        await _until(elector.is_leader)
+    finally:
+        task.cancel()
+
+
+async def test_the_event_poster_survives_any_error():
+    from sextant.controller.events import EventRecorder
+
+    kube = RecordingKube(failures=[RuntimeError("odd"), ApiError(500, "down")])
+    recorder = EventRecorder(kube, lambda: T0, parallel=1)
+    job_ = {"apiVersion": "sextant.dev/v1alpha1", "kind": "Job", "metadata": {"name": "j", "namespace": "ns"}}
+    for reason in ("One", "Two", "Three"):
+        recorder.record(job_, T.Event(reason, "m", "Warning"))
+    task = asyncio.create_task(recorder.run())
+    try:
+        await _until(lambda: len(kube.calls) == 3)
+    finally:
+        task.cancel()
+
+
+async def test_a_failing_wake_up_does_not_stop_the_timers():
+    from sextant.controller.timers import Timers
+
+    fired: list[str] = []
+    timers = Timers(lambda: datetime.now(UTC))
+
+    def boom(key: Any) -> None:
+        raise RuntimeError("a defect")
+
+    timers.schedule("bad", datetime.now(UTC), boom)
+    timers.schedule("good", datetime.now(UTC) + timedelta(milliseconds=20), fired.append)
+    task = asyncio.create_task(timers.run())
+    try:
+        await _until(lambda: fired == ["good"])
+    finally:
+        task.cancel()
