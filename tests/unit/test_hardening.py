@@ -20,7 +20,8 @@ from pydantic import ValidationError
 
 from sextant import jsontext
 from sextant.controller.informer import Informer
-from sextant.controller.jobs import COND_INVALID, _line_position, invalid_conditions
+from sextant.controller.invalid import COND_INVALID, invalid_conditions
+from sextant.controller.jobs import _line_position
 from sextant.controller.main import supervise
 from sextant.controller.view import InvalidJob, View
 from sextant.controller.workqueue import RETRY_CAP, Backoff, RetryLater, WorkQueue, describe, failed
@@ -313,7 +314,7 @@ def test_the_invalid_condition_is_written_once_and_keeps_the_others():
     assert (invalid["status"], invalid["reason"], invalid["message"]) == ("True", "InvalidSpec",
                                                                           "spec.runAt: out of range")
     assert invalid_conditions(conditions, "spec.runAt: out of range", at(60), 1) is None
-    assert invalid_conditions(conditions, "status.queuedAt: bad", at(60), 1)[-1]["reason"] == "InvalidObject"
+    assert invalid_conditions(conditions, "status.queuedAt: bad", at(60), 1)[-1]["reason"] == "InvalidStatus"
     assert invalid_conditions("not a list", "spec.x: y", T0, None)[0]["type"] == COND_INVALID
 
 

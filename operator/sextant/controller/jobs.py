@@ -13,18 +13,17 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
-from pydantic import ValidationError
-
 from .. import metrics, retention
 from ..lifecycle import transitions as T
 from ..lifecycle.states import FINISHED
 from ..resources import API_VERSION, GROUP, VERSION
 from ..resources.job import JobStatus, State
 from ..resources.queue import QueueSpec
-from ..resources.common import format_time, parse_time, problems
+from ..resources.common import parse_time
 from .admission import Admission
 from .events import EventRecorder
 from .informer import Key, key_of
+from .invalid import COND_INVALID, invalid_conditions, read_spec
 from ..kube import ApiError, Kube, NotLeader
 from .pods import build_pod
 from .timers import Timers
@@ -34,7 +33,6 @@ from .workqueue import RetryLater, WorkQueue, failed
 log = logging.getLogger(__name__)
 
 JOBS = f"/apis/{GROUP}/{VERSION}/jobs"
-COND_INVALID = "Invalid"
 
 
 def _line_position(raw: dict[str, Any]) -> datetime | None:
@@ -53,33 +51,9 @@ def _line_position(raw: dict[str, Any]) -> datetime | None:
     return max(created, run_at) if run_at else created
 
 
-def invalid_conditions(conditions: Any, message: str, now: datetime, generation: Any) -> list[dict[str, Any]] | None:
-    """A job's status.conditions with Invalid=True saying `message`; None when it already says so. Works on the
-    raw list, since the status itself may be what cannot be read; conditions that are not well-formed are dropped."""
-    kept = [c for c in conditions if isinstance(c, dict) and all(isinstance(c.get(f), str) for f in
-                                                                  ("type", "status", "reason"))] \
-        if isinstance(conditions, list) else []
-    current = next((c for c in kept if c["type"] == COND_INVALID), None)
-    if current is not None and current["status"] == "True" and current.get("message") == message:
-        return None
-    invalid = {"type": COND_INVALID, "status": "True", "reason": "InvalidSpec" if message.startswith("spec.")
-               else "InvalidObject", "message": message, "lastTransitionTime": format_time(now, precise=False)}
-    if isinstance(generation, int):
-        invalid["observedGeneration"] = generation
-    return [c for c in kept if c["type"] != COND_INVALID] + [invalid]
-
-
 def _earliest(*moments: datetime | None) -> datetime | None:
     present = [m for m in moments if m is not None]
     return min(present) if present else None
-
-
-def _read(model: Any, obj: dict[str, Any]) -> Any:
-    """A Queue's or Handler's spec; ValueError naming each field it cannot read."""
-    try:
-        return model.model_validate(obj.get("spec") or {})
-    except ValidationError as exc:
-        raise ValueError(problems(exc, "spec.")) from None
 
 
 def utcnow() -> datetime:
@@ -136,7 +110,7 @@ class JobController:
         if kind == "delete":
             self.view.queues.pop(key, None)
         else:  # an unreadable spec raises: the informer reports it; the last readable one stays in force
-            self.view.queues[key] = _read(QueueSpec, obj)
+            self.view.queues[key] = read_spec(QueueSpec, obj)
         for job in list(self.view.unfinished_by_queue.get(key, ())):
             self._line_up(job)
             self._touch(job)
@@ -153,7 +127,7 @@ class JobController:
         if kind == "delete":
             self.view.handlers.pop(key, None)
         else:
-            self.view.handlers[key] = _read(HandlerSpec, obj)
+            self.view.handlers[key] = read_spec(HandlerSpec, obj)
         for job in list(self.view.unfinished_by_handler.get(key, ())):
             self._line_up(job)
             self._touch(job)
