@@ -13,11 +13,16 @@ from typing import Any
 import aiohttp
 import orjson
 
+from . import jsontext
 from .kubeconfig import Connection
 
 log = logging.getLogger(__name__)
 
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+# What a dropped, reset, truncated or stalled connection raises: aiohttp's errors of every kind (a truncated chunk
+# is a ClientPayloadError, not a connection error), timeouts, and the socket's own (a TLS reset is an OSError).
+TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+MAX_RETRY_AFTER = 30.0  # seconds; a larger (or malformed) Retry-After is not obeyed blindly
 
 
 _VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
@@ -54,6 +59,15 @@ class NotLeader(ApiError):
 
 class Gone(Exception):
     """The watch's resourceVersion is too old: list again."""
+
+
+def retry_after(value: str | None) -> float:
+    """A Retry-After header in seconds, within [0, MAX_RETRY_AFTER]; 0 when absent or not a number of seconds."""
+    try:
+        seconds = float(value or 0)
+    except ValueError:
+        return 0.0
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER) if seconds == seconds else 0.0  # NaN is not a delay
 
 
 def _resource_of(path: str) -> str:
@@ -120,17 +134,22 @@ class Kube:
                 async with self.session.request(method, self.conn.server + path, params=params, data=data,
                                                 headers=headers, timeout=aiohttp.ClientTimeout(total=60)) as resp:
                     self._count(verb, path, resp.status)
-                    payload = _decode(await resp.read())
+                    raw = await resp.read()
+                    payload = _decode(raw)
                     if resp.status < 300:
-                        return payload if isinstance(payload, dict) else {}
+                        if isinstance(payload, dict):
+                            return payload
+                        if raw.strip():  # a body that is not a JSON object: cut short, or not the API server's
+                            raise ValueError(f"malformed response ({len(raw)} bytes): {raw[:100]!r}")
+                        return {}
                     error = ApiError(resp.status, payload, method, path)
                     if not retry or resp.status not in RETRYABLE_STATUS or attempt == self.attempts:
                         raise error
-                    delay = float(resp.headers.get("Retry-After", 0) or 0)
-            except (aiohttp.ClientConnectionError, asyncio.TimeoutError) as exc:
+                    delay = retry_after(resp.headers.get("Retry-After"))
+            except (*TRANSPORT_ERRORS, ValueError) as exc:
                 self._count(verb, path, 0)
                 if not retry or attempt == self.attempts:
-                    raise ApiError(0, str(exc), method, path) from exc
+                    raise ApiError(0, f"{type(exc).__name__}: {exc}", method, path) from exc
                 delay = 0.0
             await asyncio.sleep(max(delay, min(5.0, 0.1 * 2**attempt) * (0.5 + random.random())))
         raise AssertionError("unreachable")
@@ -150,12 +169,13 @@ class Kube:
         the new version, and with it another look.
 
         A PUT of the status subresource: the API server keeps everything but the status from the stored object,
-        and skips the encode-merge-decode a merge patch costs it (8 % of its CPU under a burst)."""
+        and skips the encode-merge-decode a merge patch costs it (8 % of its CPU under a burst). The spec is not
+        sent: the server takes it from the stored object anyway, and a payload need not be encoded again."""
         meta = obj["metadata"]
         body = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
                 "metadata": {"name": meta["name"], "namespace": meta.get("namespace"),
                              "resourceVersion": meta["resourceVersion"]},
-                "spec": obj.get("spec") or {}, "status": status}
+                "status": status}
         try:
             return await self.request("PUT", f"{path}/status", body=body, retry=False)
         except ApiError as exc:
@@ -197,36 +217,61 @@ class Kube:
             resource_version = version or resource_version
         return items, resource_version
 
-    async def watch(self, path: str, resource_version: str,
-                    params: dict[str, Any] | None = None, timeout: int = 300) -> AsyncIterator[tuple[str, dict]]:
-        """Watch events from resource_version on: (type, object); BOOKMARKs included. Raises Gone on 410."""
+    async def watch(self, path: str, resource_version: str, params: dict[str, Any] | None = None,
+                    timeout: int = 300, opened: Callable[[], None] | None = None) -> AsyncIterator[tuple[str, dict]]:
+        """Watch events from resource_version on: (type, object); BOOKMARKs included. Raises Gone on 410, and
+        ApiError for everything else that ends it early: an error status, a dropped or truncated stream (code 0),
+        a line that is not a watch event. `opened` is called once the server has answered 200."""
         query = {**(params or {}), "watch": "true", "resourceVersion": resource_version,
                  "allowWatchBookmarks": "true", "timeoutSeconds": str(timeout)}
-        async with self.session.get(self.conn.server + path, params=query, headers=self.conn.headers(),
-                                    timeout=aiohttp.ClientTimeout(total=timeout + 30, sock_read=timeout + 30)) as resp:
-            self._count("watch", path, resp.status)
-            if resp.status == 410:
-                raise Gone()
-            if resp.status >= 300:
-                raise ApiError(resp.status, _decode(await resp.read()), "WATCH", path)
-            buffer = b""
-            async for chunk in resp.content.iter_any():
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    if not line.strip():
-                        continue
-                    event = orjson.loads(line)
-                    if event.get("type") == "ERROR":
-                        status = event.get("object", {})
-                        if status.get("code") == 410:
-                            raise Gone()
-                        raise ApiError(status.get("code", 500), status, "WATCH", path)
-                    yield event["type"], event["object"]
+        try:
+            async with self.session.get(self.conn.server + path, params=query, headers=self.conn.headers(),
+                                        timeout=aiohttp.ClientTimeout(total=timeout + 30, sock_connect=10,
+                                                                      sock_read=timeout + 30)) as resp:
+                self._count("watch", path, resp.status)
+                if resp.status == 410:
+                    raise Gone()
+                if resp.status >= 300:
+                    raise ApiError(resp.status, _decode(await resp.read()), "WATCH", path)
+                if opened is not None:
+                    opened()
+                buffer = b""
+                async for chunk in resp.content.iter_any():
+                    buffer += chunk
+                    while b"\n" in buffer:
+                        line, buffer = buffer.split(b"\n", 1)
+                        if not line.strip():
+                            continue
+                        event_type, obj = _event(line, path)
+                        yield event_type, obj
+                if buffer.strip():  # the stream ended inside an event: it was cut, not finished
+                    raise ApiError(0, f"the watch stream ended inside an event ({len(buffer)} bytes)", "WATCH", path)
+        except TRANSPORT_ERRORS as exc:
+            self._count("watch", path, 0)
+            raise ApiError(0, f"{type(exc).__name__}: {exc}", "WATCH", path) from exc
+
+
+def _event(line: bytes, path: str) -> tuple[str, dict[str, Any]]:
+    """One line of a watch stream as (type, object); Gone or ApiError for an ERROR event, ApiError for a line
+    that is not an event at all (the stream is not to be trusted from there on)."""
+    try:
+        event = jsontext.loads(line)
+    except ValueError as exc:
+        raise ApiError(0, f"malformed watch event ({len(line)} bytes): {exc}", "WATCH", path) from None
+    if not isinstance(event, dict) or not isinstance(event.get("type"), str) \
+            or not isinstance(event.get("object"), dict):
+        raise ApiError(0, f"malformed watch event: {line[:100]!r}", "WATCH", path)
+    if event["type"] == "ERROR":
+        status = event["object"]
+        code = status.get("code")
+        if code == 410:
+            raise Gone()
+        raise ApiError(code if isinstance(code, int) else 500, status, "WATCH", path)
+    return event["type"], event["object"]
 
 
 def _decode(data: bytes) -> Any:
     try:
-        return orjson.loads(data) if data else {}
-    except orjson.JSONDecodeError:
+        return jsontext.loads(data) if data else {}
+    except ValueError:
         return data.decode(errors="replace")

@@ -345,6 +345,54 @@ class LocalCluster:
             return
         self._delete_cluster()
 
+    def component_command(self, component: str) -> dict[str, Any]:
+        """How a running component was started (arguments, environment, directory), for start_component()."""
+        if self.external:
+            raise LocalClusterError("an external cluster's components are not ours")
+        pid = self.pids().get(component)
+        if pid is None or not self._is_ours(pid):
+            raise LocalClusterError(f"{component} of {self.name} is not running")
+        proc = Path(f"/proc/{pid}")
+        return {
+            "component": component,
+            "pid": pid,
+            "args": proc.joinpath("cmdline").read_bytes().rstrip(b"\0").split(b"\0"),
+            "env": dict(line.split(b"=", 1) for line in proc.joinpath("environ").read_bytes().split(b"\0")
+                        if b"=" in line),
+            "cwd": os.readlink(proc / "cwd"),
+        }
+
+    def stop_component(self, component: str = "kube-apiserver", timeout: float = 30) -> dict[str, Any]:
+        """Stop one running component (SIGTERM, as a restart or an upgrade would), keeping everything else and the
+        cluster's state: an outage of that component until start_component() with what this returns.
+
+        Note that kube-scheduler and kube-controller-manager exit by design when the API server stays away longer
+        than their leader election's renew deadline (10 s); a real node's kubelet restarts them, here
+        start_component() does (with component_command() taken before)."""
+        saved = self.component_command(component)
+        pid = saved["pid"]
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while _pid_alive(pid) and self._is_ours(pid):
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                break
+            time.sleep(0.05)
+        return saved
+
+    def start_component(self, saved: dict[str, Any]) -> int:
+        """Start a component stopped by stop_component() again, as it ran (arguments, environment, log file); its
+        pid (also in the cluster's pid file, so that down() stops it)."""
+        component = saved["component"]
+        log = open(self.workdir / "logs" / f"{component}.log", "ab")
+        try:
+            process = subprocess.Popen(saved["args"], env=saved["env"], cwd=saved["cwd"], stdout=log, stderr=log,
+                                       stdin=subprocess.DEVNULL, start_new_session=True)
+        finally:
+            log.close()
+        (self.workdir / "pids" / f"{component}.pid").write_text(str(process.pid))
+        return process.pid
+
     def __enter__(self) -> LocalCluster:
         return self.up()
 

@@ -30,6 +30,11 @@ LEASE_EXPIRATIONS = Counter("sextant_lease_expirations_total", "Attempts failed 
                             ["namespace", "queue"], registry=REGISTRY)
 RECONCILE_ERRORS = Counter("sextant_reconcile_errors_total", "Reconciles that raised an unexpected error.",
                            registry=REGISTRY)
+OBJECT_ERRORS = Counter("sextant_object_errors_total", "Failures to take in (stage digest) or reconcile (stage "
+                        "reconcile) one object, by kind; each is retried with a per-object backoff.",
+                        ["kind", "stage"], registry=REGISTRY)
+LOOP_RESTARTS = Counter("sextant_loop_restarts_total", "Long-running loops of the operator restarted after an "
+                        "unexpected error (the process keeps running).", ["loop"], registry=REGISTRY)
 SCHEDULE_FIRE_LAG = Histogram("sextant_schedule_fire_lag_seconds", "From a schedule's tick to its job's creation.",
                               ["namespace", "schedule"], buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 60),
                               registry=REGISTRY)

@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from .resources.common import parse_time
+from pydantic import ValidationError
+
+from .resources.common import time_or_none
 from .resources.job import State
 from .resources.queue import QueueSpec
 
@@ -33,7 +35,7 @@ class QueueStats:
 
 def _queued_since(job: dict[str, Any]) -> datetime | None:
     status = job.get("status") or {}
-    return parse_time(status.get("queuedAt")) or parse_time(job["metadata"].get("creationTimestamp"))
+    return time_or_none(status.get("queuedAt")) or time_or_none(job["metadata"].get("creationTimestamp"))
 
 
 def queue_stats(queues: Iterable[dict[str, Any]], jobs: Iterable[dict[str, Any]]) -> list[QueueStats]:
@@ -41,10 +43,13 @@ def queue_stats(queues: Iterable[dict[str, Any]], jobs: Iterable[dict[str, Any]]
     out: dict[tuple[str, str], QueueStats] = {}
     for raw in queues:
         meta = raw["metadata"]
-        spec = QueueSpec.model_validate(raw.get("spec") or {})
+        try:
+            spec: QueueSpec | None = QueueSpec.model_validate(raw.get("spec") or {})
+        except ValidationError:
+            spec = None  # a Queue the operator cannot read either: listed, without its numbers
         out[(meta.get("namespace", ""), meta["name"])] = QueueStats(
-            meta.get("namespace", ""), meta["name"], True, spec.concurrency, spec.max_attempts,
-            parse_time(meta.get("creationTimestamp")))
+            meta.get("namespace", ""), meta["name"], True, spec.concurrency if spec else None,
+            spec.max_attempts if spec else None, time_or_none(meta.get("creationTimestamp")))
     for job in jobs:
         ns, queue = job["metadata"].get("namespace", ""), (job.get("spec") or {}).get("queue", "")
         stats = out.get((ns, queue))

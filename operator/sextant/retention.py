@@ -20,7 +20,10 @@ class Expiry:
 def expiry(state: State | None, finished_at: str | None, retention: Retention) -> Expiry:
     """Only a finished job expires, counted from when it finished; a retried job's clock starts again when it
     next finishes. A retention of 0 keeps the job forever."""
-    finished = parse_time(finished_at)
+    try:
+        finished = parse_time(finished_at)
+    except ValueError:
+        finished = None  # unreadable: kept, never deleted on a guess
     keep = {State.SUCCEEDED: retention.succeeded, State.CANCELLED: retention.cancelled,
             State.DEAD: retention.dead}.get(state) if state else None
     if finished is None or keep is None:

@@ -70,7 +70,7 @@ from croniter.croniter import CroniterError
 from .idempotency import keyed_name
 from .lifecycle.transitions import Event
 from .resources import API_VERSION
-from .resources.common import Condition, format_time, parse_duration, parse_time
+from .resources.common import Condition, format_time, parse_duration, parse_time, time_or_none
 from .resources.job import State
 from .resources.schedule import KIND, ScheduleSpec, ScheduleStatus
 
@@ -307,7 +307,7 @@ class JobRef:
             name=meta["name"],
             state=state,
             scheduled_at=scheduled,
-            created_at=parse_time(meta.get("creationTimestamp")),
+            created_at=time_or_none(meta.get("creationTimestamp")),
             cancel_requested=bool(status.get("cancelRequested")) or bool(spec.get("cancel")),
             resource_version=meta.get("resourceVersion", ""),
             uid=meta.get("uid", ""),

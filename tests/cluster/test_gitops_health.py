@@ -102,7 +102,10 @@ def test_argo_cd_health_before_the_operator_and_after_a_spec_change(argocd_lua, 
                "status": {"state": "succeeded", "observedGeneration": 1,
                           "conditions": [{"type": "Succeeded", "status": "True", "reason": "Succeeded"}]}}
     odd = {**fresh, "status": {"state": "paused", "observedGeneration": 1}}
-    first, second, third = health(argocd_lua, fresh, changed, odd, tmp_path=tmp_path)
+    invalid = {**fresh, "status": {"conditions": [{"type": "Invalid", "status": "True", "reason": "InvalidSpec",
+                                                   "message": "spec.runAt: out of range"}]}}
+    first, second, third, fourth = health(argocd_lua, fresh, changed, odd, invalid, tmp_path=tmp_path)
+    assert fourth == {"status": "Degraded", "message": "invalid, does not run: spec.runAt: out of range"}
     assert first == {"status": "Progressing", "message": "waiting for the Sextant operator"}
     assert second["status"] == "Progressing" and "not acted on the latest change" in second["message"]
     assert third["status"] == "Unknown"

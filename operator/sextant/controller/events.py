@@ -86,6 +86,8 @@ class EventRecorder:
                 await self.kube.create(f"/api/v1/namespaces/{obj['metadata']['namespace']}/events", self._body(obj, event))
             except ApiError as exc:
                 log.debug("event not posted: %s", exc)
+            except Exception as exc:  # noqa: BLE001 - an odd object must not stop the poster
+                log.warning("event %s not posted: %s: %s", event.reason, type(exc).__name__, exc)
 
     def _body(self, obj: dict[str, Any], event: Event) -> dict[str, Any]:
         meta = obj["metadata"]

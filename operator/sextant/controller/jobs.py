@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Any
 
 from .. import metrics, retention
@@ -24,26 +24,32 @@ from ..resources.common import parse_time
 from .admission import Admission
 from .events import EventRecorder
 from .informer import Key, key_of
+from .invalid import COND_INVALID, invalid_conditions, read_spec
 from ..kube import ApiError, Kube, NotLeader
 from .pods import build_pod
 from .timers import Timers
-from .view import View, assigned_worker, is_slim, settled, state_of
+from .view import InvalidJob, View, assigned_worker, is_slim, settled, state_of
 from .workers import Assignments
-from .workqueue import WorkQueue
+from .workqueue import RetryLater, WorkQueue, failed
 
 log = logging.getLogger(__name__)
 
 JOBS = f"/apis/{GROUP}/{VERSION}/jobs"
-RETRY_AFTER_ERROR = timedelta(seconds=5)
 
 
-def _line_position(raw: dict[str, Any]) -> datetime:
-    """When the job became runnable, as lifecycle.transitions records it in status.queuedAt."""
+def _line_position(raw: dict[str, Any]) -> datetime | None:
+    """When the job became runnable, as lifecycle.transitions records it in status.queuedAt; None when a time
+    cannot be read (the reconcile then holds the job as Invalid)."""
     status, spec = raw.get("status") or {}, raw.get("spec") or {}
-    if status.get("state") == "queued" and status.get("queuedAt"):
-        return parse_time(status["queuedAt"])
-    created = parse_time(raw["metadata"]["creationTimestamp"])
-    run_at = parse_time(spec.get("runAt"))
+    try:
+        if status.get("state") == "queued" and status.get("queuedAt"):
+            return parse_time(status["queuedAt"])
+        created = parse_time(raw["metadata"]["creationTimestamp"])
+        run_at = parse_time(spec.get("runAt"))
+    except (ValueError, KeyError):
+        return None
+    if created is None:
+        return None
     return max(created, run_at) if run_at else created
 
 
@@ -162,8 +168,8 @@ class JobController:
         key = key_of(obj)
         if kind == "delete":
             self.view.queues.pop(key, None)
-        else:
-            self.view.queues[key] = QueueSpec.model_validate(obj.get("spec") or {})
+        else:  # an unreadable spec raises: the informer reports it; the last readable one stays in force
+            self.view.queues[key] = read_spec(QueueSpec, obj)
         for job in list(self.view.unfinished_by_queue.get(key, ())):
             self._line_up(job)
             self._touch(job)
@@ -180,7 +186,7 @@ class JobController:
         if kind == "delete":
             self.view.handlers.pop(key, None)
         else:
-            self.view.handlers[key] = HandlerSpec.model_validate(obj.get("spec") or {})
+            self.view.handlers[key] = read_spec(HandlerSpec, obj)
         for job in list(self.view.unfinished_by_handler.get(key, ())):
             self._line_up(job)
             self._touch(job)
@@ -204,8 +210,10 @@ class JobController:
             return
         if any(p.alive for p in self.view.pods.get(key, {}).values()):
             return
-        self.admission.offer(key, (ns, spec["queue"]), spec.get("priority", 0), _line_position(raw).timestamp(),
-                             self.view.seen[key])
+        position, priority = _line_position(raw), spec.get("priority", 0)
+        if position is None or not isinstance(priority, int):
+            return  # unreadable: the reconcile says why, and never admits it
+        self.admission.offer(key, (ns, spec["queue"]), priority, position.timestamp(), self.view.seen[key])
 
     def _queue_of(self, key: Key) -> Key | None:
         raw = self.view.jobs.get(key)
@@ -240,15 +248,24 @@ class JobController:
         await asyncio.gather(*(self._work() for _ in range(self.workers)))
 
     def resync(self) -> None:
-        """Start from the whole view: at start, and when this replica becomes the leader."""
+        """Start from the whole view: at start, and when this replica becomes the leader. A job that fails here is
+        reconciled (and so reported, and retried with its backoff) instead of stopping the others."""
         for key in list(self.view.jobs):  # slots first: nothing is admitted before every holder is counted
-            self._refresh_slot(key)
-            self._line_up(key)
-        for key, raw in list(self.view.jobs.items()):
-            if self._needs_look(raw, key):
+            try:
+                self._refresh_slot(key)
+                self._line_up(key)
+            except Exception:  # noqa: BLE001
+                log.exception("job %s/%s: cannot line it up", *key)
                 self.queue.add(key)
-            else:
-                self.schedule_retention(key)
+        for key, raw in list(self.view.jobs.items()):
+            try:
+                needs_look = self._needs_look(raw, key)
+                if not needs_look:
+                    self.schedule_retention(key)
+            except Exception:  # noqa: BLE001
+                needs_look = True
+            if needs_look:
+                self.queue.add(key)
 
     def _needs_look(self, raw: dict[str, Any], key: Key) -> bool:
         """A finished job whose spec was already seen needs nothing at start (100k of them must be cheap)."""
@@ -262,12 +279,21 @@ class JobController:
                 await self.reconcile(key)
             except NotLeader:
                 self.queue.add(key)  # deposed mid-reconcile: the next leader (maybe us again) looks again
-            except Exception:  # one bad job must not stop the operator
-                metrics.RECONCILE_ERRORS.inc()
-                log.exception("reconcile of %s/%s failed", *key)
-                self.timers.schedule(key, self.now() + RETRY_AFTER_ERROR, self.queue.add)
+            except Exception as exc:  # one bad job must not stop the operator: retried with its own backoff
+                if not isinstance(exc, RetryLater):
+                    metrics.RECONCILE_ERRORS.inc()
+                failed(self.queue, key, exc, kind="job", log=log, surface=lambda message, key=key: self._report(
+                    key, T.Event("ReconcileFailed", f"the operator failed to reconcile this job: {message}",
+                                 "Warning")))
+            else:
+                self.queue.forget(key)
             finally:
                 self.queue.done(key)
+
+    def _report(self, key: Key, event: T.Event) -> None:
+        raw = self.view.jobs.get(key)
+        if raw is not None:
+            self.events.record({"apiVersion": API_VERSION, "kind": "Job", **raw}, event)
 
     async def reconcile(self, key: Key) -> None:
         raw = self.view.jobs.get(key)
@@ -281,7 +307,10 @@ class JobController:
                 self.timers.schedule(key, await self._retain(key, self.now()), self.queue.add)
                 return
             raw = await self._full(key, raw)
-        job = self.view.snapshot(key, raw) if raw is not None else None
+        try:
+            job = self.view.snapshot(key, raw) if raw is not None else None
+        except InvalidJob as exc:
+            return await self._hold_invalid(key, raw, str(exc))
         if job is None:
             self.admission.forget(key)
             self.assignments.release(key)
@@ -290,6 +319,8 @@ class JobController:
         now = self.now()
         obs = self.view.observations(key, job, now)
         decision = T.reconcile(job, obs, now)
+        if any(c.type == COND_INVALID and c.status == "True" for c in decision.status.conditions):
+            T.set_condition(decision.status, COND_INVALID, False, "Valid", "the job can be read", now, job.generation)
         queue = (key[0], job.spec.queue)
         admissible = decision.wants_admission and obs.queue and obs.handler and not obs.alive_pods
         if admissible:
@@ -323,6 +354,28 @@ class JobController:
         """The reservations of a reconcile end: the queue's slot and the worker's (the view counts them now)."""
         self.admission.release(key)
         self.assignments.release(key)
+
+    async def _hold_invalid(self, key: Key, raw: dict[str, Any], message: str) -> None:
+        """A job the lifecycle cannot read is never run: it holds (state unchanged, no slot, no wake-up) with the
+        condition Invalid naming the fields, and a Warning Event when that is new. Only status.conditions is
+        written, by a merge patch guarded by the resourceVersion, since the rest of the status may be unreadable."""
+        self.admission.forget(key)
+        self.timers.schedule(key, None, self.queue.add)
+        status = raw.get("status") if isinstance(raw.get("status"), dict) else {}
+        conditions = invalid_conditions(status.get("conditions"), message, self.now(), raw["metadata"].get("generation"))
+        if conditions is None:
+            return
+        log.warning("job %s/%s is invalid and does not run: %s", *key, message)
+        body = {"metadata": {"resourceVersion": raw["metadata"]["resourceVersion"]}, "status": {"conditions": conditions}}
+        try:
+            updated = await self.kube.merge_patch(job_path(key, "/status"), body, retry=False)
+        except ApiError as exc:
+            if exc.status in (404, 409):
+                return  # gone, or changed meanwhile: the watch brings another look
+            raise
+        self._report(key, T.Event("Invalid", f"the job does not run: {message}", "Warning"))
+        updated.setdefault("apiVersion", API_VERSION)
+        self._store(updated)
 
     async def _full(self, key: Key, raw: dict[str, Any]) -> dict[str, Any] | None:
         """The whole object behind a slim view copy (a status write needs all of it); None when it is gone."""
@@ -414,8 +467,7 @@ class JobController:
             if exc.status != 409:
                 log.warning("job %s/%s: cannot create pod %s: %s", ns, key[1], action.name, exc)
                 self.events.record(raw, T.Event("PodCreateFailed", exc.message or str(exc), "Warning"))
-                self.timers.schedule(key, self.now() + RETRY_AFTER_ERROR, self.queue.add)
-                return False
+                raise RetryLater(str(exc)) from exc  # with the job's backoff: a refusal may stand for long
             created = await self.kube.get(pod_path(ns, action.name))  # ours from before a crash: adopt it
         self.view.upsert_pod(created)
         return True

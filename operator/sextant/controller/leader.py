@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from ..kube import ApiError, Kube
-from ..resources.common import parse_time
+from ..resources.common import time_or_none
 
 log = logging.getLogger("sextant.leader")
 
@@ -40,6 +40,13 @@ class ElectionSettings:
 
 def _micro(moment: datetime) -> str:
     return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _seconds(value: object, default: float) -> float:
+    """A lease's leaseDurationSeconds, read totally: what is not a positive number of seconds is the default."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 10**9:
+        return default
+    return float(value)
 
 
 def default_identity() -> str:
@@ -66,7 +73,13 @@ class LeaderElector:
     async def run(self) -> None:
         try:
             while True:
-                wait = await self._try()
+                try:
+                    wait = await self._try()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - an outage or an odd lease: try again, never exit
+                    log.warning("leader election: %s: %s", type(exc).__name__, exc)
+                    wait = self.settings.retry_period
                 self._set_leading(self.is_leader())
                 await asyncio.sleep(wait)
         finally:
@@ -97,9 +110,9 @@ class LeaderElector:
         if self._observed is None or self._observed[0] != rv:
             self._observed = (rv, now)  # expiry counts from when we saw it change: immune to clock skew
         self.leader_identity = holder or None
-        duration = float(spec.get("leaseDurationSeconds") or s.lease_duration)
+        duration = _seconds(spec.get("leaseDurationSeconds"), s.lease_duration)
         expires = self._observed[1] + duration
-        renewed = parse_time(spec.get("renewTime"))
+        renewed = time_or_none(spec.get("renewTime"))
         if renewed is not None:
             # The holder's own renewal time: we see the lease expire when it does, not up to a retry period
             # later. Safe while the replicas' clocks agree within lease duration − renew deadline (5 s by

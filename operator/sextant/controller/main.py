@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from .. import metrics
 from ..kubeconfig import Connection
@@ -15,6 +18,8 @@ from .informer import Informer
 from .leader import ElectionSettings, LeaderElector, default_identity
 from .jobs import JobController, utcnow
 from ..kube import Kube
+from ..lifecycle.transitions import Event
+from ..resources import API_VERSION
 from .pods import LABEL_JOB
 from .schedules import ScheduleController
 from .timers import Timers
@@ -68,16 +73,21 @@ class Operator:
         self.collector = self._collector()
         ns = self.settings.namespaces
         c = self.jobs
+
+        def informer(path: str, on_change: Callable[[str, dict], None], name: str, kind: str, api_version: str,
+                     label_selector: str | None = None) -> Informer:
+            return Informer(self.kube, path, on_change, name=name, label_selector=label_selector,
+                            on_error=self._reporter(kind, api_version), on_reconnect=self._reconnected)
+
         self.informers = [
-            *(Informer(self.kube, p, c.on_queue, name="queues") for p in _paths("queues", GROUP, ns)),
-            *(Informer(self.kube, p, c.on_handler, name="handlers") for p in _paths("handlers", GROUP, ns)),
-            *(Informer(self.kube, p, self._on_job, name="jobs") for p in _paths("jobs", GROUP, ns)),
-            *(Informer(self.kube, p, self.schedules.on_schedule, name="schedules")
+            *(informer(p, c.on_queue, "queues", "Queue", API_VERSION) for p in _paths("queues", GROUP, ns)),
+            *(informer(p, c.on_handler, "handlers", "Handler", API_VERSION) for p in _paths("handlers", GROUP, ns)),
+            *(informer(p, self._on_job, "jobs", "Job", API_VERSION) for p in _paths("jobs", GROUP, ns)),
+            *(informer(p, self.schedules.on_schedule, "schedules", "Schedule", API_VERSION)
               for p in _paths("schedules", GROUP, ns)),
             # Only Sextant's own pods: a server-side label selector, never every pod of the cluster.
-            *(Informer(self.kube, p, c.on_pod, label_selector=LABEL_JOB, name="pods")
-              for p in _paths("pods", None, ns)),
-            *(Informer(self.kube, p, c.on_lease, label_selector=LABEL_JOB, name="leases")
+            *(informer(p, c.on_pod, "pods", "Pod", "v1", label_selector=LABEL_JOB) for p in _paths("pods", None, ns)),
+            *(informer(p, c.on_lease, "leases", "Lease", "coordination.k8s.io/v1", label_selector=LABEL_JOB)
               for p in _paths("leases", "coordination.k8s.io", ns, version="v1")),
             # Workers' registration Leases (docs/workers.md §1): one per worker, not per job.
             *(Informer(self.kube, p, c.on_worker, label_selector=contract.LABEL_WORKER, name="workers")
@@ -104,8 +114,24 @@ class Operator:
             self.schedules.resume()  # ticks due while no replica led were missed runs
 
     def _on_job(self, kind: str, obj: dict) -> None:
-        self.jobs.on_job(kind, obj)
-        self.schedules.on_job(kind, obj)
+        try:
+            self.jobs.on_job(kind, obj)
+        finally:  # the schedules' view of the job is kept even when the lifecycle's side failed
+            self.schedules.on_job(kind, obj)
+
+    def _reporter(self, kind: str, api_version: str) -> Callable[[dict[str, Any], str], None]:
+        """A Warning Event on an object an informer could not take in (where it has a namespace to post in)."""
+        def report(obj: dict[str, Any], message: str) -> None:
+            if obj.get("metadata", {}).get("namespace"):
+                self.events.record({**obj, "apiVersion": api_version, "kind": kind},
+                                   Event("Invalid", message, "Warning"))
+        return report
+
+    def _reconnected(self) -> None:
+        """The API server answers again: what failed while it was away is tried now, not after its backoff."""
+        retried = self.jobs.queue.retry_failed_now() + self.schedules.queue.retry_failed_now()
+        if retried:
+            log.info("connected again: retrying %d objects at once", retried)
 
     @property
     def ready(self) -> bool:
@@ -136,13 +162,15 @@ class Operator:
             tls = ServingCertificate(*self.settings.http_tls) if self.settings.http_tls else None
             web_runner = await serve(build_app(lambda: self.ready, self.metrics, routes(self), self.role),
                                      self.settings.http_host, self.settings.http_port, tls)
-        tasks = [asyncio.create_task(i.run(), name=f"informer {i.name}") for i in self.informers]
-        tasks.append(asyncio.create_task(self.events.run(), name="events"))
-        tasks.append(asyncio.create_task(self.timers.run(), name="timers"))
-        if self.elector is not None:
-            tasks.append(asyncio.create_task(self.elector.run(), name="leader election"))
-        tasks.append(asyncio.create_task(self.jobs.run([i.synced for i in self.informers]), name="jobs"))
-        tasks.append(asyncio.create_task(self.schedules.run([i.synced for i in self.informers]), name="schedules"))
+        loops: list[tuple[str, Callable[[], Awaitable[None]]]] = [
+            *((f"informer {i.name}", i.run) for i in self.informers),
+            ("events", self.events.run),
+            ("timers", self.timers.run),
+            *((("leader election", self.elector.run),) if self.elector is not None else ()),
+            ("jobs", lambda: self.jobs.run([i.synced for i in self.informers])),
+            ("schedules", lambda: self.schedules.run([i.synced for i in self.informers])),
+        ]
+        tasks = [asyncio.create_task(supervise(name, loop), name=name) for name, loop in loops]
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
             for task in done:
@@ -157,6 +185,27 @@ class Operator:
             for kube in (self.kube, self.api_kube, self.elector.kube if self.elector else None):
                 if kube is not None:
                     await kube.close()
+
+
+async def supervise(name: str, loop: Callable[[], Awaitable[None]], first_delay: float = 1.0,
+                    max_delay: float = 60.0) -> None:
+    """Run a loop that should run for ever; if it raises anyway (a defect no per-object guard caught), log it,
+    count it and start it again after a growing delay, instead of ending the process. Cancellation stops it."""
+    delay = first_delay
+    while True:
+        started = time.monotonic()
+        try:
+            await loop()
+            log.error("%s ended; starting it again in %.0f s", name, delay)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 - the process outlives any one loop's defect
+            log.exception("%s failed; starting it again in %.0f s", name, delay)
+        metrics.LOOP_RESTARTS.labels(name).inc()
+        if time.monotonic() - started > 10 * max_delay:
+            delay = first_delay  # it had run well for a long while: this is a new streak
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, max_delay)
 
 
 def run(conn: Connection, settings: Settings | None = None) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 from ..lifecycle.attempts import PodObservation
 from ..lifecycle.transitions import CreatePod, JobSnapshot
 from ..resources import API_VERSION
-from ..resources.common import format_time, parse_duration, parse_time
+from ..resources.common import format_time, parse_duration, time_or_none
 from ..resources.handler import HandlerSpec
 from ..resources.job import job_id
 from ..resources.queue import QueueSpec
@@ -120,9 +120,9 @@ def observe(pod: dict[str, Any]) -> PodObservation | None:
         if "terminated" in state:
             exit_code = state["terminated"].get("exitCode")
             message = message or state["terminated"].get("message") or state["terminated"].get("reason")
-            started_at = parse_time(state["terminated"].get("startedAt"))
+            started_at = time_or_none(state["terminated"].get("startedAt"))
         elif "running" in state:
-            started_at = parse_time(state["running"].get("startedAt"))
+            started_at = time_or_none(state["running"].get("startedAt"))
         elif "waiting" in state:
             message = message or state["waiting"].get("message") or state["waiting"].get("reason")
     unschedulable = any(c.get("type") == "PodScheduled" and c.get("status") == "False"

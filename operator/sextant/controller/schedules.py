@@ -23,13 +23,13 @@ from .. import schedules as S
 from ..kube import ApiError, Kube
 from ..resources import API_VERSION, GROUP, VERSION
 from ..lifecycle.transitions import Event
-from ..resources.common import parse_time
+from ..resources.common import time_or_none
 from ..resources.schedule import KIND, ScheduleSpec, ScheduleStatus
 from .events import EventRecorder
 from .informer import Key, key_of
 from .timers import Timers
 from .view import Versions
-from .workqueue import WorkQueue
+from .workqueue import WorkQueue, failed
 
 log = logging.getLogger(__name__)
 
@@ -78,17 +78,12 @@ class ScheduleController:
 
     # --- informer callbacks ---------------------------------------------------------------------------------
     def on_schedule(self, kind: str, obj: dict[str, Any]) -> None:
-        try:
-            self._on_schedule(kind, obj)
-        except Exception:  # noqa: BLE001 - a malformed object must not stop the informer
-            log.exception("schedule %s: cannot take in", obj.get("metadata", {}).get("name"))
+        """A malformed object raises: the informer isolates it (logged, counted, reported, tried again later)."""
+        self._on_schedule(kind, obj)
 
     def on_job(self, kind: str, obj: dict[str, Any], *, wake: bool = True) -> None:
         """Track each schedule's jobs (the label sextant.dev/schedule); look again when one appears or finishes."""
-        try:
-            self._on_job(kind, obj, wake)
-        except Exception:  # noqa: BLE001 - a malformed object must not stop the informer
-            log.exception("job %s: cannot take in", obj.get("metadata", {}).get("name"))
+        self._on_job(kind, obj, wake)
 
     def _on_schedule(self, kind: str, obj: dict[str, Any]) -> None:
         key = key_of(obj)
@@ -176,12 +171,20 @@ class ScheduleController:
             try:
                 await self.leading.wait()
                 await self.reconcile(key)
-            except Exception:  # a bad schedule must never stop the operator
+            except Exception as exc:  # a bad schedule must never stop the operator: retried with its own backoff
                 self.reconcile_errors += 1
-                log.exception("schedule %s/%s: evaluation failed", *key)
-                self.timers.schedule(self._timer_key(key), self.now() + RETRY_AFTER_ERROR, self._on_timer)
+                failed(self.queue, key, exc, kind="schedule", log=log, surface=lambda message, key=key: self._report(
+                    key, Event("EvaluationFailed", f"the operator failed to evaluate this schedule: {message}",
+                               "Warning")))
+            else:
+                self.queue.forget(key)
             finally:
                 self.queue.done(key)
+
+    def _report(self, key: Key, event: Event) -> None:
+        raw = self.schedules.get(key)
+        if raw is not None:
+            self.events.record(raw, event)
 
     def snapshot(self, key: Key) -> S.ScheduleSnapshot | S.InvalidSchedule | None:
         raw = self.schedules.get(key)
@@ -199,7 +202,7 @@ class ScheduleController:
             status = ScheduleStatus()  # ours to write: start it afresh
         return S.ScheduleSnapshot(namespace=key[0], name=key[1], uid=meta.get("uid", ""),
                                   generation=meta.get("generation", 1),
-                                  created_at=parse_time(meta.get("creationTimestamp")) or self.now(),
+                                  created_at=time_or_none(meta.get("creationTimestamp")) or self.now(),
                                   spec=spec, status=status)
 
     async def reconcile(self, key: Key) -> None:

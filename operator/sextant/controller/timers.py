@@ -6,8 +6,11 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import logging
 from collections.abc import Callable, Hashable
 from datetime import datetime
+
+log = logging.getLogger(__name__)
 
 
 class Timers:
@@ -44,7 +47,10 @@ class Timers:
                 stamp, _, key = heapq.heappop(self._heap)
                 if self._due.get(key) == stamp:
                     del self._due[key]
-                    self._fire.pop(key)(key)
+                    try:
+                        self._fire.pop(key)(key)
+                    except Exception:  # noqa: BLE001 - one wake-up must not stop every other
+                        log.exception("wake-up of %s failed", key)
             if len(self._heap) > 2 * len(self._due) + 1024:  # drop stale entries now and then
                 self._heap = [(s, n, k) for s, n, k in self._heap if self._due.get(k) == s]
                 heapq.heapify(self._heap)

@@ -17,7 +17,7 @@ from ..lifecycle.states import FINISHED
 from ..lifecycle import workers as W
 from ..lifecycle.transitions import JobSnapshot, Observations
 from ..resources import contract
-from ..resources.common import parse_duration, parse_time
+from ..resources.common import parse_duration, parse_time, problems, time_or_none
 from ..resources.handler import HandlerSpec
 from ..resources.job import JobSpec, JobStatus, State
 from ..resources.queue import QueueSpec
@@ -26,6 +26,11 @@ from .informer import Key, key_of
 from .pods import LABEL_JOB, LABEL_RUN, observe
 
 log = logging.getLogger(__name__)
+
+
+class InvalidJob(ValueError):
+    """A job object the lifecycle cannot read (a field out of range, malformed, or of the wrong type); the
+    message names each field and its rule."""
 
 
 def _rv(obj: dict[str, Any]) -> int:
@@ -180,8 +185,8 @@ class View:
         else:
             self.seen.setdefault(key, next(self._seen_order))
             idem = (raw.get("spec") or {}).get("idempotencyKey")
-            if idem:
-                created = parse_time(raw["metadata"].get("creationTimestamp"))
+            created = time_or_none(raw["metadata"].get("creationTimestamp"))
+            if idem and isinstance(idem, str) and created is not None:
                 self.by_idempotency_key[(key[0], idem)][key[1]] = created
         self.jobs[key] = slim(raw) if settled(raw) else raw
         if state_of(raw) not in FINISHED:
@@ -246,7 +251,7 @@ class View:
     def upsert_lease(self, lease: dict[str, Any]) -> Key | None:
         labels = lease["metadata"].get("labels") or {}
         job, run = labels.get(LABEL_JOB), labels.get(LABEL_RUN, "")
-        renewed = parse_time((lease.get("spec") or {}).get("renewTime"))
+        renewed = time_or_none((lease.get("spec") or {}).get("renewTime"))  # unreadable: no sign of life
         if not job or not run.isdigit() or renewed is None:
             return None
         key = (lease["metadata"].get("namespace", ""), job)
@@ -300,17 +305,26 @@ class View:
 
     # --- reading -------------------------------------------------------------------------------------------
     @staticmethod
-    def snapshot(key: Key, raw: dict[str, Any]) -> JobSnapshot | None:
-        """The lifecycle's reading of a full job object (never of a slim copy)."""
+    def snapshot(key: Key, raw: dict[str, Any]) -> JobSnapshot:
+        """The lifecycle's reading of a full job object (never of a slim copy); InvalidJob naming the fields it
+        cannot read."""
         meta = raw["metadata"]
         try:
             spec = JobSpec.model_validate(raw.get("spec") or {})
+        except ValidationError as exc:
+            raise InvalidJob(problems(exc, "spec.")) from None
+        try:
             status = JobStatus.model_validate(raw.get("status") or {})
         except ValidationError as exc:
-            log.error("job %s/%s cannot be read: %s", key[0], key[1], exc)
-            return None
+            raise InvalidJob(problems(exc, "status.")) from None
+        try:
+            created_at = parse_time(meta.get("creationTimestamp"))
+        except ValueError as exc:
+            raise InvalidJob(f"metadata.creationTimestamp: {exc}") from None
+        if created_at is None:
+            raise InvalidJob("metadata.creationTimestamp is missing")
         return JobSnapshot(name=meta["name"], uid=meta.get("uid", ""), generation=meta.get("generation", 1),
-                           created_at=parse_time(meta.get("creationTimestamp")), spec=spec, status=status)
+                           created_at=created_at, spec=spec, status=status)
 
     def observations(self, key: Key, job: JobSnapshot, now: datetime) -> Observations:
         ns = key[0]

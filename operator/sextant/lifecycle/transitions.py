@@ -400,7 +400,8 @@ def _finish_attempt(s: _Step, outcome: A.Outcome) -> None:
         s.finish(DEAD, "Dead", f"{label} failed ({outcome.reason}: {outcome.message}); attempts exhausted",
                  warning=True)
     else:
-        delay = backoff_delay(s.queue.backoff, st.attempt, jitter_sample(s.job.uid, st.run))
+        # max(…, 1): a status whose attempt someone else set to 0 still waits the first backoff
+        delay = backoff_delay(s.queue.backoff, max(st.attempt, 1), jitter_sample(s.job.uid, st.run))
         due = now + delay
         st.next_attempt_at = format_time(due)
         s.move(FAILED, "Failed", f"{label} failed ({outcome.reason}: {outcome.message}); "

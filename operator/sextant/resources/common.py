@@ -6,7 +6,7 @@ import re
 from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 # Go-style durations as CEL's duration() reads them ("30s", "1h30m", "500ms"); no sign, so never negative.
@@ -15,14 +15,30 @@ _DURATION_RE = re.compile(DURATION_PATTERN)
 _PART_RE = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
-DURATION_DESCRIPTION = 'A duration such as "30s", "10m", "24h" or "1h30m" (units ms, s, m, h).'
+# The longest duration any field takes: ten years. Far beyond any sane timeout, lease or retention, and small
+# enough that a time plus a duration never leaves what datetime (and CEL) can hold.
+MAX_DURATION = timedelta(hours=87600)
+MAX_DURATION_TEXT = "87600h"
+# The times Sextant reads from objects: anything outside is refused (an RFC 3339 time the API server accepts can
+# say year 0 or 9999-12-31T23:59:59-01:00, which is year 10000 in UTC and overflows datetime). With MAX_DURATION,
+# a time plus a duration stays far below datetime.max.
+MIN_TIME = datetime(1970, 1, 1, tzinfo=timezone.utc)
+MAX_TIME = datetime(9000, 1, 1, tzinfo=timezone.utc)
+TIME_RANGE_TEXT = "1970-01-01T00:00:00Z to 9000-01-01T00:00:00Z"
+
+DURATION_DESCRIPTION = (f'A duration such as "30s", "10m", "24h" or "1h30m" (units ms, s, m, h; at most '
+                        f'{MAX_DURATION_TEXT}).')
 
 
 def parse_duration(text: str) -> timedelta:
-    """'1h30m' → timedelta(hours=1, minutes=30). Raises ValueError naming the rule."""
-    if not isinstance(text, str) or not _DURATION_RE.match(text):
-        raise ValueError(f'{text!r} is not a duration: use a number and a unit (ms, s, m, h), e.g. "30s" or "1h30m"')
+    """'1h30m' → timedelta(hours=1, minutes=30). Total: ValueError naming the rule for anything else (never an
+    OverflowError, whatever the digits)."""
+    if not isinstance(text, str) or len(text) > 64 or not _DURATION_RE.match(text):
+        shown = text if not isinstance(text, str) else text[:40]
+        raise ValueError(f'{shown!r} is not a duration: use a number and a unit (ms, s, m, h), e.g. "30s" or "1h30m"')
     seconds = sum(float(n) * _UNIT_SECONDS[u] for n, u in _PART_RE.findall(text))
+    if not seconds <= MAX_DURATION.total_seconds():  # also false for inf and nan
+        raise ValueError(f"{text!r} is longer than the maximum duration, {MAX_DURATION_TEXT}")
     return timedelta(seconds=seconds)
 
 
@@ -44,9 +60,16 @@ def _check_duration(value: str) -> str:
     return value
 
 
+_DURATION_RULE = {
+    "rule": f"duration(self) <= duration('{MAX_DURATION_TEXT}')",
+    "message": f"the duration must be at most {MAX_DURATION_TEXT} (10 years)",
+}
+
 Duration = Annotated[
     str,
-    Field(pattern=DURATION_PATTERN, max_length=32, description=DURATION_DESCRIPTION),
+    Field(pattern=DURATION_PATTERN, max_length=32, description=DURATION_DESCRIPTION,
+          json_schema_extra={"x-kubernetes-validations": [_DURATION_RULE]}),
+    AfterValidator(_check_duration),
 ]
 
 
@@ -83,8 +106,83 @@ def format_time(moment: datetime, *, precise: bool = True) -> str:
     return moment.isoformat(timespec="microseconds" if precise else "seconds").replace("+00:00", "Z")
 
 
-def parse_time(text: str | None) -> datetime | None:
-    """An RFC 3339 timestamp (as Kubernetes or format_time writes it) → an aware datetime."""
-    if not text:
+def parse_time(text: str | datetime | None) -> datetime | None:
+    """An RFC 3339 timestamp (as Kubernetes or format_time writes it) → an aware datetime in UTC; None for nothing.
+
+    Total: anything else (malformed, or outside MIN_TIME..MAX_TIME) is a ValueError that says so, never an
+    OverflowError or TypeError. A time without an offset is read as UTC; "t" and "z" may be lower case.
+    """
+    if text is None or text == "":
         return None
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(timezone.utc)
+    if isinstance(text, datetime):
+        moment = text
+    elif isinstance(text, str) and len(text) <= 64:
+        try:
+            moment = datetime.fromisoformat(text.strip().upper().replace("Z", "+00:00"))
+        except ValueError as exc:
+            if "out of range" in str(exc):  # year 0
+                raise ValueError(f"{text} is out of range: times must lie from {TIME_RANGE_TEXT}") from None
+            raise ValueError(f"{text!r} is not a time: use RFC 3339, e.g. 2026-12-01T10:00:00Z") from None
+    else:
+        shown = text[:40] if isinstance(text, str) else text
+        raise ValueError(f"{shown!r} is not a time: use RFC 3339, e.g. 2026-12-01T10:00:00Z")
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    try:
+        moment = moment.astimezone(timezone.utc)
+    except (OverflowError, ValueError):
+        moment = None
+    if moment is None or not MIN_TIME <= moment <= MAX_TIME:
+        raise ValueError(f"{text!s} is out of range: times must lie from {TIME_RANGE_TEXT}")
+    return moment
+
+
+def time_or_none(text: Any) -> datetime | None:
+    """parse_time for a value that is only a hint (a lease's renewal, a container's start): unreadable is absent."""
+    try:
+        return parse_time(text)
+    except ValueError:
+        return None
+
+
+def _check_time(value: str | None) -> str | None:
+    parse_time(value)
+    return value
+
+
+# A time kept as the string it was written as (statuses): checked when the object is read, so that the rules
+# never meet a time they cannot compute with.
+Timestamp = Annotated[str, AfterValidator(_check_time)]
+
+
+def json_depth(value: Any, limit: int) -> int:
+    """How deeply a JSON value nests (a scalar 0, [] or {} 1), counted without recursion and only up to limit + 1:
+    a payload 10,000 levels deep is answered in a few steps, and never overflows the stack."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children: Any = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        depth += 1
+        if depth > limit:
+            return depth
+        deepest = max(deepest, depth)
+        stack.extend((child, depth) for child in children if isinstance(child, (dict, list)))
+    return deepest
+
+
+def problems(exc: Any, prefix: str = "") -> str:
+    """A pydantic ValidationError as one line naming each field (camelCase, as in the YAML) and its rule."""
+    out = []
+    for error in exc.errors():
+        where = ".".join(to_camel(str(p)) if isinstance(p, str) else f"[{p}]" for p in error.get("loc", ()))
+        message = str(error.get("msg", "")).removeprefix("Value error, ")
+        where = where.replace(".[", "[")
+        out.append(f"{prefix}{where}: {message}" if where else f"{prefix.rstrip('.')}: {message}" if prefix
+                   else message)
+    return "; ".join(out)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from .common import Model, validations
 
@@ -85,10 +85,62 @@ class HandlerSpec(Model):
     def on_workers(self) -> bool:
         return self.worker is not None
 
+    @model_validator(mode="after")
+    def _template_shape(self) -> HandlerSpec:
+        if self.template is None:
+            return self
+        problems = template_problems(self.pod_spec())
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
     def pod_spec(self) -> dict[str, Any]:
         if self.template is None:
             raise ValueError("a worker-mode handler has no pod template")
         return self.template.spec.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+def template_problems(spec: dict[str, Any]) -> list[str]:
+    """The pod spec's fields the operator itself writes into (env, security contexts, os), checked for shape: the
+    CRD keeps the rest of the pod spec open, and the API server checks it when the pod is created."""
+    out: list[str] = []
+
+    def dict_or_absent(value: Any, where: str) -> bool:
+        if value is not None and not isinstance(value, dict):
+            out.append(f"{where} must be an object")
+            return False
+        return True
+
+    dict_or_absent(spec.get("os"), "template.spec.os")
+    dict_or_absent(spec.get("securityContext"), "template.spec.securityContext")
+    containers = [("containers", i, c) for i, c in enumerate(spec.get("containers") or [])]
+    init = spec.get("initContainers")
+    if init is not None and not isinstance(init, list):
+        out.append("template.spec.initContainers must be a list")
+    else:
+        containers += [("initContainers", i, c) for i, c in enumerate(init or [])]
+    for group, i, container in containers:
+        where = f"template.spec.{group}[{i}]"
+        if not isinstance(container, dict):
+            out.append(f"{where} must be an object")
+            continue
+        env = container.get("env")
+        if env is not None and (not isinstance(env, list) or
+                                not all(isinstance(e, dict) and isinstance(e.get("name"), str) for e in env)):
+            out.append(f"{where}.env must be a list of objects with a name")
+        context = container.get("securityContext")
+        if dict_or_absent(context, f"{where}.securityContext") and context:
+            capabilities = context.get("capabilities")
+            if dict_or_absent(capabilities, f"{where}.securityContext.capabilities") and capabilities:
+                for key in ("add", "drop"):
+                    value = capabilities.get(key)
+                    if value is not None and (not isinstance(value, list) or
+                                              not all(isinstance(v, str) for v in value)):
+                        out.append(f"{where}.securityContext.capabilities.{key} must be a list of strings")
+        policy = container.get("terminationMessagePolicy")
+        if policy is not None and not isinstance(policy, str):
+            out.append(f"{where}.terminationMessagePolicy must be a string")
+    return out
 
 
 class Handler(Model):

@@ -6,9 +6,10 @@ from datetime import datetime
 from enum import Enum
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
-from .common import Condition, Model, validations
+from .common import (MAX_TIME, MIN_TIME, TIME_RANGE_TEXT, Condition, Model, Timestamp, format_time, json_depth,
+                     parse_time, validations)
 
 KIND = "Job"
 PLURAL = "jobs"
@@ -16,6 +17,32 @@ SHORT_NAMES = ["sjob"]
 IDEMPOTENCY_WINDOW_HOURS = 24
 
 _REPLACE = "cancel this job and create a new one with a fresh idempotency key"
+
+# Deeper payloads are refused: JSON encoders stop at a few hundred levels (orjson at 255), and the API server
+# takes up to 10,000. No real payload nests this deep.
+MAX_PAYLOAD_DEPTH = 100
+# Priorities are 32-bit, as Kubernetes' own PriorityClass values.
+MIN_PRIORITY, MAX_PRIORITY = -(2**31), 2**31 - 1
+
+_RUN_AT_IN_RANGE = {
+    "rule": f"self >= timestamp('{format_time(MIN_TIME, precise=False)}') && "
+            f"self <= timestamp('{format_time(MAX_TIME, precise=False)}')",
+    "message": f"runAt must lie from {TIME_RANGE_TEXT}",
+}
+
+
+def check_payload(value: Any) -> Any:
+    """The payload's nesting, checked before anything walks it recursively."""
+    if json_depth(value, MAX_PAYLOAD_DEPTH) > MAX_PAYLOAD_DEPTH:
+        raise ValueError(f"the payload nests deeper than {MAX_PAYLOAD_DEPTH} levels")
+    return value
+
+
+def check_run_at(value: Any) -> Any:
+    """runAt as an aware UTC datetime in range (a time without an offset is UTC), or a clear refusal."""
+    if value is None or not isinstance(value, (str, datetime)):
+        return value  # None, or a type pydantic refuses with its own message
+    return parse_time(value)
 
 
 def _immutable(field: str) -> dict[str, str]:
@@ -47,14 +74,19 @@ class JobSpec(Model):
         description="Any JSON object; handed to the handler on standard input.",
         json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
     )
-    run_at: datetime | None = Field(default=None, description="Do not run before this time (RFC 3339).")
+    run_at: datetime | None = Field(
+        default=None,
+        description=f"Do not run before this time (RFC 3339, from {TIME_RANGE_TEXT}).",
+        json_schema_extra=validations(_RUN_AT_IN_RANGE),
+    )
     idempotency_key: str | None = Field(
         default=None,
         min_length=1,
         max_length=253,
         description="A second job with the same key in this namespace within 24 h is not run; see status.duplicateOf.",
     )
-    priority: int = Field(default=0, description="Higher runs first within its queue; FIFO among equals.")
+    priority: int = Field(default=0, ge=MIN_PRIORITY, le=MAX_PRIORITY,
+                          description="Higher runs first within its queue; FIFO among equals (32-bit).")
     cancel: bool = Field(
         default=False,
         description="Set to true to cancel the job (scheduled/queued at once, running after cancelGrace).",
@@ -64,6 +96,9 @@ class JobSpec(Model):
         max_length=253,
         description="Set to a new value to retry a failed or dead job; re-applying the same value retries once.",
     )
+
+    _payload_depth = field_validator("payload", mode="before")(check_payload)
+    _run_at_range = field_validator("run_at", mode="before")(check_run_at)
 
     model_config = Model.model_config | {
         "json_schema_extra": validations(
@@ -95,8 +130,8 @@ class Attempt(Model):
         default=None, description="The worker that ran it, as <name>/<incarnation> (worker mode, docs/workers.md)."
     )
     node: str | None = Field(default=None, description="The node, or the worker's name, that ran it.")
-    started_at: str | None = Field(default=None, description="When the attempt was admitted (RFC 3339).")
-    finished_at: str | None = Field(default=None, description="When it ended (RFC 3339).")
+    started_at: Timestamp | None = Field(default=None, description="When the attempt was admitted (RFC 3339).")
+    finished_at: Timestamp | None = Field(default=None, description="When it ended (RFC 3339).")
     result: str = Field(description="running, succeeded, failed or cancelled.")
     exit_code: int | None = Field(default=None, description="The handler's exit code, when it exited.")
     reason: str | None = Field(
@@ -108,20 +143,20 @@ class Attempt(Model):
 
 class JobStatus(Model):
     state: State | None = Field(default=None, description="scheduled|queued|running|succeeded|failed|dead|cancelled")
-    attempt: int = Field(default=0, description="Attempts made since creation or the last retry.")
-    max_attempts: int | None = Field(default=None, description="The queue's maxAttempts when last evaluated.")
-    run: int = Field(default=0, description="Runs started over the job's life; never reset, names the pods.")
+    attempt: int = Field(default=0, ge=0, description="Attempts made since creation or the last retry.")
+    max_attempts: int | None = Field(default=None, ge=1, description="The queue's maxAttempts when last evaluated.")
+    run: int = Field(default=0, ge=0, description="Runs started over the job's life; never reset, names the pods.")
     worker: str | None = Field(
         default=None, description="The worker the running attempt is assigned to (worker mode; a selectable field)."
     )
-    next_attempt_at: str | None = Field(default=None, description="When a scheduled job becomes queued.")
-    queued_at: str | None = Field(default=None, description="When the job last became runnable (FIFO order).")
-    finished_at: str | None = Field(default=None, description="When the job reached a terminal state.")
+    next_attempt_at: Timestamp | None = Field(default=None, description="When a scheduled job becomes queued.")
+    queued_at: Timestamp | None = Field(default=None, description="When the job last became runnable (FIFO order).")
+    finished_at: Timestamp | None = Field(default=None, description="When the job reached a terminal state.")
     stop_reason: str | None = Field(
         default=None, description="Why the running attempt is being stopped: Cancelled, Timeout or LeaseExpired."
     )
-    stop_requested_at: str | None = Field(default=None, description="When the running attempt was asked to stop.")
-    timeout_at: str | None = Field(default=None, description="When the running attempt times out.")
+    stop_requested_at: Timestamp | None = Field(default=None, description="When the running attempt was asked to stop.")
+    timeout_at: Timestamp | None = Field(default=None, description="When the running attempt times out.")
     retry_token: str | None = Field(default=None, description="The last spec.retryToken acted upon.")
     cancel_requested: str | None = Field(
         default=None,

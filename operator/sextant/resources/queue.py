@@ -5,13 +5,15 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from .common import Duration, Model, parse_duration, validations
 
 KIND = "Queue"
 PLURAL = "queues"
 SHORT_NAMES = ["squeue"]
+MAX_ATTEMPTS = 1000
+MIN_LEASE_DURATION = timedelta(seconds=1)
 
 
 class Backoff(Model):
@@ -63,13 +65,14 @@ class Retention(Model):
 class QueueSpec(Model):
     concurrency: int = Field(default=10, ge=1, description="Running attempts at once, across the whole queue.")
     max_attempts: int = Field(
-        default=5, ge=1, description="Attempts before a job is dead (the first run counts as attempt 1)."
+        default=5, ge=1, le=MAX_ATTEMPTS,
+        description=f"Attempts before a job is dead (the first run counts as attempt 1; at most {MAX_ATTEMPTS}).",
     )
     backoff: Backoff = Field(default_factory=Backoff, description="The delay between attempts.",
                              json_schema_extra={"default": Backoff().wire()})
     timeout: Duration = Field(default="5m", description="How long one attempt may run before it fails with Timeout.")
     lease_duration: Duration = Field(
-        default="30s", description="How long a running attempt's lease lasts without a heartbeat."
+        default="30s", description="How long a running attempt's lease lasts without a heartbeat (at least 1s)."
     )
     cancel_grace: Duration = Field(
         default="10s", description="How long a cancelled handler gets between SIGTERM and SIGKILL."
@@ -79,6 +82,24 @@ class QueueSpec(Model):
         description="How long finished jobs stay visible.",
         json_schema_extra={"default": Retention().wire()},  # so that `kubectl get -o yaml` shows them
     )
+
+
+    model_config = Model.model_config | {
+        "json_schema_extra": validations(
+            {
+                "rule": "!has(self.leaseDuration) || duration(self.leaseDuration) >= duration('1s')",
+                "message": "leaseDuration must be at least 1s",
+                "fieldPath": ".leaseDuration",
+            },
+        )
+    }
+
+    @field_validator("lease_duration")
+    @classmethod
+    def _lease_at_least_a_second(cls, value: str) -> str:
+        if parse_duration(value) < MIN_LEASE_DURATION:
+            raise ValueError(f"{value!r} is shorter than the minimum leaseDuration, 1s")
+        return value
 
 
 class QueueStatus(Model):

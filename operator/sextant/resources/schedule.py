@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
-from .common import Condition, Duration, Model, validations
+from .common import Condition, Duration, Model, Timestamp, validations
+from .job import MAX_PRIORITY, MIN_PRIORITY, check_payload
 
 KIND = "Schedule"
 PLURAL = "schedules"
@@ -27,7 +28,9 @@ class JobTemplate(Model):
         description="The payload of every job it creates.",
         json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
     )
-    priority: int = Field(default=0, description="The jobs' priority.")
+    priority: int = Field(default=0, ge=MIN_PRIORITY, le=MAX_PRIORITY, description="The jobs' priority.")
+
+    _payload_depth = field_validator("payload", mode="before")(check_payload)
 
 
 class ScheduleSpec(Model):
@@ -86,11 +89,11 @@ class ScheduleSpec(Model):
 
 
 class ScheduleStatus(Model):
-    last_schedule_time: str | None = Field(default=None, description="The tick of the last job created.")
-    next_schedule_time: str | None = Field(default=None, description="The next tick.")
+    last_schedule_time: Timestamp | None = Field(default=None, description="The tick of the last job created.")
+    next_schedule_time: Timestamp | None = Field(default=None, description="The next tick.")
     active: list[str] = Field(default_factory=list, description="Jobs of this schedule not yet finished.")
     last_job: str | None = Field(default=None, description="The last job created.")
-    evaluated_until: str | None = Field(
+    evaluated_until: Timestamp | None = Field(
         default=None,
         description="Every tick up to this time has been handled (fired or skipped) and never fires again.",
     )
