@@ -24,7 +24,7 @@ from .admission import Admission
 from .events import EventRecorder
 from .informer import Key, key_of
 from ..kube import ApiError, Kube, NotLeader
-from .pods import build_pod
+from .pods import build_pod, controller_uid
 from .timers import Timers
 from .view import View, is_slim, settled, state_of
 from .workqueue import WorkQueue
@@ -143,7 +143,7 @@ class JobController:
         ns = key[0]
         if (ns, spec.get("queue")) not in self.view.queues or (ns, spec.get("handler")) not in self.view.handlers:
             return
-        if any(p.alive for p in self.view.pods.get(key, {}).values()):
+        if any(p.alive for p in self.view.pods_of(key).values()):
             return
         self.admission.offer(key, (ns, spec["queue"]), spec.get("priority", 0), _line_position(raw).timestamp(),
                              self.view.seen[key])
@@ -252,6 +252,8 @@ class JobController:
             self.admission.release(key)
             self._refresh_slot(key)
         wake = decision.wake_at
+        if not applied and any(isinstance(a, T.CreatePod) for a in decision.actions):
+            wake = _earliest(wake, now + RETRY_AFTER_ERROR)  # the pod was not created (refused, name taken): retry
         if applied and decision.status.state in FINISHED:
             wake = _earliest(wake, await self._retain(key, now))
         self.timers.schedule(key, wake, self.queue.add)
@@ -292,7 +294,7 @@ class JobController:
                 if exc.status not in (404, 409):
                     raise
             return None
-        pods = self.view.pods.get(key, {})
+        pods = self.view.pods_of(key)  # never someone else's pod that merely carries the job's labels
         if due.pods_at is not None and pods:
             if now < due.pods_at:
                 return _earliest(due.pods_at, due.job_at)
@@ -310,7 +312,7 @@ class JobController:
         raw = self.view.jobs.get(key)
         if raw is not None and state_of(raw) in FINISHED:
             due = self._expiry(key, raw)
-            when = due.job_at if not self.view.pods.get(key) else _earliest(due.pods_at, due.job_at)
+            when = due.job_at if not self.view.pods_of(key) else _earliest(due.pods_at, due.job_at)
             self.timers.schedule(key, when, self.queue.add)
 
     async def _apply(self, key: Key, raw: dict[str, Any], job: T.JobSnapshot, decision: T.Decision) -> bool:
@@ -348,7 +350,17 @@ class JobController:
                 self.events.record(raw, T.Event("PodCreateFailed", exc.message or str(exc), "Warning"))
                 self.timers.schedule(key, self.now() + RETRY_AFTER_ERROR, self.queue.add)
                 return False
-            created = await self.kube.get(pod_path(ns, action.name))  # ours from before a crash: adopt it
+            created = await self.kube.get(pod_path(ns, action.name))
+            if controller_uid(created) != job.uid:
+                # Not ours (no controller ownerReference to this job): never adopted. The run waits until its name
+                # is free again, and says why.
+                message = (f"pod {action.name} exists but is not this job's (its controller ownerReference is not "
+                           f"this Job); attempt {action.attempt} starts once that pod is gone")
+                log.warning("job %s/%s: %s", ns, key[1], message)
+                self.events.record(raw, T.Event("PodNameTaken", message, "Warning"))
+                self.timers.schedule(key, self.now() + RETRY_AFTER_ERROR, self.queue.add)
+                return False
+            # ours, from before a crash: adopt it
         self.view.upsert_pod(created)
         return True
 

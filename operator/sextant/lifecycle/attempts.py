@@ -21,6 +21,16 @@ LOST_POD_REASONS = frozenset(
      "UnexpectedAdmissionError", "OutOfcpu", "OutOfmemory", "OutOfpods"}
 )
 
+# Kubernetes marks a pod it is about to take away with the condition DisruptionTarget=True; its reason says who.
+DISRUPTION_TARGET = "DisruptionTarget"
+DISRUPTION_REASONS = frozenset(
+    {"DeletionByPodGC",  # its node was deleted (or it was orphaned): PodGC
+     "EvictionByEvictionAPI",  # drained, or evicted through the Eviction API
+     "PreemptionByScheduler",  # made room for a higher-priority pod
+     "DeletionByTaintManager",  # a NoExecute taint of its node (not-ready, unreachable) it does not tolerate
+     "TerminationByKubelet"}  # node-pressure eviction or graceful node shutdown
+)
+
 # The runner's exit code for the SDK's NonRetryableError (sextant.sdk.NON_RETRYABLE_EXIT_CODE).
 RUNNER_NON_RETRYABLE = 86
 
@@ -43,6 +53,10 @@ class PodObservation:
     deleting: bool = False
     started_at: datetime | None = None  # when the handler container started
     unschedulable: bool = False  # the scheduler found no node for it (PodScheduled False, Unschedulable)
+    disruption: str | None = None  # the DisruptionTarget condition's reason, when Kubernetes is taking it away
+    disruption_message: str | None = None
+    uid: str | None = None
+    owner_uid: str | None = None  # the uid of its controller ownerReference (its Job's, when it is ours)
 
     @property
     def finished(self) -> bool:
@@ -84,6 +98,9 @@ def outcome_of(
         return Outcome(SUCCEEDED, None, 0 if pod.exit_code is None else pod.exit_code, None, node)
     if pod.phase != "Failed":
         return None  # running, or terminating after someone else's delete: wait until it is gone
+    if pod.disruption is not None:  # the cluster took it away (node deleted, eviction, preemption): not the handler
+        detail = pod.disruption_message or "the pod was disrupted"
+        return Outcome(FAILED, POD_LOST, pod.exit_code, f"{pod.disruption}: {detail}", node)
     if pod.reason in LOST_POD_REASONS:
         return Outcome(FAILED, POD_LOST, pod.exit_code, f"{pod.reason}: {pod.message or 'the pod was lost'}", node)
     if pod.deleting:  # killed by someone else's delete (137 after SIGKILL): not the handler's own failure
@@ -96,6 +113,16 @@ def outcome_of(
         )
     message = pod.message or (f"exit code {pod.exit_code}" if pod.exit_code is not None else "the pod failed")
     return Outcome(FAILED, ERROR, pod.exit_code, message, node)
+
+
+def heartbeat(renewed_at: datetime | None, attempt_started_at: datetime | None, now: datetime) -> datetime | None:
+    """The attempt's last sign of life, clamped to [attempt start, now]: a renewal stamped in the future cannot
+    stretch the lease, nor one from before the attempt began cut it short (the clock writing it is not ours)."""
+    if renewed_at is None:
+        return None
+    if attempt_started_at is not None and renewed_at < attempt_started_at:
+        renewed_at = attempt_started_at
+    return min(renewed_at, now)
 
 
 def _stop_message(stop_reason: str) -> str:

@@ -7,12 +7,12 @@ the same status and actions that are safe to repeat (pod names are deterministic
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 
 from ..resources.common import Condition, format_time, parse_duration, parse_time
 from ..resources.handler import HandlerSpec
-from ..resources.job import Attempt, JobSpec, JobStatus, State, cancel_wanted
+from ..resources.job import Attempt, JobSpec, JobStatus, State, cancel_wanted, payload_refusal
 from ..resources.queue import QueueSpec
 from . import attempts as A
 from .backoff import backoff_delay, jitter_sample
@@ -21,6 +21,13 @@ from .states import (CANCELLED, DEAD, FAILED, FINISHED, QUEUED, RUNNING, SCHEDUL
 
 # How long past its grace period a stopping pod may linger before it is force-deleted.
 FORCE_DELETE_AFTER = timedelta(seconds=5)
+
+# The timeline's bounds, so that a job retried for ever never nears etcd's 1.5 MB object limit: the first attempt
+# and the most recent ones (TIMELINE_MAX in all, the rest counted in droppedAttempts), each message at most
+# MESSAGE_MAX_BYTES of UTF-8.
+TIMELINE_MAX = 20
+MESSAGE_MAX_BYTES = 1024
+_CUT = " […] "
 
 COND_SUCCEEDED, COND_DEAD, COND_CANCELLED, COND_RUNNING, COND_BLOCKED = (
     "Succeeded", "Dead", "Cancelled", "Running", "Blocked",
@@ -200,6 +207,7 @@ def admit(job: JobSnapshot, obs: Observations, now: datetime) -> Decision:
     st.timeout_at = format_time(now + timeout)
     st.stop_reason = st.stop_requested_at = None
     st.attempts.append(Attempt(attempt=st.attempt, run=st.run, pod=name, started_at=format_time(now), result="running"))
+    bound_timeline(st)
     s.decision.actions.append(CreatePod(name, st.run, st.attempt))
     message = f"attempt {st.attempt} of {st.max_attempts or s.queue.max_attempts} started in pod {name}"
     s.move(RUNNING, "Started", message)
@@ -210,13 +218,37 @@ def admit(job: JobSnapshot, obs: Observations, now: datetime) -> Decision:
     return s.decision
 
 
+def bound_timeline(status: JobStatus) -> None:
+    """Keep the first attempt and the most recent ones, TIMELINE_MAX in all; count the ones left out."""
+    extra = len(status.attempts) - TIMELINE_MAX
+    if extra > 0:
+        del status.attempts[1:1 + extra]
+        status.dropped_attempts = (status.dropped_attempts or 0) + extra
+
+
+def clip(text: str | None, limit: int = MESSAGE_MAX_BYTES) -> str | None:
+    """At most `limit` bytes of UTF-8: the start (what failed) and the end (a traceback's last line) of a long text."""
+    if text is None:
+        return None
+    data = text.encode()
+    if len(data) <= limit:
+        return text
+    room = limit - len(_CUT.encode())
+    head = data[: room // 4].decode(errors="ignore")
+    tail = data[len(data) - (room - len(head.encode())):].decode(errors="ignore")
+    return head + _CUT + tail
+
+
 def _first_sight(s: _Step) -> None:
     job, st = s.job, s.status
     run_at = job.spec.run_at
     if run_at is not None and run_at.tzinfo is None:
         run_at = run_at.replace(tzinfo=timezone.utc)  # "2026-12-01T10:00:00" without an offset: read as UTC
     st.retry_token = job.spec.retry_token  # a token present at creation is not a request to retry
-    if s.obs.duplicate_of:
+    too_large = payload_refusal(job.spec.payload)
+    if too_large:  # a job applied with kubectl past the checks of the CLI, the HTTP API and the SDK: never run it
+        s.finish(DEAD, "PayloadTooLarge", f"spec.payload: {too_large}; this job does not run", warning=True)
+    elif s.obs.duplicate_of:
         st.duplicate_of = s.obs.duplicate_of
         s.finish(CANCELLED, "DuplicateIdempotencyKey",
                  f"idempotency key {job.spec.idempotency_key!r} already belongs to job {s.obs.duplicate_of}; "
@@ -328,7 +360,9 @@ def _watch_running(s: _Step) -> None:
         # A pod that already finished keeps its result even when the operator sees it only after the timeout or
         # after its lease went stale (the runner stops renewing once the handler returned).
         timeout_at = parse_time(st.timeout_at)
-        lease_expires = s.obs.lease_renewed_at + lease_duration if s.obs.lease_renewed_at else None
+        entry = st.attempts[-1] if st.attempts and st.attempts[-1].run == st.run else None
+        renewed = A.heartbeat(s.obs.lease_renewed_at, parse_time(entry.started_at) if entry else None, now)
+        lease_expires = renewed + lease_duration if renewed else None
         if timeout_at is not None and now >= timeout_at:
             _stop(s, A.TIMEOUT)
             s.event("Timeout", f"attempt {st.attempt} ran longer than {s.queue.timeout}; stopping it", warning=True)
@@ -352,6 +386,7 @@ def _watch_running(s: _Step) -> None:
 
 def _finish_attempt(s: _Step, outcome: A.Outcome) -> None:
     st, now = s.status, s.now
+    outcome = replace(outcome, message=clip(outcome.message))
     if st.attempts and st.attempts[-1].run == st.run:
         entry = st.attempts[-1]
         entry.finished_at = format_time(now)

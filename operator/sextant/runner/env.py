@@ -1,4 +1,8 @@
-"""What the operator tells an attempt pod, through environment variables (controller/pods.py sets them)."""
+"""What the operator tells an attempt pod, through environment variables (controller/pods.py sets them).
+
+The payload is not among them (one variable over 128 KiB makes exec fail with E2BIG): the runner reads it from the
+Job (payload.py). Only a Handler with `heartbeat: false`, whose image may lack the runner, gets a small one as
+SEXTANT_PAYLOAD."""
 
 from __future__ import annotations
 
@@ -22,12 +26,13 @@ class AttemptEnv:
     attempt: int
     run: int
     scheduled_at: str
-    payload: dict[str, Any]
+    payload: dict[str, Any] | None  # None: read it from the Job
     lease_name: str | None
     lease_duration: timedelta
     cancel_grace: timedelta
     pod_name: str
     heartbeat: bool
+    pod_uid: str = ""
 
     @classmethod
     def from_environ(cls, environ: dict[str, str] | None = None) -> AttemptEnv:
@@ -47,10 +52,11 @@ class AttemptEnv:
             attempt=int(env.get("SEXTANT_ATTEMPT", "1")),
             run=int(env.get("SEXTANT_RUN", "1")),
             scheduled_at=env.get("SEXTANT_SCHEDULED_AT", ""),
-            payload=json.loads(env.get("SEXTANT_PAYLOAD") or "{}"),
+            payload=json.loads(env["SEXTANT_PAYLOAD"]) if env.get("SEXTANT_PAYLOAD") else None,
             lease_name=env.get("SEXTANT_LEASE_NAME") or None,
             lease_duration=parse_duration(env.get("SEXTANT_LEASE_DURATION", "30s")),
             cancel_grace=parse_duration(env.get("SEXTANT_CANCEL_GRACE", "10s")),
             pod_name=env.get("SEXTANT_POD_NAME") or env.get("HOSTNAME", ""),
             heartbeat=env.get("SEXTANT_HEARTBEAT", "true") != "false",
+            pod_uid=env.get("SEXTANT_POD_UID", ""),
         )
