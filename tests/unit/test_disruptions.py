@@ -94,3 +94,38 @@ def test_a_node_deleted_under_a_running_attempt_is_lost_and_the_next_attempt_run
     assert job.reconcile().status.state == State.QUEUED
     job.admit()
     assert job.status.attempts[-1].run == 2
+
+
+def test_a_disrupted_pod_seen_only_once_deleted_is_lost_with_its_last_state():
+    """PodGC marks the pod of a deleted node and force-deletes it at once: the reconcile may see only the
+    deletion; the watch's last state of the pod still says why it went."""
+    gone = disrupted("DeletionByPodGC", phase="Running")
+    got = outcome_of(None, None, non_retryable=[1], gone=gone)
+    assert (got.reason, got.node, got.message) == ("PodLost", "node-a", "DeletionByPodGC: DeletionByPodGC took it")
+    assert outcome_of(None, None, gone=PodObservation("job-x-1", 1, "Running")).message == \
+        "the attempt's pod was deleted before it finished"
+
+
+def test_the_view_keeps_the_last_state_of_a_disrupted_pod_of_the_job():
+    from sextant.controller.view import View
+    from sextant.lifecycle.transitions import JobSnapshot
+
+    view = View()
+    raw = {"apiVersion": "sextant.dev/v1alpha1", "kind": "Job",
+           "metadata": {"name": "job-x", "namespace": "shop", "uid": "u-1", "resourceVersion": "3",
+                        "creationTimestamp": "2026-03-01T12:00:00Z"},
+           "spec": {"queue": "q", "handler": "h"}, "status": {"state": "running", "run": 1, "attempt": 1}}
+    view.upsert_job(raw)
+    final = pod_object([{"type": "DisruptionTarget", "status": "True", "reason": "DeletionByPodGC",
+                         "message": "PodGC: node no longer exists"}])
+    final["metadata"].update(namespace="shop", labels={"sextant.dev/job": "job-x", "sextant.dev/run": "1"},
+                             ownerReferences=[{"apiVersion": "sextant.dev/v1alpha1", "kind": "Job", "name": "job-x",
+                                               "uid": "u-1", "controller": True}])
+    view.upsert_pod(final)
+    view.delete_pod(final)
+    snap = View.snapshot(("shop", "job-x"), raw)
+    assert isinstance(snap, JobSnapshot)
+    seen = view.observations(("shop", "job-x"), snap)
+    assert seen.pods == () and seen.gone_pod(1).disruption == "DeletionByPodGC"
+    view.delete_pod({"metadata": {"namespace": "shop", "name": "job-x-1"}})  # a relist's notice changes nothing
+    assert view.observations(("shop", "job-x"), snap).gone_pod(1) is not None

@@ -153,6 +153,9 @@ class View:
         self.queues: dict[Key, QueueSpec] = {}
         self.handlers: dict[Key, HandlerSpec] = {}
         self.leases: dict[Key, dict[int, LeaseObservation]] = defaultdict(dict)  # job → run → its Lease
+        # job → run → the last state of an attempt pod deleted after a disruption (PodGC marks the pod of a deleted
+        # node and force-deletes it at once: the deletion may be all a reconcile sees). Rare, dropped with the job.
+        self.gone: dict[Key, dict[int, PodObservation]] = defaultdict(dict)
         # Unfinished jobs per queue and handler, to wake when those appear or change.
         self.unfinished_by_queue: dict[Key, set[Key]] = defaultdict(set)
         self.unfinished_by_handler: dict[Key, set[Key]] = defaultdict(set)
@@ -190,6 +193,7 @@ class View:
         self._job_versions.forget(key, _rv(raw))
         previous = self.jobs.pop(key, None)
         self.seen.pop(key, None)
+        self.gone.pop(key, None)
         if previous is not None:
             self._unindex(key, previous)
             idem = (previous.get("spec") or {}).get("idempotencyKey")
@@ -221,6 +225,9 @@ class View:
         self._pod_versions.forget(key_of(pod), _rv(pod))
         if job is None:
             return None
+        last = observe(pod) if attempt_of(pod) is not None else None  # a relist's delete notice has no state
+        if last is not None and last.disruption is not None:
+            self.gone[job][last.run] = last
         runs = self.pods.get(job, {})
         for run, current in list(runs.items()):
             if current.name == pod["metadata"]["name"]:
@@ -296,12 +303,14 @@ class View:
         ns = key[0]
         handler = self.handlers.get((ns, job.spec.handler))
         pods = self.pods_of(key, job.uid)
+        gone = self.gone.get(key, {}).get(job.status.run)
         return Observations(
             queue=self.queues.get((ns, job.spec.queue)),
             handler=handler,
             pods=tuple(pods.values()),
             lease_renewed_at=self._heartbeat(key, job.status.run, pods, handler),
             duplicate_of=self._duplicate_of(key, job) if job.status.state is None else None,
+            gone=(gone,) if gone is not None and gone.owner_uid == job.uid else (),
         )
 
     def _duplicate_of(self, key: Key, job: JobSnapshot) -> str | None:

@@ -78,13 +78,16 @@ class Outcome:
 
 
 def outcome_of(
-    pod: PodObservation | None, stop_reason: str | None, non_retryable: Collection[int] = ()
+    pod: PodObservation | None, stop_reason: str | None, non_retryable: Collection[int] = (),
+    gone: PodObservation | None = None,
 ) -> Outcome | None:
     """The outcome of the current attempt, or None while it still runs.
 
-    pod is the attempt's pod, None once it no longer exists. stop_reason is set when the operator asked
-    the pod to stop (cancel, timeout, lease expiry): that reason wins over whatever the pod then reports,
-    and its exit code (137 after SIGKILL) is recorded but not read as an ordinary Error.
+    pod is the attempt's pod, None once it no longer exists; gone is then how it was last seen, when it was
+    disrupted (PodGC marks a pod of a deleted node and force-deletes it at once: often only its deletion is
+    seen). stop_reason is set when the operator asked the pod to stop (cancel, timeout, lease expiry): that
+    reason wins over whatever the pod then reports, and its exit code (137 after SIGKILL) is recorded but not
+    read as an ordinary Error.
     """
     node = pod.node if pod else None
     if stop_reason is not None:
@@ -92,15 +95,20 @@ def outcome_of(
             return None
         result = CANCELLED_RESULT if stop_reason == CANCELLED else FAILED
         return Outcome(result, stop_reason, pod.exit_code if pod else None, _stop_message(stop_reason), node)
+    vanished = pod is None
+    if vanished and gone is not None and gone.disruption is not None:
+        pod = gone  # its last state says why it went
     if pod is None:
         return Outcome(FAILED, POD_LOST, None, "the attempt's pod was deleted before it finished")
     if pod.phase == "Succeeded":
-        return Outcome(SUCCEEDED, None, 0 if pod.exit_code is None else pod.exit_code, None, node)
+        return Outcome(SUCCEEDED, None, 0 if pod.exit_code is None else pod.exit_code, None, pod.node)
+    if pod.disruption is not None and (pod.phase == "Failed" or vanished):
+        # The cluster took it away (node deleted, eviction, preemption): not the handler's failure, whatever its
+        # exit code says (137 after the eviction's SIGKILL).
+        detail = pod.disruption_message or "the pod was disrupted"
+        return Outcome(FAILED, POD_LOST, pod.exit_code, f"{pod.disruption}: {detail}", pod.node)
     if pod.phase != "Failed":
         return None  # running, or terminating after someone else's delete: wait until it is gone
-    if pod.disruption is not None:  # the cluster took it away (node deleted, eviction, preemption): not the handler
-        detail = pod.disruption_message or "the pod was disrupted"
-        return Outcome(FAILED, POD_LOST, pod.exit_code, f"{pod.disruption}: {detail}", node)
     if pod.reason in LOST_POD_REASONS:
         return Outcome(FAILED, POD_LOST, pod.exit_code, f"{pod.reason}: {pod.message or 'the pod was lost'}", node)
     if pod.deleting:  # killed by someone else's delete (137 after SIGKILL): not the handler's own failure

@@ -51,9 +51,13 @@ class Observations:
     pods: tuple[A.PodObservation, ...] = ()  # the job's pods that exist now
     lease_renewed_at: datetime | None = None  # the current attempt's last heartbeat, if it has a lease
     duplicate_of: str | None = None  # another job already holds this idempotency key
+    gone: tuple[A.PodObservation, ...] = ()  # the last state of the job's pods deleted after a disruption
 
     def pod(self, run: int) -> A.PodObservation | None:
         return next((p for p in self.pods if p.run == run), None)
+
+    def gone_pod(self, run: int) -> A.PodObservation | None:
+        return next((p for p in self.gone if p.run == run), None)
 
     @property
     def alive_pods(self) -> list[A.PodObservation]:
@@ -379,7 +383,7 @@ def _watch_running(s: _Step) -> None:
             s.decision.actions.append(DeletePod(pod.name, 0))
         s.decision.wake(force_at if now < force_at else now + FORCE_DELETE_AFTER)
     non_retryable = s.obs.handler.non_retryable_exit_codes if s.obs.handler else ()
-    outcome = A.outcome_of(pod, st.stop_reason, non_retryable)
+    outcome = A.outcome_of(pod, st.stop_reason, non_retryable, s.obs.gone_pod(st.run) if pod is None else None)
     if outcome is not None:
         _finish_attempt(s, outcome)
 
