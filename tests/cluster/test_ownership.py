@@ -125,7 +125,8 @@ def test_a_pod_squatting_on_an_attempts_name_is_waited_out_never_taken_over(clus
     assert event["type"] == "Warning" and "job-squat-1" in event["message"]
     holds_for(lambda: status(cluster, namespace, "job-squat").get("state") == "queued"
               and untouched(cluster, namespace, ["job-squat-1"]), 3, interval=0.5,
-              message="the job to wait, the squatter to stay")
+              message=lambda: f"the job to wait ({status(cluster, namespace, 'job-squat')}), the squatter to stay "
+                              f"({pod_state(cluster, namespace, 'job-squat-1')})")
     cluster.kubectl("delete", "pod", "-n", namespace, "job-squat-1", "--grace-period=1")
     final = wait_state(cluster, namespace, "job-squat", "succeeded", timeout=60)
     assert timeline_of(final) == [("succeeded", None)] and final["attempts"][0]["pod"] == "job-squat-1"
@@ -187,7 +188,8 @@ def test_a_lease_written_by_another_jobs_account_cannot_prolong_an_attempt(clust
     as its own, one even with its name and holder, are renewed with renewTimes in the future all along."""
     as_runner = runner_account(cluster, namespace)
     apply(cluster, namespace, queue("q", maxAttempts=1, leaseDuration="3s", timeout="10m"),
-          handler("h", annotations=FOREVER), job("job-other", handler_name="h"), job("job-hung"))
+          handler("h", annotations=FOREVER), handler("no-lease", annotations=FOREVER, heartbeat=False),
+          job("job-other", handler_name="no-lease"))  # the other job's pod lives on: it owns the Leases written
     wait_state(cluster, namespace, "job-other", "running")
     other_pod_uid = uid_of(cluster, namespace, "pod", "job-other-1")
     ahead = lambda n: datetime.now(timezone.utc) + timedelta(hours=1)  # noqa: E731
@@ -196,12 +198,15 @@ def test_a_lease_written_by_another_jobs_account_cannot_prolong_an_attempt(clust
     with keep_writing(cluster, namespace, as_runner, leases, ahead) as writes:
         wait_for(lambda: len(writes) >= 2, 30, message="the other job's Leases to be written")
         assert get_json(cluster, namespace, "lease", "job-hung-1")["spec"]["holderIdentity"] == "job-hung-1"
+        apply(cluster, namespace, job("job-hung"))  # its attempt starts with those Leases already there
         final = wait_state(cluster, namespace, "job-hung", "dead", timeout=90)
     assert timeline_of(final) == [("failed", "LeaseExpired")]
     attempt = final["attempts"][0]
     took = datetime.fromisoformat(attempt["finishedAt"].replace("Z", "+00:00")) - datetime.fromisoformat(
         attempt["startedAt"].replace("Z", "+00:00"))
     assert took < timedelta(minutes=2), "expired after its leaseDuration, long before its 10 min timeout"
+    assert {lease["metadata"]["name"] for lease in get_json(cluster, namespace, "leases")["items"]} >= {
+        "job-hung-1", "job-other-lease"}, "the other job's Leases were there all along"
 
 
 def test_a_lease_written_by_another_jobs_account_cannot_fail_an_attempt(cluster, namespace, operator, local_node):
@@ -215,8 +220,8 @@ def test_a_lease_written_by_another_jobs_account_cannot_fail_an_attempt(cluster,
     leases = [other_lease("job-intruder-1", "job-alive", 1, stale(0), "00000000-0000-0000-0000-000000000000")]
     with keep_writing(cluster, namespace, as_runner, leases, stale) as writes:
         final = wait_state(cluster, namespace, "job-alive", "succeeded", "failed", "dead", timeout=90)
-        assert len(writes) >= 5, "the stale Lease was written again and again while the attempt ran"
     assert timeline_of(final) == [("succeeded", None)]
+    assert len(writes) >= 5, "the stale Lease was written again and again while the attempt ran"
     own = get_json(cluster, namespace, "lease", "job-alive-1")
     assert own["spec"]["holderIdentity"] == "job-alive-1"
     assert own["metadata"]["ownerReferences"][0]["kind"] == "Pod"

@@ -50,6 +50,10 @@ def _earliest(*moments: datetime | None) -> datetime | None:
     return min(present) if present else None
 
 
+class _PodNotCreated(Exception):
+    """The attempt's pod could not be created: nothing of the admission is recorded."""
+
+
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -228,7 +232,7 @@ class JobController:
             return
         obs = self.view.observations(key, job)
         now = self.now()
-        decision = T.reconcile(job, obs, now)
+        decision = before = T.reconcile(job, obs, now)
         queue = (key[0], job.spec.queue)
         admissible = decision.wants_admission and obs.queue and obs.handler and not obs.alive_pods
         if admissible:
@@ -246,14 +250,21 @@ class JobController:
                 decision = started
         else:
             self.admission.withdraw(key)
+        retry = False
         try:
-            applied = await self._apply(key, raw, job, decision)
+            try:
+                applied = await self._apply(key, raw, job, decision)
+            except _PodNotCreated:
+                # Refused (quota, admission) or its name taken by someone else's pod: record what was decided
+                # without the slot (a new job is queued all the same), and try again soon.
+                decision, retry = before, True
+                applied = await self._apply(key, raw, job, decision)
         finally:
             self.admission.release(key)
             self._refresh_slot(key)
         wake = decision.wake_at
-        if not applied and any(isinstance(a, T.CreatePod) for a in decision.actions):
-            wake = _earliest(wake, now + RETRY_AFTER_ERROR)  # the pod was not created (refused, name taken): retry
+        if retry:
+            wake = _earliest(wake, now + RETRY_AFTER_ERROR)
         if applied and decision.status.state in FINISHED:
             wake = _earliest(wake, await self._retain(key, now))
         self.timers.schedule(key, wake, self.queue.add)
@@ -320,7 +331,7 @@ class JobController:
         ns = key[0]
         for action in decision.actions:
             if isinstance(action, T.CreatePod) and not await self._create_pod(key, raw, job, action):
-                return False
+                raise _PodNotCreated
         if decision.status != job.status:
             if not await self._write_status(key, raw, decision.status):
                 return False
@@ -348,7 +359,6 @@ class JobController:
             if exc.status != 409:
                 log.warning("job %s/%s: cannot create pod %s: %s", ns, key[1], action.name, exc)
                 self.events.record(raw, T.Event("PodCreateFailed", exc.message or str(exc), "Warning"))
-                self.timers.schedule(key, self.now() + RETRY_AFTER_ERROR, self.queue.add)
                 return False
             created = await self.kube.get(pod_path(ns, action.name))
             if controller_uid(created) != job.uid:
@@ -358,7 +368,6 @@ class JobController:
                            f"this Job); attempt {action.attempt} starts once that pod is gone")
                 log.warning("job %s/%s: %s", ns, key[1], message)
                 self.events.record(raw, T.Event("PodNameTaken", message, "Warning"))
-                self.timers.schedule(key, self.now() + RETRY_AFTER_ERROR, self.queue.add)
                 return False
             # ours, from before a crash: adopt it
         self.view.upsert_pod(created)
