@@ -256,7 +256,7 @@ def nodes(cluster, *names: str, pool: str) -> Iterator[None]:
 
 
 def pool_handler(pool: str) -> dict[str, Any]:
-    spec = handler("h", annotations=FOREVER)
+    spec = handler("h", annotations=FOREVER, heartbeat=False)  # no runner on kwok: only the node's fate counts
     spec["spec"]["template"]["spec"]["nodeSelector"] = {"sextant.dev/test-pool": pool}
     return spec
 
@@ -283,8 +283,9 @@ def test_a_node_deleted_under_a_running_attempt_loses_the_attempt_and_the_next_o
                      message=lambda: f"the second attempt to run; status {status(cluster, namespace, 'job-a')}")
     st = status(cluster, namespace, "job-a")
     lost, current = st["attempts"]
-    assert (lost["result"], lost["reason"], lost["node"]) == ("failed", "PodLost", first), lost
-    assert "DeletionByPodGC" in lost["message"] or "deleted before it finished" in lost["message"], lost
+    assert (lost["result"], lost["reason"], lost.get("node")) == ("failed", "PodLost", first), lost
+    # Even when the reconcile sees only the deletion (PodGC deletes at once), the pod's last state says why.
+    assert lost["message"].startswith("DeletionByPodGC: "), lost
     assert lost.get("exitCode") is None
     assert current["pod"] == "job-a-2" and get_json(cluster, namespace, "pod", "job-a-2")["spec"]["nodeName"] == second
     assert time.monotonic() - deleted > 5
@@ -292,7 +293,7 @@ def test_a_node_deleted_under_a_running_attempt_loses_the_attempt_and_the_next_o
 
 def test_an_evicted_attempt_is_lost_with_the_disruption_in_its_message(cluster, namespace, operator):
     apply(cluster, namespace, queue("q", maxAttempts=3, cancelGrace="2s", **FAST),
-          handler("h", annotations=FOREVER, nonRetryableExitCodes=[137]), job("job-evicted"))
+          handler("h", annotations=FOREVER, nonRetryableExitCodes=[137], heartbeat=False), job("job-evicted"))
     wait_for(lambda: get_json(cluster, namespace, "pod", "job-evicted-1")["status"].get("phase") == "Running", 60,
              message="the first attempt's pod to run")
     api = k8s_client.CoreV1Api(k8s_config.new_client_from_config(str(cluster.kubeconfig)))
