@@ -181,3 +181,17 @@ def test_the_worst_case_status_stays_far_below_etcds_limit():
     size = len(json.dumps(st.model_dump(by_alias=True, mode="json", exclude_none=True), ensure_ascii=False).encode())
     assert size < 48 * 1024, size
     assert st.dropped_attempts == 180 and len(st.attempts) == 20
+
+
+def test_a_schedule_whose_jobs_would_be_over_the_cap_is_invalid_and_fires_none():
+    from sextant.resources.schedule import ScheduleSpec
+    from sextant.schedules import InvalidSchedule, compile_rule
+
+    def schedule(payload: dict) -> ScheduleSpec:
+        return ScheduleSpec.model_validate({"interval": "1m", "jobTemplate": {"queue": "q", "handler": "h",
+                                                                              "payload": payload}})
+
+    compile_rule(schedule(sized(CAP)))
+    with pytest.raises(InvalidSchedule) as err:
+        compile_rule(schedule(sized(CAP + 1)))
+    assert err.value.reason == "PayloadTooLarge" and "spec.jobTemplate.payload" in str(err.value)
