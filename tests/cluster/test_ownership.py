@@ -146,11 +146,13 @@ def runner_account(cluster, namespace: str) -> str:
     return f"--as=system:serviceaccount:{namespace}:{RUNNER_SA}"
 
 
-def other_lease(name: str, job_name: str, run: int, renewed: datetime, owner_uid: str) -> dict[str, Any]:
-    """A Lease another job's runner could write, labelled as `job_name`'s attempt `run`."""
+def other_lease(name: str, job_name: str, run: int, renewed: datetime, owner_uid: str,
+                owner_name: str = "job-other-1") -> dict[str, Any]:
+    """A Lease another job's runner could write, labelled as `job_name`'s attempt `run`, owned by its pod (an
+    existing one: the garbage collector deletes a Lease whose owner is gone)."""
     return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
             "metadata": {"name": name, "labels": {"sextant.dev/job": job_name, "sextant.dev/run": str(run)},
-                         "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "job-other-1",
+                         "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": owner_name,
                                               "uid": owner_uid, "controller": True}]},
             "spec": {"holderIdentity": name, "leaseDurationSeconds": 3600, "renewTime": micro(renewed)}}
 
@@ -211,20 +213,31 @@ def test_a_lease_written_by_another_jobs_account_cannot_prolong_an_attempt(clust
 
 def test_a_lease_written_by_another_jobs_account_cannot_fail_an_attempt(cluster, namespace, operator, local_node):
     """A live attempt (the real runner renews its Lease every 0.67 s) survives a stream of stale Leases labelled as
-    its own: before, each one moved its last renewal back to 2000 and expired it at once."""
+    its own (before, each one moved its last renewal back to 2000 and expired it at once), and a Lease another
+    job's account put in its name beforehand (the runner takes it over: holder, owner)."""
     as_runner = runner_account(cluster, namespace)
+    apply(cluster, namespace, foreign_pod("intruder", "nobody", 1))
+    intruder = uid_of(cluster, namespace, "pod", "intruder")
+    squatted = other_lease("job-alive-1", "job-alive", 1, datetime(2000, 1, 1, tzinfo=timezone.utc), intruder,
+                           "intruder")
+    squatted["spec"]["holderIdentity"] = "intruder"
+    cluster.kubectl("create", "-n", namespace, as_runner, "-f", "-", input=json.dumps(squatted))
+    assert get_json(cluster, namespace, "lease", "job-alive-1")["spec"]["holderIdentity"] == "intruder"
     apply(cluster, namespace, queue("q", maxAttempts=1, leaseDuration="2s"),
           local_handler("h", sh("cat >/dev/null; sleep 8")), job("job-alive"))
-    wait_for(lambda: get_json(cluster, namespace, "lease", "job-alive-1"), 60, message="the runner's own Lease")
+    wait_for(lambda: get_json(cluster, namespace, "lease", "job-alive-1")["spec"]["holderIdentity"] == "job-alive-1",
+             60, message="the runner to take its Lease over")
     stale = lambda n: datetime(2000, 1, 1, tzinfo=timezone.utc) + timedelta(seconds=n)  # noqa: E731
-    leases = [other_lease("job-intruder-1", "job-alive", 1, stale(0), "00000000-0000-0000-0000-000000000000")]
+    leases = [other_lease("job-intruder-1", "job-alive", 1, stale(0), intruder, "intruder")]
     with keep_writing(cluster, namespace, as_runner, leases, stale) as writes:
         final = wait_state(cluster, namespace, "job-alive", "succeeded", "failed", "dead", timeout=90)
     assert timeline_of(final) == [("succeeded", None)]
     assert len(writes) >= 5, "the stale Lease was written again and again while the attempt ran"
     own = get_json(cluster, namespace, "lease", "job-alive-1")
     assert own["spec"]["holderIdentity"] == "job-alive-1"
-    assert own["metadata"]["ownerReferences"][0]["kind"] == "Pod"
+    [owner] = own["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"]) == ("Pod", "job-alive-1")
+    assert owner["uid"] == uid_of(cluster, namespace, "pod", "job-alive-1")
 
 
 # ------------------------------------------------------------------------------------------------ disruptions
