@@ -12,7 +12,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from .resources.common import parse_duration
-from .resources.job import State
+from .resources.job import State, payload_refusal
 
 # A queue, handler or schedule: a Kubernetes object name (DNS-1123 subdomain) that also fits a label value
 # (pods carry it), so at most 63 characters. A namespace is a DNS-1123 label (no dots).
@@ -76,10 +76,14 @@ def payload_text(field: str, text: str) -> dict[str, Any]:
 
 
 def payload(field: str, value: Any) -> dict[str, Any]:
+    """A JSON object within the size cap (resources.job.PAYLOAD_MAX_BYTES): the one check of every create path."""
     if not isinstance(value, dict):
         kind = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean",
                 type(None): "null"}.get(type(value), type(value).__name__)
         raise InputError(field, f"the payload must be a JSON object ({{...}}), got {kind}")
+    too_large = payload_refusal(value)
+    if too_large:
+        raise InputError(field, too_large)
     return value
 
 

@@ -71,7 +71,7 @@ from .idempotency import keyed_name
 from .lifecycle.transitions import Event
 from .resources import API_VERSION
 from .resources.common import Condition, format_time, parse_duration, parse_time, time_or_none
-from .resources.job import State
+from .resources.job import State, payload_refusal
 from .resources.schedule import KIND, ScheduleSpec, ScheduleStatus
 
 LABEL_SCHEDULE = "sextant.dev/schedule"
@@ -232,6 +232,10 @@ def compile_rule(spec: ScheduleSpec, name: str = "") -> Rule:
                                              f"value of the label {LABEL_SCHEDULE} on its jobs")
     if (spec.cron is None) == (spec.interval is None):
         raise InvalidSchedule("InvalidSpec", "set exactly one of cron and interval")
+    template = spec.job_template
+    too_large = payload_refusal(template.payload) if template is not None else None  # each job would be refused
+    if too_large:
+        raise InvalidSchedule("PayloadTooLarge", f"spec.jobTemplate.payload: {too_large}")
     zone = zone_of(spec.time_zone)
     durations = {}
     for field_name, value in (("interval", spec.interval), ("jitter", spec.jitter),

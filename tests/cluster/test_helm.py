@@ -325,6 +325,25 @@ def test_values_are_checked(helm):
     assert zero.returncode != 0 and "replicas" in zero.stderr
 
 
+@pytest.mark.parametrize("values,namespace", [
+    ({"runner": {"namespaces": ["sextant-system"]}}, "sextant-system"),
+    ({"watchNamespaces": ["shop", "sextant-system"]}, "sextant-system"),
+    ({"handlers": [{"name": "h", "spec": {"template": {"spec": {"containers": [{"name": "handler"}]}}}}]},
+     "sextant-system"),  # a Handler without a namespace is in the release's
+    ({"runner": {"namespaces": ["kube-system"]}}, "kube-system"),
+    ({"watchNamespaces": ["kube-node-lease"]}, "kube-node-lease"),
+])
+def test_the_runner_is_never_bound_where_a_leader_lease_lives(helm, values, namespace):
+    """The runner may patch every Lease where it is bound; the chart refuses to bind it beside a leader's Lease."""
+    bad = helm("template", "sx", str(CHART), "--namespace", "sextant-system", values=values, check=False)
+    assert bad.returncode != 0 and f"runner's ServiceAccount would be bound in namespace \"{namespace}\"" in bad.stderr
+    if namespace == "sextant-system":  # fine without leader election, or without the chart's runner RBAC
+        single = {**values, "replicas": 1, "leaderElection": {"enabled": False}}
+        assert find(helm.template(single), "RoleBinding", "sx-sextant-runner", namespace)
+        assert not find(helm.template({**values, "runner": {**values.get("runner", {}), "rbac": {"create": False}}}),
+                        "RoleBinding", "sx-sextant-runner")
+
+
 def test_the_charts_crds_are_the_generated_ones(helm):
     shown = [d for d in yaml.safe_load_all(helm("show", "crds", str(CHART)).stdout) if d]
     generated = [yaml.safe_load(p.read_text()) for p in sorted(CRDS.glob("*.yaml"))]
@@ -600,6 +619,8 @@ def test_install_watching_two_namespaces_then_uninstall(cluster, helm, tools, re
         (False, "create", "pods", shop),
         (False, "get", "secrets", shop),
         (False, "create", "leases.coordination.k8s.io", billing),
+        # never the operator's leader-election Lease: not bound in the release's namespace (the chart refuses that)
+        *[(False, verb, lease, home) for verb in ("get", "patch", "update")],
     ])  # fmt: skip
 
     # A worker's service account: its namespace's jobs (read, create, their status), Queues and Handlers, Leases,

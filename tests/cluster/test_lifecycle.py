@@ -39,7 +39,9 @@ def test_success(cluster, namespace, operator):
     assert labels["sextant.dev/handler"] == "h" and labels["sextant.dev/attempt"] == "1"
     assert pod["metadata"]["ownerReferences"][0]["kind"] == "Job"
     env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
-    assert env["SEXTANT_PAYLOAD"] == '{"orderId":42}' and env["SEXTANT_JOB_ID"] == "job_ok"
+    assert env["SEXTANT_JOB_ID"] == "job_ok" and env["SEXTANT_JOB_UID"] == get_json(
+        cluster, namespace, "jobs.sextant.dev", "job-ok")["metadata"]["uid"]
+    assert "SEXTANT_PAYLOAD" not in env  # the runner reads it from the Job: never one huge variable (E2BIG)
     events = get_json(cluster, namespace, "events", "--field-selector", "involvedObject.name=job-ok")["items"]
     reasons = {e["reason"] for e in events}
     assert {"Started", "Succeeded"} <= reasons

@@ -29,8 +29,11 @@ def local_handler(name: str, command: list[str], *, env: dict[str, str] | None =
                   node: str | None = None, **spec) -> dict:
     """A Handler whose pods run on a local node: `sextant run -- <command>` (or the runner's own flags)."""
     node_selector = {"kubernetes.io/hostname": node} if node else {"type": "local"}
+    env = dict(env or {})
+    if "PYTHONPATH" in env and os.environ.get("PYTHONPATH"):  # the runner stays this checkout's, as the agent's is
+        env["PYTHONPATH"] += os.pathsep + os.environ["PYTHONPATH"]
     container = {"name": "handler", "image": "ignored.example/runner:1", "command": ["sextant", "run", *command],
-                 "env": [{"name": k, "value": v} for k, v in (env or {}).items()]}
+                 "env": [{"name": k, "value": v} for k, v in env.items()]}
     return {"apiVersion": "sextant.dev/v1alpha1", "kind": "Handler", "metadata": {"name": name},
             "spec": {"template": {"spec": {
                 "nodeSelector": node_selector,

@@ -33,10 +33,15 @@ def job(state: str | None, *, generation: int = 1, observed: int | None = 1, rv:
     return raw
 
 
-def pod(job_name: str, run: int) -> dict[str, Any]:
-    return {"metadata": {"name": f"{job_name}-{run}", "namespace": "shop", "resourceVersion": "5",
-                         "labels": {LABEL_JOB: job_name, LABEL_RUN: str(run)}},
-            "spec": {"containers": [{"name": "handler"}]}, "status": {"phase": "Succeeded"}}
+def pod(job_name: str, run: int, *, owner: str | None = "u-1", name: str | None = None,
+        phase: str = "Succeeded") -> dict[str, Any]:
+    """An attempt pod as the operator creates it: owned (controller ownerReference) by the job with uid `owner`."""
+    meta: dict[str, Any] = {"name": name or f"{job_name}-{run}", "namespace": "shop", "resourceVersion": "5",
+                            "uid": f"pod-{job_name}-{run}", "labels": {LABEL_JOB: job_name, LABEL_RUN: str(run)}}
+    if owner is not None:
+        meta["ownerReferences"] = [{"apiVersion": "sextant.dev/v1alpha1", "kind": "Job", "name": job_name,
+                                    "uid": owner, "controller": True}]
+    return {"metadata": meta, "spec": {"containers": [{"name": "handler"}]}, "status": {"phase": phase}}
 
 
 @pytest.mark.parametrize("state,generation,observed,expected", [

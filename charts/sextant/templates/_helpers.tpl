@@ -58,6 +58,26 @@ extras. */}}
 {{- toJson (uniq $namespaces) -}}
 {{- end -}}
 
+{{/*
+The runner's ServiceAccount may create, get and patch every Lease of a namespace where it is bound (its attempts'
+Lease names cannot be known in advance, so resourceNames cannot narrow it). It must therefore never be bound where a
+leader-election Lease lives: the operator's (the release's namespace, with leader election on), or the control
+plane's and the nodes' (kube-system, kube-node-lease). A job pod there could hold the operator's leadership, or
+fail it over at will. The chart refuses such values instead of rendering them.
+*/}}
+{{- define "sextant.checkRunnerNamespaces" -}}
+{{- if .Values.runner.rbac.create -}}
+{{- range $ns := include "sextant.runnerNamespaces" . | fromJsonArray -}}
+{{- if and $.Values.leaderElection.enabled (eq $ns $.Release.Namespace) -}}
+{{- fail (printf "the runner's ServiceAccount would be bound in namespace %q, the release's, where the operator's leader-election Lease %q lives: a job pod could then take or renew the leadership. Run jobs in other namespaces (watchNamespaces, runner.namespaces and every handlers[].namespace must not name %q; a Handler without a namespace is in the release's), or set runner.rbac.create=false, or leaderElection.enabled=false" $ns (include "sextant.leaseName" $) $ns) -}}
+{{- end -}}
+{{- if has $ns (list "kube-system" "kube-node-lease") -}}
+{{- fail (printf "the runner's ServiceAccount would be bound in namespace %q, which holds the control plane's or the nodes' Leases: a job pod could then renew or take them. Run jobs in another namespace" $ns) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{/* A declared Queue or Handler must live in a watched namespace, or nothing would ever run it. */}}
 {{- define "sextant.checkWatched" -}}
 {{- $ns := .object.namespace | default .root.Release.Namespace -}}

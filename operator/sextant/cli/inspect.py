@@ -114,6 +114,8 @@ def inspect_cmd(ctx: Context) -> int:
              _duration(a, now), a.get("result"), error_text(a)] for a in attempts]
     ctx.say("Timeline:")
     ctx.say(output.table(TIMELINE, rows))
+    if status.get("droppedAttempts"):  # the timeline keeps the first attempt and the most recent ones
+        ctx.say(f"({status['droppedAttempts']} attempts between the first and the ones shown are not kept)")
     return 0
 
 

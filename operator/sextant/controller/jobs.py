@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from .. import metrics, retention
@@ -26,13 +26,15 @@ from .events import EventRecorder
 from .informer import Key, key_of
 from .invalid import COND_INVALID, invalid_conditions, read_spec
 from ..kube import ApiError, Kube, NotLeader
-from .pods import build_pod
+from .pods import build_pod, controller_uid
 from .timers import Timers
 from .view import InvalidJob, View, assigned_worker, is_slim, settled, state_of
 from .workers import Assignments
 from .workqueue import RetryLater, WorkQueue, failed
 
 log = logging.getLogger(__name__)
+
+RETRY_AFTER_ERROR = timedelta(seconds=5)  # a pod that could not be created: try again this soon
 
 JOBS = f"/apis/{GROUP}/{VERSION}/jobs"
 
@@ -62,6 +64,10 @@ def _same_offer(before: W.WorkerLease, after: W.WorkerLease, now: datetime) -> b
 def _earliest(*moments: datetime | None) -> datetime | None:
     present = [m for m in moments if m is not None]
     return min(present) if present else None
+
+
+class _PodNotCreated(Exception):
+    """The attempt's pod could not be created: nothing of the admission is recorded."""
 
 
 def utcnow() -> datetime:
@@ -208,7 +214,7 @@ class JobController:
         ns = key[0]
         if (ns, spec.get("queue")) not in self.view.queues or (ns, spec.get("handler")) not in self.view.handlers:
             return
-        if any(p.alive for p in self.view.pods.get(key, {}).values()):
+        if any(p.alive for p in self.view.pods_of(key).values()):
             return
         position, priority = _line_position(raw), spec.get("priority", 0)
         if position is None or not isinstance(priority, int):
@@ -318,7 +324,7 @@ class JobController:
             return
         now = self.now()
         obs = self.view.observations(key, job, now)
-        decision = T.reconcile(job, obs, now)
+        decision = before = T.reconcile(job, obs, now)
         if any(c.type == COND_INVALID and c.status == "True" for c in decision.status.conditions):
             T.set_condition(decision.status, COND_INVALID, False, "Valid", "the job can be read", now, job.generation)
         queue = (key[0], job.spec.queue)
@@ -340,12 +346,21 @@ class JobController:
                 decision = started
         else:
             self.admission.withdraw(key)
+        retry = False
         try:
-            applied = await self._apply(key, raw, job, decision)
+            try:
+                applied = await self._apply(key, raw, job, decision)
+            except _PodNotCreated:
+                # Refused (quota, admission) or its name taken by someone else's pod: record what was decided
+                # without the slot (a new job is queued all the same), and try again soon.
+                decision, retry = before, True
+                applied = await self._apply(key, raw, job, decision)
         finally:
             self._release(key)
             self._refresh_slot(key)
         wake = decision.wake_at
+        if retry:
+            wake = _earliest(wake, now + RETRY_AFTER_ERROR)
         if applied and decision.status.state in FINISHED:
             wake = _earliest(wake, await self._retain(key, now))
         self.timers.schedule(key, wake, self.queue.add)
@@ -413,7 +428,7 @@ class JobController:
                 if exc.status not in (404, 409):
                     raise
             return None
-        pods = self.view.pods.get(key, {})
+        pods = self.view.pods_of(key)  # never someone else's pod that merely carries the job's labels
         if due.pods_at is not None and pods:
             if now < due.pods_at:
                 return _earliest(due.pods_at, due.job_at)
@@ -431,7 +446,7 @@ class JobController:
         raw = self.view.jobs.get(key)
         if raw is not None and state_of(raw) in FINISHED:
             due = self._expiry(key, raw)
-            when = due.job_at if not self.view.pods.get(key) else _earliest(due.pods_at, due.job_at)
+            when = due.job_at if not self.view.pods_of(key) else _earliest(due.pods_at, due.job_at)
             self.timers.schedule(key, when, self.queue.add)
 
     async def _apply(self, key: Key, raw: dict[str, Any], job: T.JobSnapshot, decision: T.Decision) -> bool:
@@ -439,7 +454,7 @@ class JobController:
         ns = key[0]
         for action in decision.actions:
             if isinstance(action, T.CreatePod) and not await self._create_pod(key, raw, job, action):
-                return False
+                raise _PodNotCreated
         if decision.status != job.status:
             if not await self._write_status(key, raw, decision.status):
                 return False
@@ -467,8 +482,17 @@ class JobController:
             if exc.status != 409:
                 log.warning("job %s/%s: cannot create pod %s: %s", ns, key[1], action.name, exc)
                 self.events.record(raw, T.Event("PodCreateFailed", exc.message or str(exc), "Warning"))
-                raise RetryLater(str(exc)) from exc  # with the job's backoff: a refusal may stand for long
-            created = await self.kube.get(pod_path(ns, action.name))  # ours from before a crash: adopt it
+                return False
+            created = await self.kube.get(pod_path(ns, action.name))
+            if controller_uid(created) != job.uid:
+                # Not ours (no controller ownerReference to this job): never adopted. The run waits until its name
+                # is free again, and says why.
+                message = (f"pod {action.name} exists but is not this job's (its controller ownerReference is not "
+                           f"this Job); attempt {action.attempt} starts once that pod is gone")
+                log.warning("job %s/%s: %s", ns, key[1], message)
+                self.events.record(raw, T.Event("PodNameTaken", message, "Warning"))
+                return False
+            # ours, from before a crash: adopt it
         self.view.upsert_pod(created)
         return True
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from ..lifecycle.attempts import PodObservation
+from ..lifecycle.attempts import DISRUPTION_TARGET, PodObservation
 from ..lifecycle.transitions import CreatePod, JobSnapshot
-from ..resources import API_VERSION
-from ..resources.common import format_time, parse_duration, time_or_none
+from ..resources import API_VERSION, GROUP
+from ..resources.common import format_time, parse_duration, parse_time, time_or_none
 from ..resources.handler import HandlerSpec
-from ..resources.job import job_id
+from ..resources.job import PAYLOAD_ENV_MAX_BYTES, job_id, payload_json
 from ..resources.queue import QueueSpec
 from ..runner.env import attempt_variables
 
@@ -21,6 +21,8 @@ LABEL_ATTEMPT = "sextant.dev/attempt"
 LABEL_RUN = "sextant.dev/run"
 ANNOTATION_SCHEDULED_AT = "sextant.dev/scheduled-at"
 ANNOTATION_JOB_ID = "sextant.dev/job-id"
+# Variables the operator (or the pod's own fields) sets: a Handler's template cannot override them.
+RESERVED_ENV = frozenset({"SEXTANT_PAYLOAD", "SEXTANT_NODE_NAME", "SEXTANT_POD_NAME", "SEXTANT_POD_UID"})
 
 
 def scheduled_at(job: JobSnapshot, raw: dict[str, Any]) -> str:
@@ -44,11 +46,15 @@ def build_pod(raw: dict[str, Any], job: JobSnapshot, handler: HandlerSpec, queue
         attempt=create.attempt, run=create.run, scheduled_at=scheduled_at(job, raw), payload=job.spec.payload,
         lease_name=create.name, lease_duration=queue.lease_duration, cancel_grace=queue.cancel_grace,
         heartbeat=handler.heartbeat)
+    if handler.heartbeat:  # the runner reads the payload from the Job; an image without it gets a small one here
+        identity.pop("SEXTANT_PAYLOAD", None)
     first = spec["containers"][0]
-    env = [e for e in first.get("env", []) if e.get("name") not in identity]
+    env = [e for e in first.get("env", []) if e.get("name") not in identity and e.get("name") not in RESERVED_ENV]
     env += [{"name": k, "value": v} for k, v in identity.items()]
     env.append({"name": "SEXTANT_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
     env.append({"name": "SEXTANT_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
+    # The runner names its pod as the owner of the attempt's Lease: the operator counts only such a Lease.
+    env.append({"name": "SEXTANT_POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}})
     first["env"] = env
     # A failed handler's last log lines become the timeline's message when it writes no termination message.
     first.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")
@@ -104,6 +110,15 @@ def run_of(pod: dict[str, Any]) -> int | None:
     return int(value) if value.isdigit() else None
 
 
+def controller_uid(obj: dict[str, Any], kind: str = "Job", group: str = GROUP) -> str | None:
+    """The uid of the object's controller ownerReference when the controller is a `kind` of `group` (as client-go's
+    metav1.GetControllerOf reads it): who really owns it, whatever its labels say."""
+    for ref in obj["metadata"].get("ownerReferences") or []:
+        if ref.get("controller") and ref.get("kind") == kind and ref.get("apiVersion", "").rpartition("/")[0] == group:
+            return ref.get("uid")
+    return None
+
+
 def observe(pod: dict[str, Any]) -> PodObservation | None:
     """The lifecycle's view of an attempt pod; None for a pod that is not one (no run label)."""
     run = run_of(pod)
@@ -125,8 +140,11 @@ def observe(pod: dict[str, Any]) -> PodObservation | None:
             started_at = time_or_none(state["running"].get("startedAt"))
         elif "waiting" in state:
             message = message or state["waiting"].get("message") or state["waiting"].get("reason")
+    conditions = status.get("conditions") or []
     unschedulable = any(c.get("type") == "PodScheduled" and c.get("status") == "False"
-                        and c.get("reason") == "Unschedulable" for c in status.get("conditions") or [])
+                        and c.get("reason") == "Unschedulable" for c in conditions)
+    disruption = next((c for c in conditions if c.get("type") == DISRUPTION_TARGET and c.get("status") == "True"),
+                      None)
     return PodObservation(
         name=meta["name"],
         run=run,
@@ -138,4 +156,8 @@ def observe(pod: dict[str, Any]) -> PodObservation | None:
         deleting=bool(meta.get("deletionTimestamp")),
         started_at=started_at,
         unschedulable=unschedulable and not spec.get("nodeName"),
+        disruption=(disruption.get("reason") or DISRUPTION_TARGET) if disruption else None,
+        disruption_message=disruption.get("message") if disruption else None,
+        uid=meta.get("uid"),
+        owner_uid=controller_uid(pod),
     )

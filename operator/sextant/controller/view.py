@@ -6,7 +6,9 @@ import itertools
 import logging
 import sys
 from collections import OrderedDict, defaultdict
-from datetime import datetime, timedelta
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from pydantic import ValidationError
@@ -15,7 +17,7 @@ from ..idempotency import claimant
 from ..lifecycle.attempts import PodObservation
 from ..lifecycle.states import FINISHED
 from ..lifecycle import workers as W
-from ..lifecycle.transitions import JobSnapshot, Observations
+from ..lifecycle.transitions import JobSnapshot, Observations, pod_name
 from ..resources import contract
 from ..resources.common import parse_duration, parse_time, problems, time_or_none
 from ..resources.handler import HandlerSpec
@@ -23,7 +25,7 @@ from ..resources.job import JobSpec, JobStatus, State
 from ..resources.queue import QueueSpec
 from .admission import Placement
 from .informer import Key, key_of
-from .pods import LABEL_JOB, LABEL_RUN, observe
+from .pods import LABEL_JOB, LABEL_RUN, controller_uid, observe
 
 log = logging.getLogger(__name__)
 
@@ -154,13 +156,45 @@ def state_of(raw: dict[str, Any]) -> State | None:
         return None
 
 
+@dataclass(frozen=True)
+class LeaseObservation:
+    """An attempt's Lease as the runner writes it: what it says, and whose it claims to be."""
+
+    renewed_at: datetime  # its renewTime, but never later than when the operator saw it
+    pod_uid: str | None  # the uid of the Pod its ownerReference names
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def attempt_of(obj: dict[str, Any]) -> tuple[str, int] | None:
+    """(job name, run) of an attempt's pod or Lease, when its name is the one the operator gives that attempt.
+
+    Labels alone prove nothing (anyone may label a pod sextant.dev/job=X): an object named otherwise is not an
+    attempt, whatever it says. Whose it really is, the ownerReferences tell (compared when the job is read).
+    """
+    meta = obj["metadata"]
+    labels = meta.get("labels") or {}
+    job, run = labels.get(LABEL_JOB), labels.get(LABEL_RUN, "")
+    if not job or not run.isdigit() or meta.get("name") != pod_name(job, int(run)):
+        return None
+    return job, int(run)
+
+
 class View:
-    def __init__(self) -> None:
+    def __init__(self, now: Callable[[], datetime] = _utcnow) -> None:
+        self.now = now
         self.jobs: dict[Key, dict[str, Any]] = {}
-        self.pods: dict[Key, dict[int, PodObservation]] = defaultdict(dict)  # job → run → pod
+        # job → run → pod: every pod named and labelled as the job's attempt, its owner compared when read
+        # (pods_of), since a pod may be seen before its job.
+        self.pods: dict[Key, dict[int, PodObservation]] = defaultdict(dict)
         self.queues: dict[Key, QueueSpec] = {}
         self.handlers: dict[Key, HandlerSpec] = {}
-        self.leases: dict[Key, dict[int, datetime]] = defaultdict(dict)  # job → run → last renewal
+        self.leases: dict[Key, dict[int, LeaseObservation]] = defaultdict(dict)  # job → run → its Lease
+        # job → run → the last state of an attempt pod deleted after a disruption (PodGC marks the pod of a deleted
+        # node and force-deletes it at once: the deletion may be all a reconcile sees). Rare, dropped with the job.
+        self.gone: dict[Key, dict[int, PodObservation]] = defaultdict(dict)
         # Unfinished jobs per queue and handler, to wake when those appear or change.
         self.unfinished_by_queue: dict[Key, set[Key]] = defaultdict(set)
         self.unfinished_by_handler: dict[Key, set[Key]] = defaultdict(set)
@@ -204,6 +238,7 @@ class View:
         self._job_versions.forget(key, _rv(raw))
         previous = self.jobs.pop(key, None)
         self.seen.pop(key, None)
+        self.gone.pop(key, None)
         if previous is not None:
             self._unindex(key, previous)
             idem = (previous.get("spec") or {}).get("idempotencyKey")
@@ -228,6 +263,8 @@ class View:
 
     def upsert_pod(self, pod: dict[str, Any]) -> Key | None:
         """Store an attempt pod (unless a newer version is known); returns its job's key."""
+        if attempt_of(pod) is None:
+            return None  # labelled as an attempt, but not named as one: someone else's pod
         job = self.job_of_pod(pod)
         seen = observe(pod)
         if job is None or seen is None or not self._pod_versions.newer(key_of(pod), _rv(pod)):
@@ -240,6 +277,9 @@ class View:
         self._pod_versions.forget(key_of(pod), _rv(pod))
         if job is None:
             return None
+        last = observe(pod) if attempt_of(pod) is not None else None  # a relist's delete notice has no state
+        if last is not None and last.disruption is not None:
+            self.gone[job][last.run] = last
         runs = self.pods.get(job, {})
         for run, current in list(runs.items()):
             if current.name == pod["metadata"]["name"]:
@@ -249,23 +289,27 @@ class View:
         return job
 
     def upsert_lease(self, lease: dict[str, Any]) -> Key | None:
-        labels = lease["metadata"].get("labels") or {}
-        job, run = labels.get(LABEL_JOB), labels.get(LABEL_RUN, "")
-        renewed = time_or_none((lease.get("spec") or {}).get("renewTime"))  # unreadable: no sign of life
-        if not job or not run.isdigit() or renewed is None:
+        """Store an attempt's Lease: named as the attempt's pod and held by it (holderIdentity), its owner the pod
+        (compared with the attempt's pod when read). The renewal counts from when it was seen at the latest, so
+        a renewTime in the future cannot keep an attempt alive."""
+        attempt = attempt_of(lease)
+        spec = lease.get("spec") or {}
+        renewed = time_or_none(spec.get("renewTime"))  # unreadable: no sign of life
+        if attempt is None or renewed is None or spec.get("holderIdentity") != lease["metadata"]["name"]:
             return None
+        job, run = attempt
         key = (lease["metadata"].get("namespace", ""), job)
-        self.leases[key][int(run)] = renewed
+        self.leases[key][run] = LeaseObservation(min(renewed, self.now()), controller_uid(lease, "Pod", ""))
         return key
 
     def delete_lease(self, lease: dict[str, Any]) -> Key | None:
-        labels = lease["metadata"].get("labels") or {}
-        job, run = labels.get(LABEL_JOB), labels.get(LABEL_RUN, "")
-        if not job or not run.isdigit():
+        attempt = attempt_of(lease)
+        if attempt is None:
             return None
+        job, run = attempt
         key = (lease["metadata"].get("namespace", ""), job)
         runs = self.leases.get(key, {})
-        runs.pop(int(run), None)
+        runs.pop(run, None)
         if not runs:
             self.leases.pop(key, None)
         return key
@@ -326,11 +370,28 @@ class View:
         return JobSnapshot(name=meta["name"], uid=meta.get("uid", ""), generation=meta.get("generation", 1),
                            created_at=created_at, spec=spec, status=status)
 
-    def observations(self, key: Key, job: JobSnapshot, now: datetime) -> Observations:
+    def pods_of(self, key: Key, uid: str | None = None) -> dict[int, PodObservation]:
+        """The job's attempt pods: those whose controller ownerReference is the job (by uid), as client-go's
+        ControllerRefManager decides. A pod someone else labelled as the job's is never adopted, waited for or
+        deleted; nor is a pod of an earlier job of the same name."""
+        runs = self.pods.get(key)
+        if not runs:
+            return {}
+        if uid is None:
+            uid = ((self.jobs.get(key) or {}).get("metadata") or {}).get("uid")
+        if not uid:
+            return {}  # the job is not known (yet): nothing can be proven to be its
+        if all(p.owner_uid == uid for p in runs.values()):
+            return runs
+        return {run: p for run, p in runs.items() if p.owner_uid == uid}
+
+    def observations(self, key: Key, job: JobSnapshot, now: datetime | None = None) -> Observations:
+        now = now or self.now()
         ns = key[0]
         handler = self.handlers.get((ns, job.spec.handler))
         queue = self.queues.get((ns, job.spec.queue))
-        pods = self.pods.get(key, {})
+        pods = self.pods_of(key, job.uid)
+        gone = self.gone.get(key, {}).get(job.status.run)
         seen, heartbeat = tuple(pods.values()), self._heartbeat(key, job.status.run, pods, handler)
         entry = W.current_entry(job.status)
         if entry is not None and entry.worker is not None and job.status.state == State.RUNNING:
@@ -348,6 +409,7 @@ class View:
             lease_renewed_at=heartbeat,
             duplicate_of=self._duplicate_of(key, job) if job.status.state is None else None,
             no_worker=no_worker,
+            gone=(gone,) if gone is not None and gone.owner_uid == job.uid else (),
         )
 
     def _duplicate_of(self, key: Key, job: JobSnapshot) -> str | None:
@@ -375,22 +437,26 @@ class View:
         if handler is not None and not handler.heartbeat:
             return None
         pod = pods.get(run)
-        signs = [t for t in (self.leases.get(key, {}).get(run), pod.started_at if pod else None) if t is not None]
+        lease = self.leases.get(key, {}).get(run)
+        # Only the attempt's own Lease: the one its pod owns. Another pod's Lease labelled as this attempt's
+        # neither fails nor prolongs it.
+        renewed = lease.renewed_at if lease is not None and pod is not None and lease.pod_uid == pod.uid else None
+        signs = [t for t in (renewed, pod.started_at if pod else None) if t is not None]
         return max(signs) if signs else None
 
     def has_strays(self, key: Key, raw: dict[str, Any]) -> bool:
         """Pods of runs the status does not know (an operator stopped between creating a pod and recording it)."""
         run = (raw.get("status") or {}).get("run", 0)
-        return any(r > run for r in self.pods.get(key, {}))
+        return any(r > run for r in self.pods_of(key))
 
     def holds_slot(self, key: Key) -> bool:
         raw = self.jobs.get(key)
         running = raw is not None and state_of(raw) == State.RUNNING
-        return running or any(p.alive for p in self.pods.get(key, {}).values())
+        return running or any(p.alive for p in self.pods_of(key).values())
 
     def placement(self, key: Key) -> Placement:
         """Whether the job's live pod waits for a node: BOUND (or no such pod), PENDING, or UNSCHEDULABLE."""
-        waiting = [p for p in self.pods.get(key, {}).values() if p.node is None and not p.finished and not p.deleting]
+        waiting = [p for p in self.pods_of(key).values() if p.node is None and not p.finished and not p.deleting]
         if not waiting:
             return Placement.BOUND
         return Placement.UNSCHEDULABLE if any(p.unschedulable for p in waiting) else Placement.PENDING

@@ -32,7 +32,8 @@ class CreateJob(BaseModel):
                        description="The Queue (in the namespace) the job runs on.")
     handler: str = Field(min_length=1, max_length=inputs.NAME_MAX, pattern=inputs.NAME_PATTERN,
                          description="The Handler (in the namespace) that runs it.")
-    payload: dict[str, Any] = Field(default_factory=dict, description="Any JSON object; handed to the handler.")
+    payload: dict[str, Any] = Field(default_factory=dict, description="Any JSON object, at most 256 KiB as "
+                                                                      "JSON; handed to the handler.")
     run_at: AwareDatetime | None = Field(default=None, description="Do not run before this time (RFC 3339, "
                                                                    "with a time zone).")
     idempotency_key: str | None = Field(
@@ -41,6 +42,14 @@ class CreateJob(BaseModel):
                     "(200) instead of creating another (201).")
     priority: int = Field(default=0, ge=inputs.PRIORITY_MIN, le=inputs.PRIORITY_MAX,
                           description="Higher runs first within its queue; FIFO among equals.")
+
+    @field_validator("payload")
+    @classmethod
+    def _payload(cls, value: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return inputs.payload("payload", value)  # the size cap every create path shares
+        except inputs.InputError as exc:
+            raise ValueError(exc.message) from None
 
     @field_validator("queue", "handler", mode="before")
     @classmethod

@@ -22,6 +22,16 @@ LOST_POD_REASONS = frozenset(
      "UnexpectedAdmissionError", "OutOfcpu", "OutOfmemory", "OutOfpods"}
 )
 
+# Kubernetes marks a pod it is about to take away with the condition DisruptionTarget=True; its reason says who.
+DISRUPTION_TARGET = "DisruptionTarget"
+DISRUPTION_REASONS = frozenset(
+    {"DeletionByPodGC",  # its node was deleted (or it was orphaned): PodGC
+     "EvictionByEvictionAPI",  # drained, or evicted through the Eviction API
+     "PreemptionByScheduler",  # made room for a higher-priority pod
+     "DeletionByTaintManager",  # a NoExecute taint of its node (not-ready, unreachable) it does not tolerate
+     "TerminationByKubelet"}  # node-pressure eviction or graceful node shutdown
+)
+
 # The runner's exit code for the SDK's NonRetryableError (sextant.sdk.NON_RETRYABLE_EXIT_CODE).
 RUNNER_NON_RETRYABLE = 86
 
@@ -44,6 +54,10 @@ class PodObservation:
     deleting: bool = False
     started_at: datetime | None = None  # when the handler container started
     unschedulable: bool = False  # the scheduler found no node for it (PodScheduled False, Unschedulable)
+    disruption: str | None = None  # the DisruptionTarget condition's reason, when Kubernetes is taking it away
+    disruption_message: str | None = None
+    uid: str | None = None
+    owner_uid: str | None = None  # the uid of its controller ownerReference (its Job's, when it is ours)
 
     @property
     def finished(self) -> bool:
@@ -65,13 +79,16 @@ class Outcome:
 
 
 def outcome_of(
-    pod: PodObservation | None, stop_reason: str | None, non_retryable: Collection[int] = ()
+    pod: PodObservation | None, stop_reason: str | None, non_retryable: Collection[int] = (),
+    gone: PodObservation | None = None,
 ) -> Outcome | None:
     """The outcome of the current attempt, or None while it still runs.
 
-    pod is the attempt's pod, None once it no longer exists. stop_reason is set when the operator asked
-    the pod to stop (cancel, timeout, lease expiry): that reason wins over whatever the pod then reports,
-    and its exit code (137 after SIGKILL) is recorded but not read as an ordinary Error.
+    pod is the attempt's pod, None once it no longer exists; gone is then how it was last seen, when it was
+    disrupted (PodGC marks a pod of a deleted node and force-deletes it at once: often only its deletion is
+    seen). stop_reason is set when the operator asked the pod to stop (cancel, timeout, lease expiry): that
+    reason wins over whatever the pod then reports, and its exit code (137 after SIGKILL) is recorded but not
+    read as an ordinary Error.
     """
     node = pod.node if pod else None
     if stop_reason is not None:
@@ -79,10 +96,18 @@ def outcome_of(
             return None
         result = CANCELLED_RESULT if stop_reason == CANCELLED else FAILED
         return Outcome(result, stop_reason, pod.exit_code if pod else None, _stop_message(stop_reason), node)
+    vanished = pod is None
+    if vanished and gone is not None and gone.disruption is not None:
+        pod = gone  # its last state says why it went
     if pod is None:
         return Outcome(FAILED, POD_LOST, None, "the attempt's pod was deleted before it finished")
     if pod.phase == "Succeeded":
-        return Outcome(SUCCEEDED, None, 0 if pod.exit_code is None else pod.exit_code, None, node)
+        return Outcome(SUCCEEDED, None, 0 if pod.exit_code is None else pod.exit_code, None, pod.node)
+    if pod.disruption is not None and (pod.phase == "Failed" or vanished):
+        # The cluster took it away (node deleted, eviction, preemption): not the handler's failure, whatever its
+        # exit code says (137 after the eviction's SIGKILL).
+        detail = pod.disruption_message or "the pod was disrupted"
+        return Outcome(FAILED, POD_LOST, pod.exit_code, f"{pod.disruption}: {detail}", pod.node)
     if pod.phase != "Failed":
         return None  # running, or terminating after someone else's delete: wait until it is gone
     if pod.reason == DRAINED:
@@ -100,6 +125,16 @@ def outcome_of(
         )
     message = pod.message or (f"exit code {pod.exit_code}" if pod.exit_code is not None else "the pod failed")
     return Outcome(FAILED, ERROR, pod.exit_code, message, node)
+
+
+def heartbeat(renewed_at: datetime | None, attempt_started_at: datetime | None, now: datetime) -> datetime | None:
+    """The attempt's last sign of life, clamped to [attempt start, now]: a renewal stamped in the future cannot
+    stretch the lease, nor one from before the attempt began cut it short (the clock writing it is not ours)."""
+    if renewed_at is None:
+        return None
+    if attempt_started_at is not None and renewed_at < attempt_started_at:
+        renewed_at = attempt_started_at
+    return min(renewed_at, now)
 
 
 def _stop_message(stop_reason: str) -> str:

@@ -7,12 +7,12 @@ the same status and actions that are safe to repeat (pod names are deterministic
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 
 from ..resources.common import Condition, format_time, parse_duration, parse_time
 from ..resources.handler import HandlerSpec
-from ..resources.job import Attempt, JobSpec, JobStatus, State, cancel_wanted
+from ..resources.job import Attempt, JobSpec, JobStatus, State, cancel_wanted, payload_refusal
 from ..resources.queue import QueueSpec
 from . import attempts as A
 from .workers import REPORT_AFTER_GRACE, on_worker
@@ -22,6 +22,13 @@ from .states import (CANCELLED, DEAD, FAILED, FINISHED, QUEUED, RUNNING, SCHEDUL
 
 # How long past its grace period a stopping pod may linger before it is force-deleted.
 FORCE_DELETE_AFTER = timedelta(seconds=5)
+
+# The timeline's bounds, so that a job retried for ever never nears etcd's 1.5 MB object limit: the first attempt
+# and the most recent ones (TIMELINE_MAX in all, the rest counted in droppedAttempts), each message at most
+# MESSAGE_MAX_BYTES of UTF-8.
+TIMELINE_MAX = 20
+MESSAGE_MAX_BYTES = 1024
+_CUT = " […] "
 
 COND_SUCCEEDED, COND_DEAD, COND_CANCELLED, COND_RUNNING, COND_BLOCKED = (
     "Succeeded", "Dead", "Cancelled", "Running", "Blocked",
@@ -46,9 +53,13 @@ class Observations:
     lease_renewed_at: datetime | None = None  # the current attempt's last heartbeat, if it has a lease
     duplicate_of: str | None = None  # another job already holds this idempotency key
     no_worker: bool = False  # a worker-mode handler that no live worker serves on this queue (docs/workers.md)
+    gone: tuple[A.PodObservation, ...] = ()  # the last state of the job's pods deleted after a disruption
 
     def pod(self, run: int) -> A.PodObservation | None:
         return next((p for p in self.pods if p.run == run), None)
+
+    def gone_pod(self, run: int) -> A.PodObservation | None:
+        return next((p for p in self.gone if p.run == run), None)
 
     @property
     def alive_pods(self) -> list[A.PodObservation]:
@@ -214,6 +225,7 @@ def admit(job: JobSnapshot, obs: Observations, now: datetime, worker: str | None
         st.attempts.append(Attempt(attempt=st.attempt, run=st.run, worker=worker, node=worker_name,
                                    started_at=format_time(now), result="running"))
         message = f"attempt {st.attempt} of {limit} taken by worker {worker_name}"
+    bound_timeline(st)
     s.move(RUNNING, "Started", message)
     s.cond(COND_RUNNING, True, "Started", message)
     _clear_condition(st, COND_BLOCKED, "Admitted", now, job.generation)
@@ -222,13 +234,37 @@ def admit(job: JobSnapshot, obs: Observations, now: datetime, worker: str | None
     return s.decision
 
 
+def bound_timeline(status: JobStatus) -> None:
+    """Keep the first attempt and the most recent ones, TIMELINE_MAX in all; count the ones left out."""
+    extra = len(status.attempts) - TIMELINE_MAX
+    if extra > 0:
+        del status.attempts[1:1 + extra]
+        status.dropped_attempts = (status.dropped_attempts or 0) + extra
+
+
+def clip(text: str | None, limit: int = MESSAGE_MAX_BYTES) -> str | None:
+    """At most `limit` bytes of UTF-8: the start (what failed) and the end (a traceback's last line) of a long text."""
+    if text is None:
+        return None
+    data = text.encode()
+    if len(data) <= limit:
+        return text
+    room = limit - len(_CUT.encode())
+    head = data[: room // 4].decode(errors="ignore")
+    tail = data[len(data) - (room - len(head.encode())):].decode(errors="ignore")
+    return head + _CUT + tail
+
+
 def _first_sight(s: _Step) -> None:
     job, st = s.job, s.status
     run_at = job.spec.run_at
     if run_at is not None and run_at.tzinfo is None:
         run_at = run_at.replace(tzinfo=timezone.utc)  # "2026-12-01T10:00:00" without an offset: read as UTC
     st.retry_token = job.spec.retry_token  # a token present at creation is not a request to retry
-    if s.obs.duplicate_of:
+    too_large = payload_refusal(job.spec.payload)
+    if too_large:  # a job applied with kubectl past the checks of the CLI, the HTTP API and the SDK: never run it
+        s.finish(DEAD, "PayloadTooLarge", f"spec.payload: {too_large}; this job does not run", warning=True)
+    elif s.obs.duplicate_of:
         st.duplicate_of = s.obs.duplicate_of
         s.finish(CANCELLED, "DuplicateIdempotencyKey",
                  f"idempotency key {job.spec.idempotency_key!r} already belongs to job {s.obs.duplicate_of}; "
@@ -348,7 +384,9 @@ def _watch_running(s: _Step) -> None:
         # A pod that already finished keeps its result even when the operator sees it only after the timeout or
         # after its lease went stale (the runner stops renewing once the handler returned).
         timeout_at = parse_time(st.timeout_at)
-        lease_expires = s.obs.lease_renewed_at + lease_duration if s.obs.lease_renewed_at else None
+        entry = st.attempts[-1] if st.attempts and st.attempts[-1].run == st.run else None
+        renewed = A.heartbeat(s.obs.lease_renewed_at, parse_time(entry.started_at) if entry else None, now)
+        lease_expires = renewed + lease_duration if renewed else None
         if timeout_at is not None and now >= timeout_at:
             _stop(s, A.TIMEOUT)
             s.event("Timeout", f"attempt {st.attempt} ran longer than {s.queue.timeout}; stopping it", warning=True)
@@ -369,13 +407,14 @@ def _watch_running(s: _Step) -> None:
             s.decision.actions.append(DeletePod(pod.name, 0))
         s.decision.wake(force_at if now < force_at else now + FORCE_DELETE_AFTER)
     non_retryable = s.obs.handler.non_retryable_exit_codes if s.obs.handler else ()
-    outcome = A.outcome_of(pod, st.stop_reason, non_retryable)
+    outcome = A.outcome_of(pod, st.stop_reason, non_retryable, s.obs.gone_pod(st.run) if pod is None else None)
     if outcome is not None:
         _finish_attempt(s, outcome)
 
 
 def _finish_attempt(s: _Step, outcome: A.Outcome) -> None:
     st, now = s.status, s.now
+    outcome = replace(outcome, message=clip(outcome.message))
     if st.attempts and st.attempts[-1].run == st.run:
         entry = st.attempts[-1]
         entry.finished_at = format_time(now)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from enum import Enum
 from typing import Any
@@ -43,6 +44,31 @@ def check_run_at(value: Any) -> Any:
     if value is None or not isinstance(value, (str, datetime)):
         return value  # None, or a type pydantic refuses with its own message
     return parse_time(value)
+
+
+# The payload's cap, as compact UTF-8 JSON: a job object stays far below etcd's 1.5 MB request limit, and the
+# handler gets it on stdin (an environment variable over 128 KiB makes exec fail with E2BIG).
+PAYLOAD_MAX_BYTES = 256 * 1024
+# Up to this size the runner also hands the payload to the handler as SEXTANT_PAYLOAD (compatibility).
+PAYLOAD_ENV_MAX_BYTES = 32 * 1024
+
+
+def payload_json(payload: Any) -> str:
+    """The payload as the handler reads it, and as its size is measured: compact JSON, UTF-8."""
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+
+
+def payload_size(payload: Any) -> int:
+    return len(payload_json(payload).encode())
+
+
+def payload_refusal(payload: Any) -> str | None:
+    """Why a payload is refused (over the cap), or None. Every create path and the operator share this check."""
+    size = payload_size(payload)
+    if size <= PAYLOAD_MAX_BYTES:
+        return None
+    return (f"the payload is {size} bytes as JSON, over the limit of {PAYLOAD_MAX_BYTES} bytes (256 KiB); "
+            "pass a reference (an object key, a URL) to larger data instead")
 
 
 def _immutable(field: str) -> dict[str, str]:
@@ -165,7 +191,12 @@ class JobStatus(Model):
     )
     duplicate_of: str | None = Field(default=None, description="The job that already holds this idempotency key.")
     message: str | None = Field(default=None, description="The latest word on the job, for a person.")
-    attempts: list[Attempt] = Field(default_factory=list, description="The timeline of attempts.")
+    attempts: list[Attempt] = Field(
+        default_factory=list,
+        description="The timeline of attempts: the first and the most recent ones (see droppedAttempts).")
+    dropped_attempts: int | None = Field(
+        default=None, description="Attempts left out of the timeline between its first and its most recent ones, "
+                                  "so that the object stays small.")
     conditions: list[Condition] = Field(default_factory=list, description="Succeeded, Dead, Cancelled, Running, Blocked.")
     observed_generation: int | None = Field(default=None, description="The spec generation last acted upon.")
 

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from .. import inputs
 from ..client import Client
 from ..resources.job import job_id
 
@@ -19,7 +20,11 @@ class Jobs:
     def create(self, *, queue: str, handler: str, payload: dict[str, Any] | None = None,
                idempotency_key: str | None = None, run_at: datetime | None = None, priority: int = 0,
                namespace: str | None = None) -> str:
-        """Create a job and return its id; with a key used in the last 24 h, the id of that job."""
+        """Create a job and return its id; with a key used in the last 24 h, the id of that job.
+
+        Raises sextant.inputs.InputError (a ValueError) for a payload that is not a JSON object or is over the cap
+        (256 KiB as JSON), before anything is sent."""
+        payload = inputs.payload("payload", payload or {})
         if self._client is None:
             self._client = self._connect()
         job, _ = self._client.create_job(namespace or self.namespace, queue=queue, handler=handler,

@@ -2,6 +2,10 @@
 
 If renewals fail, the keeper keeps trying until the lease would have expired, then reports it lost: by then
 the operator has (or will have) failed the attempt with LeaseExpired, so the handler must stop.
+
+The operator counts a Lease as the attempt's only if it proves so: named as the attempt's pod, held by it
+(holderIdentity = the pod's name) and owned by it (an ownerReference to the pod's uid, which other pods do not
+know). So a Lease written by another job's pod, labelled as this attempt's, can neither fail nor prolong it.
 """
 
 from __future__ import annotations
@@ -30,13 +34,23 @@ def micro_time(moment: datetime) -> str:
     return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def owner_references(env: AttemptEnv) -> list[dict]:
+    """Owned by the attempt's pod (so it goes with it, and the operator can tell it is that pod's); without the
+    pod's uid (an operator older than this runner), by the Job."""
+    if env.pod_uid and env.pod_name:
+        return [{"apiVersion": "v1", "kind": "Pod", "name": env.pod_name, "uid": env.pod_uid, "controller": True}]
+    if env.job_uid:
+        return [{"apiVersion": API_VERSION, "kind": "Job", "name": env.job_name, "uid": env.job_uid}]
+    return []
+
+
 def lease_body(env: AttemptEnv, now: datetime) -> dict:
     labels = {"sextant.dev/job": env.job_name, "sextant.dev/queue": env.queue, "sextant.dev/handler": env.handler,
               "sextant.dev/attempt": str(env.attempt), "sextant.dev/run": str(env.run)}
     metadata: dict = {"name": env.lease_name, "namespace": env.namespace, "labels": labels}
-    if env.job_uid:  # owned by the Job, so it goes with it
-        metadata["ownerReferences"] = [{"apiVersion": API_VERSION, "kind": "Job", "name": env.job_name,
-                                        "uid": env.job_uid}]
+    owners = owner_references(env)
+    if owners:
+        metadata["ownerReferences"] = owners
     return {
         "apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease",
@@ -80,9 +94,9 @@ class LeaseKeeper:
                 try:
                     await self.kube.create(LEASES.format(namespace=self.env.namespace), lease_body(self.env, now))
                 except ApiError as exc:
-                    if exc.status != 409:  # already there: a restarted runner of the same attempt
+                    if exc.status != 409:
                         raise
-                    await self._patch(now)
+                    await self._take_over(now)  # already there: ours from a restarted runner, or a squatter's
             else:
                 await self._patch(now)
         except ApiError as exc:
@@ -91,6 +105,13 @@ class LeaseKeeper:
         self.writes += 1
         self.renewed_at = now
         return True
+
+    async def _take_over(self, now: datetime) -> None:
+        """Make the existing Lease of this name ours: holder, owner, labels and times (a merge patch replaces the
+        ownerReferences list whole)."""
+        body = lease_body(self.env, now)
+        meta = {k: v for k, v in body["metadata"].items() if k in ("labels", "ownerReferences")}
+        await self.kube.merge_patch(self._path, {"metadata": meta, "spec": body["spec"]}, retry=False)
 
     async def _patch(self, now: datetime) -> None:
         await self.kube.merge_patch(self._path, {"spec": {"renewTime": micro_time(now)}}, retry=False)

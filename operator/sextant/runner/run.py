@@ -3,9 +3,9 @@
     sextant run -- python -m receipts.send      a command handler: the payload arrives on stdin as JSON
     sextant run --module myapp.handlers         SDK handlers, dispatched by the job's handler name
 
-It holds the attempt's lease (renewed every leaseDuration/3), forwards SIGTERM (cancel, timeout) to the
-handler, which then has cancelGrace before the kubelet's SIGKILL, and exits with the handler's exit code.
-Its stdout and stderr are the handler's, so `kubectl logs` shows them.
+It reads the payload from the Job, holds the attempt's lease (renewed every leaseDuration/3), forwards SIGTERM
+(cancel, timeout) to the handler, which then has cancelGrace before the kubelet's SIGKILL, and exits with the
+handler's exit code. Its stdout and stderr are the handler's, so `kubectl logs` shows them.
 """
 
 from __future__ import annotations
@@ -19,16 +19,18 @@ import os
 import signal
 import sys
 import traceback
+from dataclasses import replace
 from pathlib import Path
 
 from .. import kubeconfig, sdk
 from ..kube import Kube
 from .env import AttemptEnv
 from .lease import LeaseKeeper
+from .payload import PayloadError, handler_environ, read_payload
 
 log = logging.getLogger("sextant.runner")
 
-LEASE_LOST_EXIT_CODE = 75  # EX_TEMPFAIL: the attempt was lost, not the handler's fault
+LEASE_LOST_EXIT_CODE = 75  # EX_TEMPFAIL: the attempt was lost (or could not start), not the handler's fault
 TERMINATION_LOG = Path("/dev/termination-log")
 
 
@@ -52,9 +54,11 @@ class CommandWork:
         self.proc: asyncio.subprocess.Process | None = None
 
     async def run(self) -> int:
-        self.proc = await asyncio.create_subprocess_exec(*self.command, stdin=asyncio.subprocess.PIPE)
+        payload = self.env.payload or {}
+        self.proc = await asyncio.create_subprocess_exec(*self.command, stdin=asyncio.subprocess.PIPE,
+                                                         env=handler_environ(payload))
         try:
-            self.proc.stdin.write(json.dumps(self.env.payload).encode())
+            self.proc.stdin.write(json.dumps(payload).encode())
             await self.proc.stdin.drain()
         except (BrokenPipeError, ConnectionResetError):
             pass  # a handler that does not read its payload
@@ -93,7 +97,7 @@ class ModuleWork:
 
         job = sdk.Job(id=self.env.job_id, name=self.env.job_name, namespace=self.env.namespace,
                       queue=self.env.queue, handler=self.env.handler, attempt=self.env.attempt,
-                      payload=self.env.payload, scheduled_at=self.env.scheduled_at)
+                      payload=self.env.payload or {}, scheduled_at=self.env.scheduled_at)
         self.context = sdk.Context(jobs=Jobs(lambda: Client(kubeconfig.load(), user_agent="sextant-sdk"),
                                              self.env.namespace))
         try:
@@ -128,8 +132,18 @@ class ModuleWork:
 async def supervise(env: AttemptEnv, work: CommandWork | ModuleWork) -> int:
     keeper: LeaseKeeper | None = None
     kube: Kube | None = None
-    if env.heartbeat and env.lease_name:
+    if env.payload is None or (env.heartbeat and env.lease_name):
         kube = Kube(kubeconfig.load(), user_agent="sextant-runner")
+    if env.payload is None:
+        try:
+            env = replace(env, payload=await read_payload(kube, env))
+        except PayloadError as exc:
+            print(f"sextant: {exc}", file=sys.stderr)
+            _termination_message(str(exc))
+            await kube.close()
+            return LEASE_LOST_EXIT_CODE
+        work.env = env
+    if kube is not None and env.heartbeat and env.lease_name:
         keeper = LeaseKeeper(kube, env)
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
