@@ -181,6 +181,14 @@ def test_authentication_and_authorization(cluster, api):
                 f'"{other}"')
         assert snapshot(cluster, other) == before
         assert api.call("GET", "/v2/jobs").status_code == 200  # the same caller, in its own namespace
+        # A caller of that other namespace: its jobs are listed (the API server's pages), but queue numbers come
+        # from the operator's view, and this operator does not watch it.
+        theirs_token = grant(cluster, other, "their-user")
+        listed = api.call("GET", "/v2/jobs", token=theirs_token, namespace=other)
+        assert listed.status_code == 200 and [j["id"] for j in listed.json()["items"]] == ["job_theirs"]
+        unwatched = api.call("GET", "/v2/queues", token=theirs_token, namespace=other)
+        assert unwatched.status_code == 404
+        assert unwatched.json()["error"]["message"].startswith(f"namespace {other} is not watched by this operator")
         readonly = grant(cluster, api.namespace, "reader", verbs="get,list")
         denied = api.call("POST", "/v2/jobs", token=readonly, json={"queue": "q", "handler": "h"})
         assert denied.status_code == 403 and "cannot create resource" in denied.json()["error"]["message"]

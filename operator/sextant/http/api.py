@@ -181,10 +181,13 @@ class Api:
             raise HttpError(429, "TooManyRequests", f"the operator is serving its maximum of {self.max_in_flight} "
                                                     "API requests at once; retry in 1 s", headers={"Retry-After": "1"})
         self.in_flight += 1
+        deadline = asyncio.timeout(self.request_timeout)
         try:
-            async with asyncio.timeout(self.request_timeout):
+            async with deadline:
                 return await handler(request)
         except TimeoutError:
+            if not deadline.expired():  # a timeout of something else, inside: not this deadline's
+                raise
             metrics.HTTP_REFUSED.labels("deadline").inc()
             log.warning("%s %s: not done within %g s", request.method, request.path, self.request_timeout)
             raise HttpError(503, "Timeout", f"the request was not done within {self.request_timeout:g} s (a slow "
