@@ -376,6 +376,14 @@ def test_values_are_checked(helm):
     assert alone.returncode != 0 and "replicas > 1 needs leaderElection.enabled" in alone.stderr
     zero = helm("template", "sx", str(CHART), values={"replicas": 0}, check=False)
     assert zero.returncode != 0 and "replicas" in zero.stderr
+    off = helm("template", "sx", str(CHART), values={"operator": {"tls": {"mode": "off"}}}, check=False)
+    assert off.returncode != 0 and "/operator/tls/mode" in off.stderr
+    assert "'self-signed', 'cert-manager', 'none'" in off.stderr
+    restricted = {**CUSTOM, "handlerAdmission": {"restrict": {"enabled": True}}}
+    borrowed = helm("template", "sx", str(CHART), values=restricted, check=False)  # CUSTOM's "custom" runs as "mine"
+    assert borrowed.returncode != 0
+    assert 'Handler "custom" names the service account "mine", which handlerAdmission.restrict.serviceAccounts does ' \
+           "not allow" in borrowed.stderr
 
 
 def test_the_charts_crds_are_the_generated_ones(helm):
