@@ -10,7 +10,7 @@ from collections import Counter as Tally
 from collections.abc import Callable, Iterable
 from datetime import datetime
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from .resources.common import parse_time
@@ -42,6 +42,8 @@ TOKEN_REVIEWS = Counter("sextant_http_token_reviews_total", "TokenReviews the /v
 HTTP_REFUSED = Counter("sextant_http_refused_total", "/v2 requests refused to protect the operator, by reason "
                        "(in-flight: over the concurrency cap; deadline: not done in time; failed-authentication: "
                        "the client's failed token reviews over their rate).", ["reason"], registry=REGISTRY)
+HTTP_IN_FLIGHT = Gauge("sextant_http_in_flight", "/v2 requests being served now (at most --http-max-in-flight).",
+                       registry=REGISTRY)
 
 
 def record_transition(namespace: str, spec: JobSpec, before: JobStatus, after: JobStatus, now: datetime) -> None:

@@ -181,6 +181,7 @@ class Api:
             raise HttpError(429, "TooManyRequests", f"the operator is serving its maximum of {self.max_in_flight} "
                                                     "API requests at once; retry in 1 s", headers={"Retry-After": "1"})
         self.in_flight += 1
+        metrics.HTTP_IN_FLIGHT.inc()
         deadline = asyncio.timeout(self.request_timeout)
         try:
             async with deadline:
@@ -196,6 +197,7 @@ class Api:
                                             "idempotency_key)", headers={"Retry-After": "1"}) from None
         finally:
             self.in_flight -= 1
+            metrics.HTTP_IN_FLIGHT.dec()
 
     # --- common steps ------------------------------------------------------------------------------------------
     def _namespace(self, request: web.Request) -> str:
