@@ -10,7 +10,7 @@ from collections import Counter as Tally
 from collections.abc import Callable, Iterable
 from datetime import datetime
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from .resources.common import parse_time
@@ -42,6 +42,13 @@ JOBS_DELETED = Counter("sextant_jobs_deleted_total", "Finished jobs deleted by r
                        registry=REGISTRY)
 EVENTS_DROPPED = Counter("sextant_events_dropped_total", "Events not posted: over their budget (Normal) or "
                          "beyond the backlog.", ["type"], registry=REGISTRY)
+TOKEN_REVIEWS = Counter("sextant_http_token_reviews_total", "TokenReviews the /v2 API sent, by result (accepted, "
+                        "refused, error).", ["result"], registry=REGISTRY)
+HTTP_REFUSED = Counter("sextant_http_refused_total", "/v2 requests refused to protect the operator, by reason "
+                       "(in-flight: over the concurrency cap; deadline: not done in time; failed-authentication: "
+                       "the client's failed token reviews over their rate).", ["reason"], registry=REGISTRY)
+HTTP_IN_FLIGHT = Gauge("sextant_http_in_flight", "/v2 requests being served now (at most --http-max-in-flight).",
+                       registry=REGISTRY)
 
 
 def record_transition(namespace: str, spec: JobSpec, before: JobStatus, after: JobStatus, now: datetime) -> None:
@@ -67,8 +74,10 @@ class ViewCollector:
     """Gauges from the operator's view, computed when Prometheus scrapes."""
 
     def __init__(self, jobs: Callable[[], Iterable[dict]], requests: Callable[[], Tally],
-                 depths: Callable[[], dict[str, int]], leader: Callable[[], bool]) -> None:
+                 depths: Callable[[], dict[str, int]], leader: Callable[[], bool],
+                 api_requests: Callable[[], Tally] | None = None) -> None:
         self._jobs, self._requests, self._depths, self._leader = jobs, requests, depths, leader
+        self._api_requests = api_requests
 
     def collect(self) -> Iterable[Metric]:
         by_state: Tally[tuple[str, str, str]] = Tally()
@@ -84,6 +93,13 @@ class ViewCollector:
         for (verb, resource, code), count in sorted(self._requests().items()):
             api.add_metric([verb, resource, str(code)], count)
         yield api
+        if self._api_requests is not None:
+            http = CounterMetricFamily("sextant_http_kube_requests", "The /v2 HTTP API's own Kubernetes API requests "
+                                       "(TokenReviews, SubjectAccessReviews, reads) by verb, resource and code.",
+                                       labels=["verb", "resource", "code"])
+            for (verb, resource, code), count in sorted(self._api_requests().items()):
+                http.add_metric([verb, resource, str(code)], count)
+            yield http
         depth = GaugeMetricFamily("sextant_scheduler_depth", "Pending items of the operator's loops: timer "
                                   "wake-ups, reconcile queue, unposted events.", labels=["loop"])
         for loop, value in sorted(self._depths().items()):

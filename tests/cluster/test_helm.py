@@ -8,14 +8,18 @@ helm and kube-score come from hack/build-tools.sh (built once from the Go module
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import socket
+import ssl
 import subprocess
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 
@@ -30,6 +34,7 @@ CRDS = repo_root() / "crds"
 APP_VERSION = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
 # The operator's pods land on kwok nodes (simulated: they are scheduled and admitted, no process runs).
 ON_KWOK = {"tolerations": [KWOK_TOLERATION], "nodeSelector": {"type": "kwok"}}
+TLS_ARGS = ["--http-tls-cert=/etc/sextant/tls/tls.crt", "--http-tls-key=/etc/sextant/tls/tls.key"]
 LEADER_ELECTION = ["--leader-elect", "--leader-election-namespace=sextant-system", "--leader-election-name=sx-sextant",
                    "--leader-election-lease-duration=15s", "--leader-election-renew-deadline=10s",
                    "--leader-election-retry-period=2s"]
@@ -192,16 +197,18 @@ def test_default_values_render_a_two_replica_restricted_operator_with_cluster_wi
     kinds = sorted(d["kind"] for d in docs)
     assert kinds == sorted(["ServiceAccount", "ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding",
                             "ClusterRoleBinding", "Role", "RoleBinding", "Service", "Deployment",
-                            "PodDisruptionBudget", "NetworkPolicy"]), kinds  # fmt: skip
+                            "PodDisruptionBudget", "NetworkPolicy", "Secret", "ValidatingAdmissionPolicy",
+                            "ValidatingAdmissionPolicyBinding"]), kinds  # fmt: skip
     deployment = one(docs, "Deployment", "sx-sextant", "sextant-system")
     spec = deployment["spec"]
     pod = spec["template"]["spec"]
     assert spec["replicas"] == 2
     (container,) = pod["containers"]
     assert container["image"] == f"ghcr.io/sextant-dev/sextant:{APP_VERSION}"
-    assert container["args"] == ["--http-port=8080", "--log-level=warning", "--workers=64", *LEADER_ELECTION]
-    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
-    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert container["args"] == ["--http-port=8080", "--log-level=warning", "--workers=64", *TLS_ARGS,
+                                 *LEADER_ELECTION]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http", "scheme": "HTTPS"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http", "scheme": "HTTPS"}
     assert container["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
     assert {"cpu", "memory"} <= set(container["resources"]["requests"]) | set(container["resources"]["limits"])
     sc = container["securityContext"]
@@ -269,7 +276,7 @@ def test_custom_values_render_roles_per_watched_namespace_a_service_monitor_and_
     deployment = one(docs, "Deployment")
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     assert deployment["spec"]["replicas"] == 1
-    assert container["args"] == ["--http-port=8080", "--log-level=info", "--workers=64",
+    assert container["args"] == ["--http-port=8080", "--log-level=info", "--workers=64", *TLS_ARGS,
                                  "--watch-namespace=shop", "--watch-namespace=billing", "--no-events",
                                  *LEADER_ELECTION]
     assert "affinity" not in deployment["spec"]["template"]["spec"]
@@ -280,7 +287,9 @@ def test_custom_values_render_roles_per_watched_namespace_a_service_monitor_and_
     assert monitor["metadata"]["labels"]["release"] == "prometheus"
     assert monitor["spec"]["selector"]["matchLabels"] == one(docs, "Service")["spec"]["selector"]
     assert monitor["spec"]["endpoints"] == [{"port": "http", "path": "/metrics", "interval": "30s",
-                                             "scrapeTimeout": "10s"}]
+                                             "scrapeTimeout": "10s", "scheme": "https", "tlsConfig": {
+                                                 "ca": {"secret": {"name": "sx-sextant-tls", "key": "ca.crt"}},
+                                                 "serverName": "sx-sextant.sextant-system.svc"}}]
 
     emails = one(docs, "Queue", "emails", "shop")
     assert emails["apiVersion"] == "sextant.dev/v1alpha1" and emails["spec"] == {"concurrency": 10, "maxAttempts": 5}
@@ -295,21 +304,92 @@ def test_custom_values_render_roles_per_watched_namespace_a_service_monitor_and_
     assert_least_privilege(docs)
 
 
-def test_a_tls_secret_makes_the_http_port_https(helm):
-    docs = helm.template({"operator": {"tlsSecretName": "sextant-tls"},
-                          "serviceMonitor": {"enabled": True, "tlsConfig": {"serverName": "sextant.example"}}})
+def tls_of(docs: list[dict[str, Any]]) -> tuple[dict[str, Any], list[str], str | None]:
+    """The operator container, its TLS flags, and the Secret its tls volume mounts (None: no such volume)."""
     pod = one(docs, "Deployment")["spec"]["template"]["spec"]
     container = pod["containers"][0]
-    assert "--http-tls-cert=/etc/sextant/tls/tls.crt" in container["args"]
-    assert "--http-tls-key=/etc/sextant/tls/tls.key" in container["args"]
+    volume = next((v for v in pod["volumes"] if v["name"] == "tls"), None)
+    return container, [a for a in container["args"] if a.startswith("--http-tls")], (
+        volume["secret"]["secretName"] if volume else None)
+
+
+def handshake(certificate: str, key: str, ca: str, server_name: str, tmp_path: Path) -> str:
+    """A TLS handshake over a socket pair: a server with this certificate and key, a client that trusts only `ca`
+    and checks `server_name`. The name of the certificate's subject, or the client's error."""
+    (tmp_path / "tls.crt").write_text(certificate)
+    (tmp_path / "tls.key").write_text(key)
+    server_side = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_side.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
+    client_side = ssl.create_default_context(cadata=ca)
+    a, b = socket.socketpair()
+    with a, b, ThreadPoolExecutor(1) as pool:
+        served = pool.submit(lambda: server_side.wrap_socket(a, server_side=True).close())
+        try:
+            with client_side.wrap_socket(b, server_hostname=server_name) as tls:
+                subject = dict(item[0] for item in tls.getpeercert()["subject"])["commonName"]
+        except ssl.SSLError as exc:
+            a.close()
+            return f"refused: {exc}"
+        served.result(timeout=10)
+    return subject
+
+
+def test_the_http_port_is_https_by_default_with_a_certificate_the_chart_makes(helm, tmp_path):
+    docs = helm.template()
+    container, flags, secret_name = tls_of(docs)
+    assert flags == TLS_ARGS and secret_name == "sx-sextant-tls"
     assert {"name": "tls", "mountPath": "/etc/sextant/tls", "readOnly": True} in container["volumeMounts"]
-    assert {"name": "tls", "secret": {"secretName": "sextant-tls"}} in pod["volumes"]
+    secret = one(docs, "Secret", "sx-sextant-tls", "sextant-system")
+    assert secret["type"] == "kubernetes.io/tls" and sorted(secret["data"]) == ["ca.crt", "tls.crt", "tls.key"]
+    pem = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+    # Signed by the Secret's CA for the Service's names (and localhost, for port-forwarding); no other name.
+    for name in ("sx-sextant.sextant-system.svc", "sx-sextant.sextant-system.svc.cluster.local", "sx-sextant",
+                 "localhost"):
+        assert handshake(pem["tls.crt"], pem["tls.key"], pem["ca.crt"], name, tmp_path) == "sx-sextant", name
+    assert "certificate verify failed" in handshake(pem["tls.crt"], pem["tls.key"], pem["ca.crt"],
+                                                     "sextant.example", tmp_path)
+    other = one(helm.template(), "Secret")["data"]  # without a cluster (helm template) a new pair each time
+    assert base64.b64decode(other["ca.crt"]).decode() != pem["ca.crt"]
+    assert "certificate verify failed" in handshake(pem["tls.crt"], pem["tls.key"],
+                                                     base64.b64decode(other["ca.crt"]).decode(), "localhost", tmp_path)
+
+
+def test_a_tls_secret_of_ones_own_cert_manager_or_plain_http_only_when_asked_for(helm):
+    docs = helm.template({"operator": {"tlsSecretName": "sextant-tls"},
+                          "serviceMonitor": {"enabled": True, "tlsConfig": {"serverName": "sextant.example"}}})
+    container, flags, secret_name = tls_of(docs)
+    assert flags == TLS_ARGS and secret_name == "sextant-tls" and not find(docs, "Secret")
     assert container["livenessProbe"]["httpGet"]["scheme"] == "HTTPS"
     assert container["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
     [endpoint] = one(docs, "ServiceMonitor")["spec"]["endpoints"]
     assert endpoint["scheme"] == "https" and endpoint["tlsConfig"] == {"serverName": "sextant.example"}
-    plain = one(helm.template(None), "Deployment")["spec"]["template"]["spec"]["containers"][0]
-    assert "scheme" not in plain["livenessProbe"]["httpGet"] and not any("tls" in a for a in plain["args"])
+
+    # cert-manager: a Certificate for the Service's names; without issuerRef a CA of the release's own.
+    manager = {"operator": {"tls": {"mode": "cert-manager"}}}
+    docs = helm.template(manager, "--api-versions", "cert-manager.io/v1")
+    assert tls_of(docs)[1:] == (TLS_ARGS, "sx-sextant-tls") and not find(docs, "Secret")
+    certificate = one(docs, "Certificate", "sx-sextant", "sextant-system")["spec"]
+    assert certificate["secretName"] == "sx-sextant-tls" and certificate["issuerRef"] == {"name": "sx-sextant-ca",
+                                                                                         "kind": "Issuer"}
+    assert "sx-sextant.sextant-system.svc" in certificate["dnsNames"]
+    assert one(docs, "Certificate", "sx-sextant-ca")["spec"]["isCA"] is True
+    assert one(docs, "Issuer", "sx-sextant-ca")["spec"] == {"ca": {"secretName": "sx-sextant-ca"}}
+    issuer = {"name": "corp-ca", "kind": "ClusterIssuer"}
+    docs = helm.template({"operator": {"tls": {"mode": "cert-manager", "certManager": {"issuerRef": issuer}}}},
+                         "--api-versions", "cert-manager.io/v1")
+    assert one(docs, "Certificate")["spec"]["issuerRef"] == issuer and not find(docs, "Issuer")
+    missing = helm("template", "sx", str(CHART), values=manager, check=False)
+    assert missing.returncode != 0 and "needs cert-manager (the API cert-manager.io/v1)" in missing.stderr
+
+    # Plain HTTP: refused, unless asked for in so many words.
+    refused = helm("template", "sx", str(CHART), values={"operator": {"tls": {"mode": "none"}}}, check=False)
+    assert refused.returncode != 0
+    assert "operator.tls.mode none would serve the /v2 API and its callers' bearer tokens over plain HTTP" in \
+        refused.stderr and "allowPlainHTTP=true" in refused.stderr
+    docs = helm.template({"operator": {"tls": {"mode": "none", "allowPlainHTTP": True}}})
+    container, flags, secret_name = tls_of(docs)
+    assert flags == [] and secret_name is None and not find(docs, "Secret")
+    assert "scheme" not in container["livenessProbe"]["httpGet"]
 
 
 def test_values_are_checked(helm):
@@ -323,6 +403,14 @@ def test_values_are_checked(helm):
     assert alone.returncode != 0 and "replicas > 1 needs leaderElection.enabled" in alone.stderr
     zero = helm("template", "sx", str(CHART), values={"replicas": 0}, check=False)
     assert zero.returncode != 0 and "replicas" in zero.stderr
+    off = helm("template", "sx", str(CHART), values={"operator": {"tls": {"mode": "off"}}}, check=False)
+    assert off.returncode != 0 and "/operator/tls/mode" in off.stderr
+    assert "'self-signed', 'cert-manager', 'none'" in off.stderr
+    restricted = {**CUSTOM, "handlerAdmission": {"restrict": {"enabled": True}}}
+    borrowed = helm("template", "sx", str(CHART), values=restricted, check=False)  # CUSTOM's "custom" runs as "mine"
+    assert borrowed.returncode != 0
+    assert 'Handler "custom" names the service account "mine", which handlerAdmission.restrict.serviceAccounts does ' \
+           "not allow" in borrowed.stderr
 
 
 @pytest.mark.parametrize("values,namespace", [
@@ -730,3 +818,104 @@ def test_install_watching_every_namespace(cluster, helm, tools, release_namespac
         ])  # fmt: skip
     finally:
         on_cluster("uninstall", release, "--namespace", ns["release"], check=False)
+
+
+def test_handler_admission_policies_and_a_certificate_kept_across_upgrades(cluster, tools, release_namespaces,
+                                                                          tmp_path):
+    ns = release_namespaces
+    on_cluster = Helm(tools, tmp_path, cluster.kubeconfig)
+    release = "sxpol"
+    values = {**ON_KWOK, "replicas": 1, "watchNamespaces": [ns["shop"]],
+              "handlerAdmission": {"restrict": {"enabled": True, "serviceAccounts": ["default", "reports"]}}}
+    handlers = cluster.create_namespace(namespace_name("helm-handlers"))
+    cluster.kubectl("label", "namespace", handlers, "pod-security.kubernetes.io/enforce=restricted")
+    on_cluster("install", release, str(CHART), "--namespace", ns["release"], values=values)
+    try:
+        # The certificate the chart made serves a real operator's port, trusted through the Secret's ca.crt ...
+        def tls_secret() -> dict[str, str]:
+            out = cluster.kubectl("get", "secret", "-n", ns["release"], f"{release}-sextant-tls", "-o", "json").stdout
+            return {k: base64.b64decode(v).decode() for k, v in json.loads(out)["data"].items()}
+
+        pem = tls_secret()
+        for name in ("tls.crt", "tls.key", "ca.crt"):
+            (tmp_path / name).write_text(pem[name])
+        op = Operator(cluster.kubeconfig, ns["shop"], tmp_path / "op", "--http-tls-cert", str(tmp_path / "tls.crt"),
+                      "--http-tls-key", str(tmp_path / "tls.key"))
+        op.log_path.parent.mkdir(parents=True, exist_ok=True)
+        op.start()
+        try:
+            trust = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+            url = f"https://127.0.0.1:{op.http_port}"
+            wait_for(lambda: httpx.get(f"{url}/readyz", verify=trust, timeout=2).status_code == 200, 60,
+                     message=lambda: f"the operator to be ready on its HTTPS port; log:\n{op.log_tail()}")
+            assert httpx.get(f"{url}/v2/openapi.json", verify=trust, timeout=10).json()["openapi"].startswith("3.")
+        finally:
+            op.stop()
+        # ... and an upgrade keeps it (clients keep trusting its CA).
+        on_cluster("upgrade", release, str(CHART), "--namespace", ns["release"], values=values)
+        assert tls_secret() == pem
+
+        def handler_yaml(name: str, pod: dict[str, Any] | None = None, container: dict[str, Any] | None = None) -> str:
+            spec = {"containers": [{"name": "handler", "image": "registry.example/h:1", **(container or {})}],
+                    **(pod or {})}
+            return yaml.safe_dump({"apiVersion": "sextant.dev/v1alpha1", "kind": "Handler",
+                                   "metadata": {"name": name}, "spec": {"template": {"spec": spec}}})
+
+        def create(text: str, namespace: str = handlers, who: str | None = None,
+                   dry_run: bool = False) -> subprocess.CompletedProcess[str]:
+            args = ["create", "-n", namespace, "-f", "-", *(["--as", who] if who else []),
+                    *(["--dry-run=server"] if dry_run else [])]
+            return cluster.kubectl(*args, input=text, check=False)
+
+        # Warn: a privileged template in a namespace enforcing "restricted" (its pods would be refused).
+        privileged = handler_yaml("privileged", {"hostNetwork": True}, {"securityContext": {"privileged": True}})
+        warned = wait_for(lambda: (p := create(privileged, dry_run=True)).returncode == 0 and "Warning" in p.stderr
+                          and p, 30, message="the Pod Security warning policy to take effect")
+        assert 'its pods would violate PodSecurity "restricted:latest"' in warned.stderr
+        assert 'privileged (container "handler" must not set securityContext.privileged=true)' in warned.stderr
+        assert "host namespaces (hostNetwork=true)" in warned.stderr
+        made = create(privileged)
+        assert made.returncode == 0 and "PodSecurity" in made.stderr  # a warning, never a refusal
+        quiet = create(handler_yaml("plain"))  # the operator's defaults meet "restricted": nothing to say
+        assert quiet.returncode == 0 and "Warning" not in quiet.stderr, quiet.stderr
+        elsewhere = create(privileged, namespace=ns["shop"])  # enforces nothing
+        assert elsewhere.returncode == 0 and "Warning" not in elsewhere.stderr, elsewhere.stderr
+
+        # Restrict: a Handler needs its author to be allowed pods, and a service account on the allow-list.
+        for sa, resources in (("no-pods", "handlers.sextant.dev"), ("pod-author", "handlers.sextant.dev,pods")):
+            cluster.kubectl("create", "serviceaccount", "-n", handlers, sa)
+            cluster.kubectl("create", "role", "-n", handlers, sa, "--verb=create,get,update,patch",
+                            f"--resource={resources}")
+            cluster.kubectl("create", "rolebinding", "-n", handlers, sa, f"--role={sa}",
+                            f"--serviceaccount={handlers}:{sa}")
+        no_pods, author = (f"system:serviceaccount:{handlers}:{sa}" for sa in ("no-pods", "pod-author"))
+        for who in (no_pods, author):  # RBAC first (the authorizer's cache), so that a refusal below is the policy's
+            wait_for(lambda: can_i(cluster, who, "create", "handlers.sextant.dev", handlers), 30,
+                     message=f"{who} to be allowed to create Handlers")
+        refused = wait_for(lambda: "ValidatingAdmissionPolicy" in (p := create(handler_yaml("mine"), who=no_pods,
+                                                                                dry_run=True)).stderr and p, 30,
+                           message="the restricting policy to take effect")
+        assert f"{no_pods} may not create pods in namespace {handlers}, so may not create or change a Handler " \
+               "there: a Handler is a pod template" in refused.stderr
+        assert create(handler_yaml("mine"), who=no_pods).returncode != 0
+        for field in ("serviceAccountName", "serviceAccount"):  # the deprecated alias is the same service account
+            borrowed = create(handler_yaml("borrowed", {field: "admin"}), who=author)
+            assert borrowed.returncode != 0
+            assert "admin is not a service account Handlers may use (allowed: default, reports, sextant-runner)" \
+                in borrowed.stderr
+        for name, pod in (("reports", {"serviceAccountName": "reports"}), ("runner", {"serviceAccountName":
+                          "sextant-runner"}), ("no-account", None)):
+            good = create(handler_yaml(name, pod), who=author)
+            assert good.returncode == 0, good.stderr
+        changed = cluster.kubectl("patch", "-n", handlers, "handlers.sextant.dev", "reports", "--as", author,
+                                  "--type=merge", "-p", '{"spec":{"template":{"spec":{"serviceAccountName":"admin"}}}}',
+                                  check=False)
+        assert changed.returncode != 0 and "admin is not a service account Handlers may use" in changed.stderr
+        names = cluster.kubectl("get", "-n", handlers, "handlers.sextant.dev", "-o", "name").stdout.split()
+        assert sorted(n.rsplit("/", 1)[1] for n in names) == ["no-account", "plain", "privileged", "reports", "runner"]
+    finally:
+        on_cluster("uninstall", release, "--namespace", ns["release"], check=False)
+        cluster.delete_namespace(handlers)
+    for kind in ("validatingadmissionpolicies", "validatingadmissionpolicybindings"):
+        left = cluster.kubectl("get", kind, "-l", f"app.kubernetes.io/instance={release}", "-o", "name").stdout
+        assert not left.strip(), f"left behind: {left}"

@@ -14,12 +14,13 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from sextant.http.openapi import document
 from tests.harness import wait_for
 
 from .plugin_support import ID_RE, grant, job_json, snapshot
-from .support import apply, handler, queue
+from .support import apply, handler, job, queue
 
 EXIT = "sextant.dev/test-exit-code"
 FOREVER = {"sextant.dev/test-outcome": "run-forever"}
@@ -110,11 +111,14 @@ def test_jobs_through_the_api(cluster, api):
         body = api.call("GET", "/v2/jobs", params=params).json()
         return [j["id"] for j in body["items"]]
 
-    created_at = {i: api.call("GET", f"/v2/jobs/{i}").json()["created_at"] for i in (job["id"], slow, doomed,
-                                                                                      later["id"])}
-    everything = sorted(created_at, key=lambda i: (created_at[i], i))  # creation order (1 s resolution), then name
+    everything = sorted([job["id"], slow, doomed, later["id"]])  # the API server's order: by name
     assert ids() == everything
+    # The filters are the API server's field selectors (the CRD's selectableFields), kubectl's too.
     assert ids(state="dead") == [doomed] and ids(handler="slow") == [slow] and ids(queue="nowhere") == []
+    assert ids(state="cancelled", handler="slow", queue="q") == [slow]
+    listed = cluster.kubectl("get", "-n", api.namespace, "jobs.sextant.dev", "--field-selector", "status.state=dead",
+                             "-o", "name").stdout.split()
+    assert listed == [f"job.sextant.dev/{doomed.replace('_', '-')}"]
     pages, token = [], None
     while True:
         body = api.call("GET", "/v2/jobs", params={"limit": 3, **({"continue": token} if token else {})}).json()
@@ -166,8 +170,8 @@ def test_authentication_and_authorization(cluster, api):
             ("POST", "/v2/jobs", "create", "jobs", {"queue": "q", "handler": "h"}),
             ("GET", "/v2/jobs", "list", "jobs", None),
             ("GET", "/v2/jobs/job_theirs", "get", "jobs", None),
-            ("POST", "/v2/jobs/job_theirs/cancel", "update", "jobs", None),
-            ("POST", "/v2/jobs/job_theirs/retry", "update", "jobs", None),
+            ("POST", "/v2/jobs/job_theirs/cancel", "patch", "jobs", None),
+            ("POST", "/v2/jobs/job_theirs/retry", "patch", "jobs", None),
             ("GET", "/v2/queues", "list", "queues", None),
         ]:
             answer = api.call(method, path, namespace=other, json=body)
@@ -177,12 +181,83 @@ def test_authentication_and_authorization(cluster, api):
                 f'"{other}"')
         assert snapshot(cluster, other) == before
         assert api.call("GET", "/v2/jobs").status_code == 200  # the same caller, in its own namespace
+        # A caller of that other namespace: its jobs are listed (the API server's pages), but queue numbers come
+        # from the operator's view, and this operator does not watch it.
+        theirs_token = grant(cluster, other, "their-user")
+        listed = api.call("GET", "/v2/jobs", token=theirs_token, namespace=other)
+        assert listed.status_code == 200 and [j["id"] for j in listed.json()["items"]] == ["job_theirs"]
+        unwatched = api.call("GET", "/v2/queues", token=theirs_token, namespace=other)
+        assert unwatched.status_code == 404
+        assert unwatched.json()["error"]["message"].startswith(f"namespace {other} is not watched by this operator")
         readonly = grant(cluster, api.namespace, "reader", verbs="get,list")
         denied = api.call("POST", "/v2/jobs", token=readonly, json={"queue": "q", "handler": "h"})
         assert denied.status_code == 403 and "cannot create resource" in denied.json()["error"]["message"]
         assert snapshot(cluster, api.namespace) == {}
     finally:
         cluster.delete_namespace(other)
+
+
+def test_cancel_and_retry_are_authorized_as_the_patch_they_make(cluster, api):
+    apply(cluster, api.namespace, queue("q", maxAttempts=1, **FAST), handler("fails", annotations={EXIT: "3"}))
+    doomed = api.call("POST", "/v2/jobs", json={"queue": "q", "handler": "fails"}).json()["id"]
+    later = api.call("POST", "/v2/jobs", json={"queue": "q", "handler": "fails",
+                                               "run_at": "2099-01-01T00:00:00Z"}).json()["id"]
+    api.wait_state(doomed, "dead")
+    api.wait_state(later, "scheduled")
+    before = snapshot(cluster, api.namespace)
+    # get, create and update, but not patch: refused by the API's own check, naming the verb, nothing changes
+    no_patch = grant(cluster, api.namespace, "no-patch", verbs="get,list,create,update")
+    for verb, ident in (("cancel", later), ("retry", doomed)):
+        answer = api.call("POST", f"/v2/jobs/{ident}/{verb}", token=no_patch)
+        assert answer.status_code == 403, answer.text
+        assert answer.json()["error"]["message"].startswith(
+            f'User "system:serviceaccount:{api.namespace}:no-patch" cannot patch resource "jobs"')
+    assert snapshot(cluster, api.namespace) == before
+    # get and patch, nothing else: what cancel and retry need
+    patch_only = grant(cluster, api.namespace, "patch-only", verbs="get,patch")
+    assert api.call("POST", f"/v2/jobs/{doomed}/retry", token=patch_only).status_code == 200
+    cancelled = api.call("POST", f"/v2/jobs/{later}/cancel", token=patch_only)
+    assert cancelled.status_code == 200 and cancelled.json()["cancel_requested"] is True
+    api.wait_state(later, "cancelled")
+
+
+def test_lists_are_the_api_servers_pages(cluster, api):
+    """More jobs than a page: every job once, in pages of at most `limit`, each page one list request of the API
+    server (never the whole namespace), the filters applied there so that filtered pages are full too."""
+    jobs = [job(f"job-page{i:04d}", "emails" if i % 3 else "reports", "h") for i in range(45)]
+    apply(cluster, api.namespace, *jobs)
+    names = sorted(j["metadata"]["name"].replace("-", "_") for j in jobs)
+    reports = sorted(n for i, n in enumerate(f"job_page{i:04d}" for i in range(45)) if i % 3 == 0)
+
+    def upstream_lists() -> float:
+        return metric(api, "sextant_http_kube_requests_total", verb="list", resource="jobs", code="200")
+
+    def walk(limit: int, **filters: str) -> list[list[str]]:
+        pages, token = [], None
+        while True:
+            params = {"limit": limit, **filters, **({"continue": token} if token else {})}
+            body = api.call("GET", "/v2/jobs", params=params).json()
+            pages.append([j["id"] for j in body["items"]])
+            token = body["continue"]
+            if token is None:
+                return pages
+
+    before = upstream_lists()
+    pages = walk(10)
+    assert [len(p) for p in pages] == [10, 10, 10, 10, 5]
+    assert [i for p in pages for i in p] == names
+    assert upstream_lists() - before == len(pages)  # one request of one page each
+    pages = walk(4, queue="reports")
+    assert [len(p) for p in pages] == [4, 4, 4, 3] and [i for p in pages for i in p] == reports
+    bogus = api.call("GET", "/v2/jobs", params={"limit": 10, "continue": "bm90LWEtdG9rZW4"})  # "not-a-token"
+    assert bogus.status_code == 422 and bogus.json()["error"]["field"] == "continue"
+
+
+def metric(api: Api, name: str, **labels: str) -> float:
+    """A sample of the operator's /metrics (0 when absent)."""
+    text = api.http.get(api.url + "/metrics").text
+    return sum(s.value for family in text_string_to_metric_families(text) for s in family.samples
+               if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
 
 
 def test_bad_input_is_422_naming_the_field_and_changes_nothing(cluster, api):

@@ -196,3 +196,30 @@ a Job's spec.
   verbs: [create]
 {{- end }}
 {{- end -}}
+
+{{/*
+How the HTTP port is served: "secret" (operator.tlsSecretName), "self-signed", "cert-manager", or "" for plain HTTP,
+which must be asked for in so many words: the port carries the /v2 API's bearer tokens.
+*/}}
+{{- define "sextant.tlsMode" -}}
+{{- if .Values.operator.tlsSecretName -}}
+secret
+{{- else if eq .Values.operator.tls.mode "none" -}}
+{{- if not .Values.operator.tls.allowPlainHTTP -}}
+{{- fail "operator.tls.mode none would serve the /v2 API and its callers' bearer tokens over plain HTTP: set operator.tls.allowPlainHTTP=true to mean it, or keep TLS (operator.tls.mode self-signed or cert-manager, or operator.tlsSecretName)" -}}
+{{- end -}}
+{{- else -}}
+{{- .Values.operator.tls.mode -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "sextant.tlsSecretName" -}}
+{{- .Values.operator.tlsSecretName | default (printf "%s-tls" (include "sextant.fullname" .)) -}}
+{{- end -}}
+
+{{/* The names the serving certificate is for, as JSON: the Service's DNS names, and localhost for port-forwarding. */}}
+{{- define "sextant.tlsDNSNames" -}}
+{{- $svc := include "sextant.fullname" . -}}
+{{- $ns := .Release.Namespace -}}
+{{- toJson (list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) "localhost") -}}
+{{- end -}}

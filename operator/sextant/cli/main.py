@@ -40,6 +40,8 @@ def _settings(args: argparse.Namespace, conn: kubeconfig.Connection):
                     events=not args.no_events,
                     http_host=args.http_host, http_port=None if args.http_port < 0 else args.http_port,
                     http_tls=(args.http_tls_cert, args.http_tls_key) if args.http_tls_cert else None,
+                    http_max_in_flight=args.http_max_in_flight,
+                    http_request_timeout=parse_duration(args.http_request_timeout).total_seconds(),
                     leader_election=election)
 
 
@@ -76,6 +78,11 @@ def _operator_flags(op: argparse.ArgumentParser) -> None:
     op.add_argument("--http-tls-cert", help="serve HTTPS with this PEM certificate (chain); with --http-tls-key. "
                                             "Read again when the file changes")
     op.add_argument("--http-tls-key", help="the certificate's PEM private key")
+    op.add_argument("--http-max-in-flight", type=_positive_int, default=100,
+                    help="/v2 API requests served at once; more are answered 429 with Retry-After (default 100; "
+                         "health, readiness and metrics are never refused)")
+    op.add_argument("--http-request-timeout", type=_positive_duration, default="30s",
+                    help="how long a /v2 API request may take before it is answered 503 (default 30s)")
     op.add_argument("--leader-elect", action="store_true",
                     help="run as one of several replicas: only the holder of a Lease acts (see docs/ha.md)")
     op.add_argument("--leader-election-namespace", help="the Lease's namespace (default: $POD_NAMESPACE, "
@@ -84,6 +91,28 @@ def _operator_flags(op: argparse.ArgumentParser) -> None:
     op.add_argument("--leader-election-lease-duration", default="15s", help="default 15s")
     op.add_argument("--leader-election-renew-deadline", default="10s", help="default 10s")
     op.add_argument("--leader-election-retry-period", default="2s", help="default 2s")
+
+
+def _positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
+    return number
+
+
+def _positive_duration(value: str) -> str:
+    from ..resources.common import parse_duration
+
+    try:
+        seconds = parse_duration(value).total_seconds()
+    except (ValueError, OverflowError):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a duration like 30s, 2m or 1h") from None
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"must be longer than 0s, got {value}")
+    return value
 
 
 def _global_flags(parser: argparse.ArgumentParser, *, top: bool) -> None:
@@ -121,7 +150,23 @@ def build_parser() -> argparse.ArgumentParser:
     _operator_flags(dv)
     dv.set_defaults(func=_dev)
     worker_cmd.register(sub, flags)
+    # `sextant run` is dispatched before this parser (main: its arguments are the handler's, untouched); it is
+    # listed here for `sextant --help`.
+    sub.add_parser("run", add_help=False, help="the entrypoint of attempt pods: run a handler with the job's "
+                                               "payload (see `sextant run --help`)")
     return parser
+
+
+_VALUE_FLAGS = {"--kubeconfig", "--context", "--token", "-n", "--namespace"}
+
+
+def _runner_argv(argv: list[str]) -> list[str] | None:
+    """The arguments of `sextant run`, when that is the command (after any of kubectl's global flags, which the
+    runner does not use); None for every other command."""
+    i = 0
+    while i < len(argv) and argv[i].startswith("-") and argv[i] != "--":
+        i += 2 if argv[i] in _VALUE_FLAGS else 1
+    return argv[i + 1:] if argv[i:i + 1] == ["run"] else None
 
 
 def _tls_problem(cert: str | None, key: str | None) -> str | None:
@@ -143,10 +188,11 @@ def _tls_problem(cert: str | None, key: str | None) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["run"]:  # the pod entrypoint: everything after `--` is the handler's command, untouched
+    runner = _runner_argv(argv)
+    if runner is not None:  # the pod entrypoint: everything after `--` is the handler's command, untouched
         from ..runner.run import main as run_main
 
-        return run_main(argv[1:])
+        return run_main(runner)
     parser = build_parser()
     args = parser.parse_args(argv)  # bad usage: argparse prints it and exits 2
     problem = _tls_problem(getattr(args, "http_tls_cert", None), getattr(args, "http_tls_key", None))

@@ -37,6 +37,8 @@ class Settings:
     http_host: str = "0.0.0.0"
     http_port: int | None = 8080  # health, readiness, metrics and the /v2 API; None: no server
     http_tls: tuple[str, str] | None = None  # (certificate, key) files: serve HTTPS
+    http_max_in_flight: int = 100  # /v2 requests served at once; more are answered 429
+    http_request_timeout: float = 30.0  # seconds a /v2 request may take; then 503
     leader_election: ElectionSettings | None = None  # None: this replica acts alone
 
 
@@ -150,6 +152,7 @@ class Operator:
             depths=lambda: {"timers": len(self.timers), "reconcile": len(self.jobs.queue),
                             "events": self.events.pending},
             leader=lambda: self.leading,
+            api_requests=lambda: self.api_kube.requests,
         )
 
     async def run(self) -> None:

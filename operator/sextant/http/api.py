@@ -1,7 +1,7 @@
 """The /v2 HTTP API of the docs, served by the operator process (see openapi.py for the document).
 
     POST /v2/jobs                      create (honours idempotency_key: 201 created, 200 the existing job)
-    GET  /v2/jobs?queue=&state=&handler=&limit=&continue=     list, paginated
+    GET  /v2/jobs?queue=&state=&handler=&limit=&continue=     list, a page at a time (the API server's pages)
     GET  /v2/jobs/{job_id}             one job (job_8f3k2m9q or job-8f3k2m9q)
     POST /v2/jobs/{job_id}/cancel      409 when the job's state forbids it
     POST /v2/jobs/{job_id}/retry       409 unless the job is failed or dead
@@ -9,21 +9,26 @@
     GET  /v2/openapi.json              the OpenAPI document (no credentials needed)
 
 Every route but the document takes the query parameter `namespace` (default "default") and a bearer token
-(`Authorization: Bearer <token>`), authenticated with a TokenReview; each request is authorized with a
-SubjectAccessReview (group sextant.dev, resource jobs or queues, verb create/list/get/update, the namespace).
-Errors are JSON: {"error": {"status", "reason", "message", "field"}}.
+(`Authorization: Bearer <token>`), authenticated with a TokenReview (auth.py: cached, failures rate-limited per
+client); each request is authorized with a SubjectAccessReview for the verb it uses (group sextant.dev, resource
+jobs or queues, verb create/list/get/patch, the namespace). Errors are JSON:
+{"error": {"status", "reason", "message", "field"}}.
 
-Reads come from the operator's in-memory view when it watches the namespace and is ready (a job not yet
-seen there is read from the API server); writes go through the Kubernetes API with the operator's identity.
+Under load: at most `max_in_flight` /v2 requests are served at once (more: 429 with Retry-After), and each has
+`request_timeout` seconds (then 503 with Retry-After). /healthz, /readyz and /metrics are never refused.
+
+A job is read from the operator's in-memory view when it watches the namespace and is ready (a job not yet seen
+there is read from the API server); lists are the API server's own pages (limit and continue passed through, the
+filters as field selectors), so a request costs one page, never the whole namespace. Writes are made with the
+caller's token.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import json
 import logging
+import re
 import secrets
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
@@ -32,7 +37,7 @@ from typing import Any
 from aiohttp import web
 from pydantic import ValidationError
 
-from .. import inputs
+from .. import inputs, metrics
 from ..client import Client, ClientError, refusal_message
 from ..controller.view import is_slim
 from ..kube import ApiError, Kube
@@ -48,7 +53,11 @@ log = logging.getLogger("sextant.http.api")
 DEFAULT_NAMESPACE = "default"
 # Writes are made with the operator's identity; the job says who asked (the API server's audit log cannot).
 ANNOTATION_REQUESTED_BY = "sextant.dev/requested-by"
-DEFAULT_LIMIT, MAX_LIMIT = 100, 1000
+DEFAULT_LIMIT, MAX_LIMIT = models.DEFAULT_LIMIT, models.MAX_LIMIT
+CONTINUE_MAX = models.CONTINUE_MAX
+_CONTINUE_RE = re.compile(models.CONTINUE_PATTERN)
+# The jobs CRD's selectableFields (resources/crds.py): the list filters, applied by the API server.
+FIELD_SELECTORS = {"queue": "spec.queue", "handler": "spec.handler", "state": "status.state"}
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -86,48 +95,38 @@ def _from_validation(exc: ValidationError, prefix: str = "") -> HttpError:
     return invalid(field, message)
 
 
-def _cursor(job: dict[str, Any]) -> tuple[str, str]:
-    meta = job["metadata"]
-    return meta.get("creationTimestamp") or "", meta["name"]
+def not_a_continue_token() -> HttpError:
+    return invalid("continue", "not a continue token from a previous page of this list")
 
 
-def encode_continue(position: tuple[str, str]) -> str:
-    return base64.urlsafe_b64encode(json.dumps(list(position)).encode()).decode().rstrip("=")
-
-
-def decode_continue(token: str) -> tuple[str, str]:
-    try:
-        created, name = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
-        if not isinstance(created, str) or not isinstance(name, str):
-            raise ValueError
-    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
-        raise invalid("continue", "not a continue token from a previous page of this list") from None
-    return created, name
-
-
-def paginate(jobs: list[dict[str, Any]], limit: int, after: tuple[str, str] | None) -> tuple[list[dict], str | None]:
-    """Key-set pagination in creation order: stable while jobs are created and deleted between pages."""
-    ordered = sorted(jobs, key=_cursor)
-    if after is not None:
-        ordered = [j for j in ordered if _cursor(j) > after]
-    page = ordered[:limit]
-    more = len(ordered) > limit
-    return page, encode_continue(_cursor(page[-1])) if more and page else None
+def list_error(exc: ApiError, token: str) -> HttpError | None:
+    """The API server's refusal of a page, in the API's words; None when it is not about the continue token."""
+    if exc.status == 410:  # the list's snapshot is gone (compacted): the token cannot be continued consistently
+        return HttpError(410, "Expired", "continue: the token has expired (a list's snapshot lasts a few minutes); "
+                                         "list again from the start", field="continue")
+    if exc.status == 400 and token:
+        return not_a_continue_token()
+    return None
 
 
 class Api:
     def __init__(self, kube: Kube, *, view: Any = None, ready: Callable[[], bool] = lambda: False,
-                 namespaces: list[str] | tuple[str, ...] = (), now: Callable[[], datetime] = utcnow) -> None:
+                 namespaces: list[str] | tuple[str, ...] = (), now: Callable[[], datetime] = utcnow,
+                 max_in_flight: int = 100, request_timeout: float = 30.0, auth: Authorizer | None = None) -> None:
         self.kube = kube
         self.view = view
         self.ready = ready
         self.namespaces = set(namespaces)
         self.now = now
-        self.auth = Authorizer(kube)
+        self.auth = auth or Authorizer(kube)
+        self.max_in_flight = max_in_flight
+        self.request_timeout = request_timeout
+        self.in_flight = 0
         self._document = document()
 
     def install(self, app: web.Application) -> None:
-        app.middlewares.append(self._errors)
+        app.middlewares.append(self._errors)  # outermost: whatever the guard refuses is answered as JSON
+        app.middlewares.append(self._guard)
         app.router.add_get("/v2/openapi.json", self.openapi)
         app.router.add_post("/v2/jobs", self.create)
         app.router.add_get("/v2/jobs", self.list_jobs)
@@ -172,6 +171,34 @@ class Api:
             log.exception("%s %s failed", request.method, request.path)
             return error_response(HttpError(500, "InternalError", "internal error; see the operator's log"))
 
+    @web.middleware
+    async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """The concurrency cap and the deadline of /v2 requests (the probes and /metrics pass untouched)."""
+        if not request.path.startswith("/v2"):
+            return await handler(request)
+        if self.in_flight >= self.max_in_flight:
+            metrics.HTTP_REFUSED.labels("in-flight").inc()
+            raise HttpError(429, "TooManyRequests", f"the operator is serving its maximum of {self.max_in_flight} "
+                                                    "API requests at once; retry in 1 s", headers={"Retry-After": "1"})
+        self.in_flight += 1
+        metrics.HTTP_IN_FLIGHT.inc()
+        deadline = asyncio.timeout(self.request_timeout)
+        try:
+            async with deadline:
+                return await handler(request)
+        except TimeoutError:
+            if not deadline.expired():  # a timeout of something else, inside: not this deadline's
+                raise
+            metrics.HTTP_REFUSED.labels("deadline").inc()
+            log.warning("%s %s: not done within %g s", request.method, request.path, self.request_timeout)
+            raise HttpError(503, "Timeout", f"the request was not done within {self.request_timeout:g} s (a slow "
+                                            "Kubernetes API, or a request body that did not arrive); a create, "
+                                            "cancel or retry may still take effect: repeat it (a create with its "
+                                            "idempotency_key)", headers={"Retry-After": "1"}) from None
+        finally:
+            self.in_flight -= 1
+            metrics.HTTP_IN_FLIGHT.dec()
+
     # --- common steps ------------------------------------------------------------------------------------------
     def _namespace(self, request: web.Request) -> str:
         value = request.query.get("namespace", DEFAULT_NAMESPACE)
@@ -189,7 +216,7 @@ class Api:
 
     async def _allowed(self, request: web.Request, verb: str, resource: str, name: str | None = None) -> str:
         """Authenticate, read the namespace, authorize: the namespace (the caller is in request["user"])."""
-        user = await self.auth.authenticate(request.headers.get("Authorization"))
+        user = await self.auth.authenticate(request.headers.get("Authorization"), request.remote or "")
         request["user"] = user
         ns = self._namespace(request)
         await self.auth.authorize(user, verb, resource, ns, name)
@@ -212,17 +239,16 @@ class Api:
         except ApiError as exc:
             raise self._upstream(exc, ns, name) from None
 
-    async def _read_jobs(self, ns: str, whole: bool = True) -> list[dict[str, Any]]:
-        """The namespace's jobs; whole=False: slim copies of finished jobs will do (state, queue, times)."""
-        if self._view_serves(ns):
-            jobs = [raw for (n, _), raw in list(self.view.jobs.items()) if n == ns]
-            if not whole or not any(is_slim(raw) for raw in jobs):
-                return jobs
-        try:
-            items, _ = await self.kube.list(self._path(ns))
-        except ApiError as exc:
-            raise self._upstream(exc, ns) from None
-        return items
+    def _view_jobs(self, ns: str) -> list[dict[str, Any]]:
+        """The namespace's jobs from the view (slim copies of finished ones: state, queue and times only)."""
+        if self.namespaces and ns not in self.namespaces:
+            raise HttpError(404, "NotFound", f"namespace {ns} is not watched by this operator (its "
+                                             f"--watch-namespace: {', '.join(sorted(self.namespaces))})")
+        if not self._view_serves(ns):
+            raise HttpError(503, "ServiceUnavailable", "the operator is still reading the cluster (its first lists "
+                                                       "and watches); retry in a few seconds",
+                            headers={"Retry-After": "2"})
+        return [raw for (n, _), raw in list(self.view.jobs.items()) if n == ns]
 
     @staticmethod
     def _upstream(exc: ApiError | ClientError, ns: str, name: str | None = None) -> HttpError:
@@ -277,9 +303,10 @@ class Api:
         q = request.query
         ns = await self._allowed(request, "list", "jobs")
         try:
-            queue = inputs.object_name("queue", q["queue"], "queue name") if "queue" in q else None
-            handler = inputs.object_name("handler", q["handler"], "handler name") if "handler" in q else None
-            state = inputs.state("state", q["state"]) if "state" in q else None
+            wanted = {"queue": inputs.object_name("queue", q["queue"], "queue name") if "queue" in q else None,
+                      "handler": inputs.object_name("handler", q["handler"], "handler name") if "handler" in q
+                      else None,
+                      "state": inputs.state("state", q["state"]) if "state" in q else None}
         except inputs.InputError as exc:
             raise _from_input_error(exc) from None
         limit = DEFAULT_LIMIT
@@ -290,21 +317,38 @@ class Api:
                 raise invalid("limit", f"{q['limit']!r} is not an integer") from None
             if not 1 <= limit <= MAX_LIMIT:
                 raise invalid("limit", f"must be between 1 and {MAX_LIMIT}, got {limit}")
-        after = decode_continue(q["continue"]) if q.get("continue") else None
-
-        def keep(job: dict[str, Any]) -> bool:
-            spec, status = job.get("spec") or {}, job.get("status") or {}
-            return ((queue is None or spec.get("queue") == queue) and (handler is None or spec.get("handler") == handler)
-                    and (state is None or status.get("state") == state))
-
-        jobs = [j for j in await self._read_jobs(ns) if keep(j)]
-        page, token = paginate(jobs, limit, after)
-        body = models.JobList(items=[models.job_out(j) for j in page], continue_=token)
+        token = q.get("continue", "")
+        if len(token) > CONTINUE_MAX or not _CONTINUE_RE.match(token):
+            raise not_a_continue_token()
+        page, next_token = await self._page(ns, {k: v for k, v in wanted.items() if v is not None}, limit, token)
+        body = models.JobList(items=[models.job_out(j) for j in page], continue_=next_token)
         return _json(models.dump(body))
+
+    async def _page(self, ns: str, wanted: dict[str, str], limit: int,
+                    token: str) -> tuple[list[dict[str, Any]], str | None]:
+        """One page of the API server's list (its order: by name), filtered by field selectors. With CRDs older
+        than this operator (no selectableFields: Helm never upgrades CRDs), the page is filtered here instead, and
+        may then hold fewer than `limit` jobs."""
+        params = {"limit": str(limit), **({"continue": token} if token else {})}
+        selector = ",".join(f"{FIELD_SELECTORS[k]}={v}" for k, v in wanted.items())
+        try:
+            try:
+                body = await self.kube.request("GET", self._path(ns), params={**params, "fieldSelector": selector}
+                                               if selector else params)
+                return body.get("items") or [], (body.get("metadata") or {}).get("continue") or None
+            except ApiError as exc:
+                if not (selector and exc.status == 400 and "field label not supported" in exc.message):
+                    raise
+            body = await self.kube.request("GET", self._path(ns), params=params)
+        except ApiError as exc:
+            raise (list_error(exc, token) or self._upstream(exc, ns)) from None
+        items = [job for job in body.get("items") or [] if all(_field(job, FIELD_SELECTORS[k]) == v
+                                                                  for k, v in wanted.items())]
+        return items, (body.get("metadata") or {}).get("continue") or None
 
     async def _transition(self, request: web.Request, patch: dict[str, Any]) -> web.Response:
         name = self._job_name(request)
-        ns = await self._allowed(request, "update", "jobs", name)
+        ns = await self._allowed(request, "patch", "jobs", name)  # the verb of the write below
         try:
             raw = await self.as_caller(request, lambda client: client.request(
                 "PATCH", self._path(ns, name=name), json=patch,
@@ -325,17 +369,27 @@ class Api:
 
     async def queues(self, request: web.Request) -> web.Response:
         ns = await self._allowed(request, "list", "queues")
+        jobs = self._view_jobs(ns)  # counting needs every job: from the view, never a list of the namespace
         try:
             queue_objects, _ = await self.kube.list(self._path(ns, "queues"))
         except ApiError as exc:
             raise self._upstream(exc, ns) from None
-        stats = queue_stats(queue_objects, await self._read_jobs(ns, whole=False))
+        stats = queue_stats(queue_objects, jobs)
         now = self.now()
         return _json(models.dump(models.QueueList(items=[models.queue_out(s, now) for s in stats])))
 
 
+def _field(job: dict[str, Any], path: str) -> Any:
+    """A field of a job by its field-selector path ("spec.queue")."""
+    value: Any = job
+    for part in path.split("."):
+        value = (value or {}).get(part) if isinstance(value, dict) else None
+    return value
+
+
 def routes(operator: Any) -> Callable[[web.Application], None]:
     """extra_routes for http.server.build_app: the /v2 API of this operator process."""
-    api = Api(operator.api_kube, view=operator.view, ready=lambda: operator.ready,
-              namespaces=operator.settings.namespaces)
+    settings = operator.settings
+    api = Api(operator.api_kube, view=operator.view, ready=lambda: operator.ready, namespaces=settings.namespaces,
+              max_in_flight=settings.http_max_in_flight, request_timeout=settings.http_request_timeout)
     return api.install

@@ -1,6 +1,12 @@
 """Who is calling the /v2 API and may they: bearer tokens checked with a TokenReview, every request with a
 SubjectAccessReview — the API server decides, with the cluster's own RBAC.
 
+A token's review is remembered briefly, accepted or refused, so that a client repeating a token costs the API
+server one TokenReview per `token_ttl`. A client sending token after new token that the API server refuses (a
+guessing attack, or a broken client in a loop) may cause `failed_burst` reviews at once and `failed_rate` per
+second after that; beyond, its requests with tokens not yet reviewed are answered 429 with Retry-After, without
+a review. "A client" is the peer address as the operator sees it (behind a proxy: the proxy's).
+
 The operator's service account needs `create` on tokenreviews (authentication.k8s.io) and
 subjectaccessreviews (authorization.k8s.io).
 """
@@ -9,11 +15,14 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import metrics
 from ..kube import ApiError, Kube
 from ..resources import GROUP
+from .limits import ExpiringCache, TokenBuckets
 
 TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
 ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
@@ -37,13 +46,19 @@ class User:
     extra: tuple[tuple[str, tuple[str, ...]], ...] = field(default=())
 
 
-class Authorizer:
-    def __init__(self, kube: Kube, token_ttl: float = 10.0) -> None:
-        self.kube = kube
-        self.token_ttl = token_ttl
-        self._tokens: dict[str, tuple[float, User]] = {}
+INVALID_TOKEN = 'Bearer realm="sextant", error="invalid_token"'
 
-    async def authenticate(self, authorization: str | None) -> User:
+
+class Authorizer:
+    def __init__(self, kube: Kube, token_ttl: float = 10.0, failed_burst: int = 10, failed_rate: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.kube = kube
+        self.clock = clock
+        self._accepted: ExpiringCache[str, User] = ExpiringCache(token_ttl)
+        self._refused: ExpiringCache[str, str] = ExpiringCache(token_ttl)  # token digest → the refusal's words
+        self._failures = TokenBuckets(failed_burst, failed_rate)  # per client address
+
+    async def authenticate(self, authorization: str | None, client: str = "") -> User:
         if not authorization:
             raise HttpError(401, "Unauthorized", "no credentials: send `Authorization: Bearer <token>` (a "
                                                  "Kubernetes token, e.g. from `kubectl create token`)",
@@ -54,23 +69,40 @@ class Authorizer:
             raise HttpError(401, "Unauthorized", "the Authorization header must be `Bearer <token>`",
                             headers={"WWW-Authenticate": 'Bearer realm="sextant"'})
         digest = hashlib.sha256(token.encode()).hexdigest()
-        cached = self._tokens.get(digest)
-        if cached and cached[0] > time.monotonic():
-            return cached[1]
-        review = await self._review(TOKEN_REVIEWS, {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
-                                                    "spec": {"token": token}})
+        now = self.clock()
+        user = self._accepted.get(digest, now)
+        if user is not None:
+            return user
+        refusal = self._refused.get(digest, now)
+        if refusal is not None:
+            raise HttpError(401, "Unauthorized", refusal, headers={"WWW-Authenticate": INVALID_TOKEN})
+        if not self._failures.take(client, now):
+            metrics.HTTP_REFUSED.labels("failed-authentication").inc()
+            wait = self._failures.retry_after(client, now)
+            raise HttpError(429, "TooManyRequests",
+                            f"too many tokens from {client or 'this client'} were not accepted by the API server; "
+                            f"retry in {wait} s", headers={"Retry-After": str(wait)})
+        try:
+            review = await self._review(TOKEN_REVIEWS, {"apiVersion": "authentication.k8s.io/v1",
+                                                        "kind": "TokenReview", "spec": {"token": token}})
+        except HttpError:
+            self._failures.give_back(client, self.clock())  # the API server's trouble, not the client's failure
+            metrics.TOKEN_REVIEWS.labels("error").inc()
+            raise
         status = review.get("status") or {}
         if not status.get("authenticated"):
+            metrics.TOKEN_REVIEWS.labels("refused").inc()
             detail = status.get("error") or "the token is not valid (expired, revoked, or for another cluster)"
-            raise HttpError(401, "Unauthorized", f"the token was not accepted: {detail}",
-                            headers={"WWW-Authenticate": 'Bearer realm="sextant", error="invalid_token"'})
+            refusal = f"the token was not accepted: {detail}"
+            self._refused.put(digest, refusal, self.clock())
+            raise HttpError(401, "Unauthorized", refusal, headers={"WWW-Authenticate": INVALID_TOKEN})
+        metrics.TOKEN_REVIEWS.labels("accepted").inc()
+        self._failures.give_back(client, self.clock())
         info = status.get("user") or {}
         user = User(username=info.get("username", ""), uid=info.get("uid", ""),
                     groups=tuple(info.get("groups") or ()),
                     extra=tuple(sorted((k, tuple(v)) for k, v in (info.get("extra") or {}).items())))
-        if len(self._tokens) > 10_000:
-            self._tokens.clear()
-        self._tokens[digest] = (time.monotonic() + self.token_ttl, user)
+        self._accepted.put(digest, user, self.clock())
         return user
 
     async def authorize(self, user: User, verb: str, resource: str, namespace: str, name: str | None = None) -> None:
@@ -99,4 +131,5 @@ class Authorizer:
         except ApiError as exc:
             raise HttpError(503, "ServiceUnavailable",
                             f"cannot check the credentials with the API server ({exc.status} {exc.reason}: "
-                            f"{exc.message}); the operator needs create on tokenreviews and subjectaccessreviews")
+                            f"{exc.message}); the operator needs create on tokenreviews and subjectaccessreviews",
+                            headers={"Retry-After": "5"}) from None

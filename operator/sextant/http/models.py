@@ -15,6 +15,10 @@ from ..queuestats import QueueStats
 from ..resources.common import format_time
 from ..resources.job import job_id
 
+DEFAULT_LIMIT, MAX_LIMIT = 100, 1000  # GET /v2/jobs: page sizes
+# The API server's continue tokens are unpadded base64url; anything else (or longer) is refused before it is sent.
+CONTINUE_PATTERN, CONTINUE_MAX = r"^[A-Za-z0-9_-]*$", 4096
+
 StateName = Literal["scheduled", "queued", "running", "succeeded", "failed", "dead", "cancelled"]
 
 

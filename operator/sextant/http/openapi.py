@@ -11,6 +11,7 @@ from pydantic.json_schema import models_json_schema
 
 from .. import inputs
 from . import models
+from .models import CONTINUE_MAX, CONTINUE_PATTERN, DEFAULT_LIMIT, MAX_LIMIT
 
 REF = "#/components/schemas/{model}"
 
@@ -28,17 +29,24 @@ ERRORS = {
     403: "The caller may not do this in this namespace (SubjectAccessReview against sextant.dev RBAC).",
     404: "No such job (or namespace).",
     409: "The job's state forbids the transition (cancel of a finished job, retry of one not failed or dead).",
+    410: "The continue token has expired (a list's snapshot lasts a few minutes): list again from the start.",
     422: "Invalid input; error.field names it.",
+    429: "Too many requests: the operator serves a bounded number at once, and a client whose tokens the API server "
+         "keeps refusing is slowed down. Retry after Retry-After seconds.",
     502: "The Kubernetes API failed to do what was asked.",
-    503: "The credentials could not be checked with the Kubernetes API.",
+    503: "Not now: the credentials could not be checked with the Kubernetes API, the operator is still starting, or "
+         "the request was not done within the operator's deadline. Retry after Retry-After seconds.",
 }
+RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait before retrying.", "required": True,
+                               "schema": {"type": "string", "pattern": "^[0-9]+$"}}}
 
 
 def _responses(ok: dict[int, tuple[str, str]], *errors: int) -> dict[str, Any]:
     out: dict[str, Any] = {str(code): {"description": text, "content": _content(schema)}
                            for code, (schema, text) in ok.items()}
-    for code in (401, 403, *errors, 502, 503):
-        out[str(code)] = {"description": ERRORS[code], "content": _content("Error")}
+    for code in (401, 403, *errors, 429, 502, 503):
+        out[str(code)] = {"description": ERRORS[code], "content": _content("Error"),
+                          **({"headers": RETRY_AFTER} if code in (429, 503) else {})}
     return out
 
 
@@ -65,8 +73,8 @@ def _name_param(name: str, what: str) -> dict[str, Any]:
 def _transition(verb: str, summary: str) -> dict[str, Any]:
     return {"post": {
         "operationId": f"{verb}Job", "summary": summary, "parameters": [JOB_ID, NAMESPACE],
-        "description": f"Authorized as `update` on jobs.sextant.dev. Answers the job as it is right after the "
-                       f"request (the operator acts on it asynchronously).",
+        "description": "Authorized as `patch` on jobs.sextant.dev (the request patches the job's spec). Answers "
+                       "the job as it is right after the request (the operator acts on it asynchronously).",
         "responses": _responses({200: ("Job", f"The {verb} was requested.")}, 404, 409, 422),
     }}
 
@@ -84,7 +92,7 @@ def document() -> dict[str, Any]:
                            "bearer token (`Authorization: Bearer $(kubectl create token SA)`); choose the "
                            "namespace with the query parameter `namespace` (default: default). Every request is "
                            "authorized against the cluster's RBAC for the API group sextant.dev: create/list/get "
-                           "jobs, update jobs for cancel and retry, list queues.",
+                           "jobs, patch jobs for cancel and retry, list queues.",
         },
         "servers": [{"url": "/"}],
         "security": [{"bearer": []}],
@@ -103,18 +111,20 @@ def document() -> dict[str, Any]:
                 },
                 "get": {
                     "operationId": "listJobs", "summary": "List jobs",
-                    "description": "In creation order (creationTimestamp, to the second, then id), `limit` at a time; "
-                                   "follow `continue` until it is null. A page may hold fewer than `limit` jobs.",
+                    "description": "The Kubernetes API server's own pages, in its order (by id), `limit` at a time; "
+                                   "follow `continue` until it is null (within a few minutes: a token expires, "
+                                   "410). A page may hold fewer than `limit` jobs.",
                     "parameters": [
                         NAMESPACE, _name_param("queue", "queue"), _name_param("handler", "handler"),
                         {"name": "state", "in": "query", "required": False, "description": "Only jobs in this state.",
                          "schema": {"type": "string", "enum": inputs.STATES}},
                         {"name": "limit", "in": "query", "required": False, "description": "Page size.",
-                         "schema": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}},
+                         "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT}},
                         {"name": "continue", "in": "query", "required": False,
-                         "description": "The `continue` of the previous page.", "schema": {"type": "string"}},
+                         "description": "The `continue` of the previous page.",
+                         "schema": {"type": "string", "pattern": CONTINUE_PATTERN, "maxLength": CONTINUE_MAX}},
                     ],
-                    "responses": _responses({200: ("JobList", "A page of jobs.")}, 404, 422),
+                    "responses": _responses({200: ("JobList", "A page of jobs.")}, 404, 410, 422),
                 },
             },
             "/v2/jobs/{job_id}": {
@@ -131,7 +141,8 @@ def document() -> dict[str, Any]:
             "/v2/queues": {
                 "get": {
                     "operationId": "listQueues", "summary": "Queues: jobs per state, running vs concurrency",
-                    "description": "Authorized as `list` on queues.sextant.dev.",
+                    "description": "Authorized as `list` on queues.sextant.dev. Counted from the operator's view "
+                                   "of the namespace: 404 for a namespace the operator does not watch.",
                     "parameters": [NAMESPACE],
                     "responses": _responses({200: ("QueueList", "Every queue of the namespace, and every queue "
                                                                 "its jobs name.")}, 404, 422),

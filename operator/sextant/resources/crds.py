@@ -131,6 +131,9 @@ RESOURCES: list[dict[str, Any]] = [
             {"name": "Handler", "type": "string", "jsonPath": ".spec.handler"},
             _AGE,
         ],
+        # Field selectors (Kubernetes >= 1.32; beta from 1.30): `kubectl get sjob --field-selector
+        # status.state=failed`, and the HTTP API's list filters, applied by the API server to each page.
+        "selectable": [".spec.queue", ".spec.handler", ".status.state"],
     },
     {
         "module": queue,
@@ -198,7 +201,8 @@ def crd(entry: dict[str, Any]) -> dict[str, Any]:
                     "storage": True,
                     "subresources": {"status": {}},
                     "additionalPrinterColumns": entry["columns"],
-                    **({"selectableFields": entry["selectable"]} if "selectable" in entry else {}),
+                    **({"selectableFields": [{"jsonPath": p} for p in entry["selectable"]]}
+                       if entry.get("selectable") else {}),
                     "schema": {"openAPIV3Schema": schema},
                 }
             ],

@@ -175,8 +175,14 @@ async def supervise(env: AttemptEnv, work: CommandWork | ModuleWork) -> int:
             await kube.close()
 
 
+USAGE = "usage: sextant run --module MODULE | sextant run -- COMMAND [ARGS...]"
+
+
 def main(argv: list[str]) -> int:
     """argv: ['--module', 'm'] or the command (after `--`)."""
+    if argv[:1] in (["--help"], ["-h"]):  # before the environment is read: help works anywhere
+        print(f"{USAGE}\n\n{__doc__.strip()}")
+        return 0
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     module = None
     if argv[:1] == ["--module"] and len(argv) >= 2:
@@ -184,7 +190,7 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["--"]:
         argv = argv[1:]
     if bool(module) == bool(argv):
-        print("usage: sextant run --module MODULE | sextant run -- COMMAND [ARGS...]", file=sys.stderr)
+        print(USAGE, file=sys.stderr)
         return 2
     try:
         env = AttemptEnv.from_environ()
