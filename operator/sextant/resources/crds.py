@@ -121,8 +121,6 @@ RESOURCES: list[dict[str, Any]] = [
         "module": job,
         "model": job.Job,
         "doc": "A unit of work: a handler, a queue, a JSON payload and a time to run; status is its lifecycle.",
-        # A worker watches only the jobs assigned to it: ?fieldSelector=status.worker=NAME (docs/workers.md).
-        "selectable": [{"jsonPath": ".status.worker"}],
         "root_rules": [_NAME_FITS_A_LABEL, _RETRY_ONLY_FAILED_OR_DEAD, _CANCEL_ONLY_UNFINISHED],
         "columns": [
             {"name": "State", "type": "string", "jsonPath": ".status.state"},
@@ -132,8 +130,9 @@ RESOURCES: list[dict[str, Any]] = [
             _AGE,
         ],
         # Field selectors (Kubernetes >= 1.32; beta from 1.30): `kubectl get sjob --field-selector
-        # status.state=failed`, and the HTTP API's list filters, applied by the API server to each page.
-        "selectable": [".spec.queue", ".spec.handler", ".status.state"],
+        # status.state=failed`, and the HTTP API's list filters, applied by the API server to each page. A worker
+        # watches only the jobs assigned to it: ?fieldSelector=status.worker=NAME (docs/workers.md).
+        "selectable": [".spec.queue", ".spec.handler", ".status.state", ".status.worker"],
     },
     {
         "module": queue,
