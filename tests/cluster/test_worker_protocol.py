@@ -66,12 +66,17 @@ class ScriptedWorker:
         }
 
     def renew(self) -> None:
+        """An update at the version read (the API server refuses a Lease update without one)."""
+        name, body = contract.worker_lease_name(self.name), self.body()
         try:
-            self.leases.replace_namespaced_lease(contract.worker_lease_name(self.name), self.namespace, self.body())
+            current = self.leases.read_namespaced_lease(name, self.namespace)
         except ApiException as exc:
             if exc.status != 404:
                 raise
-            self.leases.create_namespaced_lease(self.namespace, self.body())
+            self.leases.create_namespaced_lease(self.namespace, body)
+            return
+        body["metadata"]["resourceVersion"] = current.metadata.resource_version
+        self.leases.replace_namespaced_lease(name, self.namespace, body)
 
     def start(self) -> ScriptedWorker:
         self.renew()
@@ -165,6 +170,20 @@ def test_slots_and_queue_concurrency_hold_together(cluster, namespace, operator,
     owner.report(first)
     wait_state(cluster, namespace, first, "succeeded")
     wait_for(lambda: sum(map(len, running().values())) == 3, 30, message="the freed slot to be taken")
+
+
+def test_a_lost_worker_fails_its_attempt_and_another_takes_the_retry(cluster, namespace, operator, workers):
+    w1 = workers("w1").start()
+    apply(cluster, namespace, queue("q", **FAST), worker_handler(), job("job-l"))
+    wait_for(lambda: status(cluster, namespace, "job-l").get("worker") == "w1", 30, message="assigned to w1")
+    w2 = workers("w2").start()
+    w1.stop_renewing()  # SIGKILL, as the operator sees it
+    wait_for(lambda: status(cluster, namespace, "job-l").get("worker") == "w2", 30,
+             message=lambda: f"retry on w2; status {status(cluster, namespace, 'job-l')}")
+    st = status(cluster, namespace, "job-l")
+    assert timeline_of(st)[0] == ("failed", "LeaseExpired") and st["attempt"] == 2
+    w2.report("job-l")
+    assert timeline_of(wait_state(cluster, namespace, "job-l", "succeeded"))[-1] == ("succeeded", None)
 
 
 def test_a_restarted_worker_does_not_inherit_its_predecessors_attempt_and_a_late_result_is_refused(
