@@ -550,7 +550,8 @@ def test_a_worker_can_use_an_existing_service_account_and_a_narrower_network_pol
      'Worker "w" is in namespace "elsewhere", which the operator does not watch'),
     ({"watchNamespaces": ["shop"], "workers": [{"name": "w"}]},
      'Worker "w" is in namespace "default", which the operator does not watch'),
-    ({"handlers": [{"name": "h", "spec": {"worker": {}, "template": {"spec": {"containers": [{"name": "c"}]}}}}]},
+    ({"handlers": [{"name": "h", "namespace": "jobs",  # not the release's (where the runner may not be bound)
+                    "spec": {"worker": {}, "template": {"spec": {"containers": [{"name": "c"}]}}}}]},
      "handlers[h].spec: set exactly one of template (a pod per attempt) and worker"),
     ({"handlers": [{"name": "h", "spec": {"nonRetryableExitCodes": [2]}}]},
      "handlers[h].spec: set exactly one of template (a pod per attempt) and worker"),
