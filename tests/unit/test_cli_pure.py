@@ -145,7 +145,8 @@ def test_list_filters_read_the_fields_the_crd_makes_selectable():
 
     jobs_crd = next(crd(e) for e in RESOURCES if e["model"].__name__ == "Job")
     selectable = [f["jsonPath"] for f in jobs_crd["spec"]["versions"][0]["selectableFields"]]
-    assert sorted(selectable) == sorted(f".{path}" for path in api.FIELD_SELECTORS.values())
+    # the HTTP API's filters, and status.worker: what a worker watches its own jobs by (docs/workers.md)
+    assert sorted(selectable) == sorted([*(f".{path}" for path in api.FIELD_SELECTORS.values()), ".status.worker"])
     job = _job("job-a", "emails", "failed", T0)
     assert [api._field(job, api.FIELD_SELECTORS[k]) for k in ("queue", "handler", "state")] == ["emails", "h", "failed"]
     assert api._field({"metadata": {"name": "job-b"}}, "status.state") is None
