@@ -21,6 +21,7 @@ from ..client import ClientError
 from . import inspect as inspect_cmd
 from ..worker import main as worker_cmd
 from . import jobs, queues, schedules, workers
+from .args import positive_int
 from .context import CliError, Context, api_error
 
 
@@ -78,7 +79,7 @@ def _operator_flags(op: argparse.ArgumentParser) -> None:
     op.add_argument("--http-tls-cert", help="serve HTTPS with this PEM certificate (chain); with --http-tls-key. "
                                             "Read again when the file changes")
     op.add_argument("--http-tls-key", help="the certificate's PEM private key")
-    op.add_argument("--http-max-in-flight", type=_positive_int, default=100,
+    op.add_argument("--http-max-in-flight", type=positive_int, default=100,
                     help="/v2 API requests served at once; more are answered 429 with Retry-After (default 100; "
                          "health, readiness and metrics are never refused)")
     op.add_argument("--http-request-timeout", type=_positive_duration, default="30s",
@@ -91,16 +92,6 @@ def _operator_flags(op: argparse.ArgumentParser) -> None:
     op.add_argument("--leader-election-lease-duration", default="15s", help="default 15s")
     op.add_argument("--leader-election-renew-deadline", default="10s", help="default 10s")
     op.add_argument("--leader-election-retry-period", default="2s", help="default 2s")
-
-
-def _positive_int(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
-    return number
 
 
 def _positive_duration(value: str) -> str:

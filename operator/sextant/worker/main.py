@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import inputs, kubeconfig
+from ..cli.args import positive_int
 from ..resources.common import parse_duration
 
 # The rest is imported when a worker starts, so that every other command of the CLI starts fast.
@@ -39,16 +40,6 @@ class BadInput(Exception):
     """Exit code 2: the message names what is wrong."""
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not at least 1")
-    return value
-
-
 def _duration(text: str) -> float:
     try:
         return parse_duration(text).total_seconds()
@@ -57,7 +48,7 @@ def _duration(text: str) -> float:
 
 
 def _port(text: str) -> int:
-    value = _positive(text)
+    value = positive_int(text)
     if value > 65535:
         raise argparse.ArgumentTypeError(f"{value} is not a port (1-65535)")
     return value
@@ -78,7 +69,7 @@ def register(sub: argparse._SubParsersAction, flags: argparse.ArgumentParser) ->
                         "the current directory on sys.path)")
     p.add_argument("--handler", action="append", dest="handlers", metavar="HANDLER",
                    help="serve only this handler (repeatable; default: every worker-mode Handler it can run)")
-    p.add_argument("--concurrency", type=_positive, default=DEFAULT_CONCURRENCY, metavar="N",
+    p.add_argument("--concurrency", type=positive_int, default=DEFAULT_CONCURRENCY, metavar="N",
                    help=f"slots: attempts run at once (default {DEFAULT_CONCURRENCY}; also the threads for `def` "
                         "functions)")
     p.add_argument("--name", help="the worker's name, a DNS label (default: the pod's name, else <host>-<pid>)")
