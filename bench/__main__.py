@@ -4,6 +4,7 @@
     .venv/bin/python -m bench                   # the same
     .venv/bin/python -m bench --quick           # a few minutes: small bursts, two short rates, 5k-job scale
     .venv/bin/python -m bench --sizes 1000 --workloads burst --configs S,A1
+    .venv/bin/python -m bench --configs W,S,A1 --workloads burst,rate --rate-configs W --rates 50,100,200
 
 Each configuration × workload runs on a fresh local control plane (audit log on). Results: a table on stdout and
 in bench/results/<timestamp>.md, every figure in bench/results/<timestamp>.json, the plot in
@@ -40,7 +41,7 @@ def _list(text: str, cast=str) -> list:
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    p.add_argument("--configs", default="S,A0,A1", help="of S, A0, A1, S0, S16 (default S,A0,A1)")
+    p.add_argument("--configs", default="W,S,A0,A1", help="of W, S, A0, A1, S0, S16 (default W,S,A0,A1)")
     p.add_argument("--workloads", default="burst,fail,rate,scale",
                    help="of burst, fail (10%% of first attempts fail), rate (sustained arrivals), scale "
                         "(default all)")
@@ -64,6 +65,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--nice", type=int, default=0,
                    help="renice the measured processes (control plane, operator, load generator) to this value, "
                         "e.g. -5 on a machine shared with other work (root only; default 0: leave them)")
+    p.add_argument("--worker-processes", type=int, default=4, help="W: `sextant worker` processes (default 4)")
+    p.add_argument("--worker-slots", type=int, default=64, help="W: slots (--concurrency) of each (default 64)")
     p.add_argument("--in-flight", type=int, default=100, help="the load generator's concurrent creates (100)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds a run may take (default 1800)")
     p.add_argument("--out", type=Path, default=RESULTS, help="results directory (default bench/results)")
@@ -163,13 +166,15 @@ def main(argv: list[str] | None = None) -> int:
     bursts = [w for c, w in plan.runs if c == "S" and w.rate is None]
     profiled = max(bursts, key=lambda w: (w.jobs, not w.failing)).name if bursts and args.profile else None
     opts = Options(out=out_dir, nodes=args.nodes, nice=args.nice, audit=args.audit, in_flight=args.in_flight,
-                   timeout=args.timeout, verbose=not args.quiet)
+                   timeout=args.timeout, verbose=not args.quiet, worker_processes=args.worker_processes,
+                   worker_slots=args.worker_slots)
     renice([os.getpid()], args.nice)
     meta = {
         "command": " ".join([Path(sys.executable).name, "-m", "bench", *(argv if argv is not None else sys.argv[1:])]),
         "started": stamp, "git": _git_revision(), "operator_source": _operator_digest(),
         "cpus": os.cpu_count(), "cpu_model": _cpu_model(),
         "python": platform.python_version(), "nodes": args.nodes, "nice": args.nice, "audit": args.audit,
+        "workers": {"processes": args.worker_processes, "slots": args.worker_slots},
         "loadavg_at_start": Path("/proc/loadavg").read_text().split()[:3],
         "configs": {name: c.description for name, c in CONFIGS.items()},
     }

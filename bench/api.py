@@ -98,6 +98,7 @@ class JobRecord:
     sent: float | None = None  # local time the create was sent
     created: float | None = None  # local time its response arrived (the job exists by then)
     created_ts: str | None = None  # metadata.creationTimestamp (1 s resolution)
+    running: float | None = None  # local receive time of the first watch event showing it running
     terminal: float | None = None  # local receive time of the first watch event showing it terminal
     outcome: str | None = None
     pods: dict[str, PodRecord] = field(default_factory=dict)
@@ -120,6 +121,11 @@ class Kind:
     outcome: Callable[[dict[str, Any]], str | None]  # a job object → its terminal outcome, None while unfinished
     attempts: Callable[[dict[str, Any]], int]  # a job object → attempts (pods) it counted
     job_of_pod: Callable[[dict[str, Any]], str | None]
+    running: Callable[[dict[str, Any]], bool]  # a job object → whether an attempt of it runs now
+
+
+def _batch_running(obj: dict[str, Any]) -> bool:
+    return int((obj.get("status") or {}).get("active") or 0) > 0
 
 
 def _sextant_outcome(obj: dict[str, Any]) -> str | None:
@@ -144,6 +150,7 @@ SEXTANT = Kind(
     _sextant_outcome,
     lambda obj: len((obj.get("status") or {}).get("attempts") or []),
     lambda pod: _labels(pod).get("sextant.dev/job"),
+    lambda obj: (obj.get("status") or {}).get("state") == "running",
 )
 BATCH = Kind(
     "batch",
@@ -151,6 +158,7 @@ BATCH = Kind(
     _batch_outcome,
     lambda obj: sum(int((obj.get("status") or {}).get(k) or 0) for k in ("succeeded", "failed")),
     lambda pod: _labels(pod).get("batch.kubernetes.io/job-name"),
+    _batch_running,
 )
 
 
@@ -192,6 +200,8 @@ class Recorder:
         meta = obj["metadata"]
         rec = self.job(meta["name"])
         rec.created_ts = rec.created_ts or meta.get("creationTimestamp")
+        if rec.running is None and self.kind.running(obj):
+            rec.running = now
         if rec.terminal is None:
             outcome = self.kind.outcome(obj)
             if outcome is not None:

@@ -111,6 +111,7 @@ class Usage:
 
 def client_of(user_agent: str) -> str:
     for prefix, name in (("sextant-operator", "operator"), ("sextant-bench", "loadgen"),
+                         ("sextant-worker/", "worker"), ("sextant-sdk", "sdk"),
                          ("kube-scheduler/", "scheduler"), ("kube-controller-manager/", "controller-manager"),
                          ("kwok-controller/", "kwok"), ("kube-apiserver/", "apiserver"), ("kubectl/", "kubectl")):
         if user_agent.startswith(prefix):

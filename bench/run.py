@@ -1,4 +1,4 @@
-"""One run: a configuration (S, A0, A1, S0) × a workload (a burst, a burst with failing first attempts, a fixed
+"""One run: a configuration (S, A0, A1, S0, W) × a workload (a burst, a burst with failing first attempts, a fixed
 arrival rate), each on a fresh local control plane with the API server's audit log on."""
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sextant import kubeconfig
+from sextant.resources import contract
 from sextant.localcluster import LocalCluster, LocalClusterError, new_name
 
 from . import measure, profile, stages
@@ -50,6 +51,10 @@ class Config:
     extra_args: dict[str, list[str]]
     description: str
     operator_args: tuple[str, ...] = ()
+    workers: bool = False  # worker mode: the Handlers are served by `sextant worker` processes, no pods
+
+
+WORKER_MODULE = "bench.workerhandlers"  # the no-op SDK handlers the workers of W serve
 
 
 CONFIGS = {
@@ -67,6 +72,12 @@ CONFIGS = {
     "S16": Config("S16", SEXTANT, {"kube-scheduler": TUNED_SCHEDULER},
                   "Sextant operator with --workers 16; kube-scheduler " + " ".join(TUNED_SCHEDULER),
                   ("--workers", "16")),
+    # Worker mode (issue 15): the same Jobs, served by long-running `sextant worker` processes running a no-op
+    # async SDK handler; no pod per attempt, so neither the scheduler nor kwok has anything to do.
+    "W": Config("W", SEXTANT, {"kube-scheduler": TUNED_SCHEDULER},
+                "Sextant operator, shipped defaults; jobs served by `sextant worker` processes (no-op async SDK "
+                "handler, --worker-processes × --worker-slots); kube-scheduler " + " ".join(TUNED_SCHEDULER),
+                workers=True),
 }
 
 
@@ -107,7 +118,10 @@ def batch_job(name: str, i: int, fail: bool, indexed: bool) -> dict[str, Any]:
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name}, "spec": spec}
 
 
-def handler(name: str, annotations: dict[str, str]) -> dict[str, Any]:
+def handler(name: str, annotations: dict[str, str], worker: bool = False) -> dict[str, Any]:
+    if worker:  # an SDK function of WORKER_MODULE, registered under the Handler's name (docs/workers.md)
+        return {"apiVersion": "sextant.dev/v1alpha1", "kind": "Handler", "metadata": {"name": name},
+                "spec": {"worker": {}}}
     # heartbeat false: nothing runs in a kwok pod, so no runner renews a lease (README: an image without the runner)
     return {"apiVersion": "sextant.dev/v1alpha1", "kind": "Handler", "metadata": {"name": name},
             "spec": {"heartbeat": False, "template": {
@@ -115,9 +129,9 @@ def handler(name: str, annotations: dict[str, str]) -> dict[str, Any]:
                 "spec": {"tolerations": [KWOK_TOLERATION], "nodeSelector": NODE_SELECTOR, "containers": [CONTAINER]}}}}
 
 
-def sextant_setup(namespace: str) -> list[dict[str, Any]]:
+def sextant_setup(namespace: str, workers: bool = False) -> list[dict[str, Any]]:
     queue = {"apiVersion": "sextant.dev/v1alpha1", "kind": "Queue", "metadata": {"name": "bench"}, "spec": QUEUE_SPEC}
-    objs = [queue, handler("ok", {}), handler("fail-first", dict(stages.FAIL_FIRST_SEXTANT))]
+    objs = [queue, handler("ok", {}, workers), handler("fail-first", dict(stages.FAIL_FIRST_SEXTANT), workers)]
     for obj in objs:
         obj["metadata"]["namespace"] = namespace
     return objs
@@ -200,6 +214,59 @@ class OperatorProcess:
             self.proc.wait(5)
 
 
+class WorkerProcess:
+    """`sextant worker` serving the benchmark's namespace with the no-op SDK handlers of WORKER_MODULE."""
+
+    def __init__(self, kubeconfig_path: Path, namespace: str, name: str, slots: int, log_path: Path) -> None:
+        self.name = name
+        self.log_path = log_path
+        self.cmd = [sys.executable, "-m", "sextant.cli.main", "--kubeconfig", str(kubeconfig_path), "worker",
+                    "-n", namespace, "--module", WORKER_MODULE, "--concurrency", str(slots), "--name", name,
+                    "--log-level", "warning"]
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with open(self.log_path, "ab") as log_file:  # cwd: the repository, so that `bench` imports
+            self.proc = subprocess.Popen(self.cmd, stdout=log_file, stderr=subprocess.STDOUT, cwd=REPO,
+                                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def check(self) -> None:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"worker {self.name} exited with {self.proc.returncode}; see {self.log_path}")
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)  # a drain: nothing runs any more, so it ends within a second or two
+        try:
+            self.proc.wait(40)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+
+
+async def wait_workers(api: Api, namespace: str, workers: list[WorkerProcess], timeout: float = 60) -> float:
+    """Seconds until every worker has registered (its Lease exists: the operator can assign it jobs)."""
+    t0 = time.monotonic()
+    wanted = {w.name for w in workers}
+    while time.monotonic() - t0 < timeout:
+        for w in workers:
+            w.check()
+        leases, _ = await api.list_all(f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases",
+                                       {"labelSelector": contract.LABEL_WORKER})
+        names = {(lease["metadata"].get("labels") or {}).get(contract.LABEL_WORKER) for lease in leases}
+        if wanted <= names:
+            return time.monotonic() - t0
+        await asyncio.sleep(0.2)
+    raise RuntimeError(f"workers {sorted(wanted)} did not register within {timeout:.0f} s")
+
+
 # --- a cluster per configuration ------------------------------------------------------------------------------
 
 @dataclass
@@ -212,6 +279,8 @@ class Options:
     timeout: float = 1800
     profile: bool = False
     verbose: bool = True
+    worker_processes: int = 4  # W: `sextant worker` processes
+    worker_slots: int = 64  # W: --concurrency of each
 
 
 def log(opts: Options, message: str) -> None:
@@ -269,7 +338,7 @@ def prepare_namespace(cluster: LocalCluster, config: Config, namespace: str, crd
             cluster.kubectl("wait", "--for=condition=Established", "crd/jobs.sextant.dev", "crd/queues.sextant.dev",
                             "crd/handlers.sextant.dev", "--timeout=60s", timeout=70)
         cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
-                                                              "items": sextant_setup(namespace)}))
+                                                              "items": sextant_setup(namespace, config.workers)}))
 
 
 # --- one workload ---------------------------------------------------------------------------------------------
@@ -365,10 +434,12 @@ def figures(rec: Recorder, workload: Workload, t0: float, final_jobs: list[dict]
             out["jobs_per_s_10_90"] = round((i90 - i10) / (done[i90] - done[i10]), 2)
         out["completed_over_time"] = [round(t, 3) for t in done]
     # latencies from the watch (local receive times) and the create responses
-    to_pod, to_terminal, e2e, to_pod_ts, create_latency = [], [], [], [], []
+    to_pod, to_terminal, e2e, to_pod_ts, create_latency, to_running = [], [], [], [], [], []
     for j in jobs.values():
         if j.sent is not None and j.created is not None:
             create_latency.append(j.created - j.sent)
+        if j.running is not None and j.created is not None:
+            to_running.append(j.running - j.created)
         pods = sorted(j.pods.values(), key=lambda p: p.added)
         if pods and j.created is not None:
             to_pod.append(pods[0].added - j.created)
@@ -383,6 +454,7 @@ def figures(rec: Recorder, workload: Workload, t0: float, final_jobs: list[dict]
         "create_request": summary(create_latency),
         "create_to_pod_created": summary(to_pod),
         "create_to_pod_created_by_timestamps": summary(to_pod_ts),  # 1 s resolution: differences of whole seconds
+        "create_to_running": summary(to_running),  # the first watch event showing the job running
         "pod_finished_to_job_terminal": summary(to_terminal),
         "create_to_job_terminal": summary(e2e),
     }
@@ -410,6 +482,7 @@ async def run_workload(cluster: LocalCluster, config: Config, workload: Workload
                        opts: Options, label: str) -> dict[str, Any]:
     conn = kubeconfig.load(str(cluster.kubeconfig))
     operator = None
+    workers: list[WorkerProcess] = []
     spy = None
     result: dict[str, Any] = {"config": config.name, "workload": workload.name, "cluster": cluster.name,
                               "rate": workload.rate, "fail_fraction": workload.fail}
@@ -421,11 +494,20 @@ async def run_workload(cluster: LocalCluster, config: Config, workload: Workload
             renice([operator.pid], opts.nice)
             result["operator_start_to_ready_s"] = round(await operator.wait_ready(), 2)
         async with Api(conn, in_flight=opts.in_flight) as api:
+            if config.workers:
+                workers = [WorkerProcess(cluster.kubeconfig, namespace, f"bench-w{i}", opts.worker_slots,
+                                         opts.out / f"worker-{label}-{i}.log") for i in range(opts.worker_processes)]
+                for w in workers:
+                    w.start()
+                renice([w.pid for w in workers], opts.nice)
+                result["workers"] = {"processes": len(workers), "slots": opts.worker_slots,
+                                     "start_to_registered_s": round(await wait_workers(api, namespace, workers), 2)}
             rec = Recorder(api, config.kind, namespace)
             await rec.start()
             pids = cluster.pids()
             if operator is not None:
                 pids["operator"] = operator.pid
+            pids.update({f"worker-{i}": w.pid for i, w in enumerate(workers)})
             usage = measure.Usage(pids)
             if opts.profile and operator is not None:
                 spy = profile.Spy(operator.pid, opts.out / f"profile-{label}.txt")
@@ -438,6 +520,8 @@ async def run_workload(cluster: LocalCluster, config: Config, workload: Workload
             t0 = gen["started"]
             deadline = time.monotonic() + opts.timeout
             while rec.terminal < workload.jobs and time.monotonic() < deadline:
+                for w in workers:
+                    w.check()
                 rec.changed.clear()
                 try:
                     await asyncio.wait_for(rec.changed.wait(), 5)
@@ -469,6 +553,8 @@ async def run_workload(cluster: LocalCluster, config: Config, workload: Workload
             spy.stop()
         if operator is not None:
             operator.stop()
+        for w in workers:
+            w.stop()
     if cluster.audit_log is not None:
         audit = measure.audit_counts(cluster.audit_log, *window)
         result["api"] = audit

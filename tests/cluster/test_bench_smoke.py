@@ -18,27 +18,33 @@ pytestmark = pytest.mark.skipif(bool(os.environ.get("SEXTANT_TEST_KUBECONFIG")),
 
 def test_bench_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     plot = importlib.util.find_spec("matplotlib") is not None
-    args = ["--configs", "S,A1", "--workloads", "burst,fail,rate,scale", "--sizes", "20", "--rates", "10",
+    args = ["--configs", "W,S,A1", "--worker-processes", "2", "--worker-slots", "16", "--workloads", "burst,fail,rate,scale", "--sizes", "20", "--rates", "10",
             "--rate-seconds", "1", "--scale-jobs", "60", "--scale-unfinished", "10", "--same-cluster",
             "--no-profile", "--nodes", "2", "--timeout", "120", "--out", str(tmp_path), "-q"]
     assert main(args if plot else [*args, "--no-plot"]) == 0
     table = capsys.readouterr().out
-    assert "| figure | S | A1 | S/A1 |" in table and "sustained arrivals" in table
+    assert "| figure | W | S | A1 | W/A1 | W/S | S/A1 |" in table and "sustained arrivals" in table
 
     doc = json.loads(next(tmp_path.glob("*.json")).read_text())
     runs = {(r["config"], r["workload"]): r for r in doc["results"]}
-    assert set(runs) == {("S", "burst-20"), ("A1", "burst-20"), ("S", "fail-20"), ("A1", "fail-20"), ("S", "rate-10")}
+    assert set(runs) == {(c, w) for c in ("W", "S", "A1") for w in ("burst-20", "fail-20")} | {("S", "rate-10")}
     for key, r in runs.items():
         assert not r["timed_out"] and r["terminal"] == r["jobs"], key
         assert r["duplicate_pods"] == 0, (key, r["duplicates"])
         assert r["api_per_job"]["loadgen"]["writes"] >= 1, key  # the audit log names the load generator
         assert r["usage"]["cpu_seconds"].get("kube-apiserver") is not None, key
     # the retry path: 10% of first attempts fail, and both job systems retry them once
-    for config in ("S", "A1"):
+    for config in ("W", "S", "A1"):
         r = runs[(config, "fail-20")]
         assert r["outcomes"] == {"succeeded": 20} and r["attempts"] == 22, (config, r["outcomes"], r["attempts"])
     assert runs[("S", "burst-20")]["api_per_job"]["operator"]["writes"] > 0
     assert runs[("A1", "burst-20")]["api_per_job"]["controller-manager"]["writes"] > 0
+    # worker mode: no pods; the operator takes each job with one status write and a worker records it with one
+    w = runs[("W", "burst-20")]
+    assert w["pods"] == 0 and w["latency_ms"]["create_to_running"]["n"] == 20, w["latency_ms"]
+    assert w["api_per_job"]["operator"]["by_request"]["update jobs.sextant.dev/status"] == 1.0, w["api_per_job"]
+    assert w["api_per_job"]["worker"]["by_request"]["update jobs.sextant.dev/status"] == 1.0, w["api_per_job"]
+    assert w["usage"]["cpu_seconds"].get("worker-1") is not None and w["workers"]["processes"] == 2
     scale = doc["scale"]
     assert scale["start_to_ready_s"] > 0 and scale["memory_mb_at_ready"]["VmRSS"] > 0
     assert scale["start_to_all_terminal_s"] is not None
