@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from .. import metrics
-from .. import schedules as S
+from ..lifecycle import schedule as S
 from ..kube import ApiError, Kube
 from ..resources import API_VERSION, GROUP, VERSION
 from ..lifecycle.transitions import Event
