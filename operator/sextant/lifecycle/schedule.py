@@ -68,14 +68,13 @@ from croniter import croniter
 from croniter.croniter import CroniterError
 
 from ..idempotency import keyed_name
-from ..resources import API_VERSION
+from ..resources import API_VERSION, contract
 from ..resources.common import Condition, format_duration, format_time, parse_duration, parse_time, time_or_none
 from ..resources.job import State, payload_refusal
 from ..resources.schedule import KIND, ScheduleSpec, ScheduleStatus
 from .transitions import Event
 
-LABEL_SCHEDULE = "sextant.dev/schedule"
-ANNOTATION_SCHEDULED_AT = "sextant.dev/scheduled-at"
+LABEL_SCHEDULE, ANNOTATION_SCHEDULED_AT = contract.LABEL_SCHEDULE, contract.ANNOTATION_SCHEDULED_AT
 
 COND_READY, COND_INVALID, COND_SUSPENDED = "Ready", "Invalid", "Suspended"
 

@@ -3,6 +3,10 @@ scripts: labels, annotations and lease names. (The pod labels are still in contr
 
 from __future__ import annotations
 
+# A schedule's jobs (core-concepts: Schedules): the Schedule's name, and the tick in RFC 3339, UTC.
+LABEL_SCHEDULE = "sextant.dev/schedule"
+ANNOTATION_SCHEDULED_AT = "sextant.dev/scheduled-at"
+
 # A worker's registration Lease (docs/workers.md §1).
 LABEL_WORKER = "sextant.dev/worker"
 ANNOTATION_QUEUES = "sextant.dev/queues"
