@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, Hashable, Iterable
 
 from .. import metrics
 from ..kube import NotLeader
-from .workqueue import RetryLater, WorkQueue, failed
+from .workqueue import WorkQueue, failed
 
 
 class Runtime:
@@ -57,8 +57,7 @@ class Runtime:
         except NotLeader:
             self.queue.add(key)  # deposed mid-reconcile: the next leader (maybe us again) looks again
         except Exception as exc:  # noqa: BLE001 - one bad object must not stop the operator
-            if not isinstance(exc, RetryLater):
-                metrics.RECONCILE_ERRORS.inc()
+            metrics.RECONCILE_ERRORS.inc()
             report = self.report
             failed(self.queue, key, exc, kind=self.kind, log=self.log,
                    surface=(lambda message: report(key, message)) if report is not None else None)
