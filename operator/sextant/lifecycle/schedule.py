@@ -72,6 +72,7 @@ from ..resources import API_VERSION, contract
 from ..resources.common import Condition, format_duration, format_time, parse_duration, parse_time, time_or_none
 from ..resources.job import State, payload_refusal
 from ..resources.schedule import KIND, ScheduleSpec, ScheduleStatus
+from .states import FINISHED
 from .transitions import Event
 
 LABEL_SCHEDULE, ANNOTATION_SCHEDULED_AT = contract.LABEL_SCHEDULE, contract.ANNOTATION_SCHEDULED_AT
@@ -91,7 +92,6 @@ MACROS = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", 
 MAX_NAME = 63  # the name is the value of the label sextant.dev/schedule on every job
 
 _UNSTABLE_FIELD = re.compile(r"(^|[,/\-(])[HRhr]($|[,/\-(])")
-_FINISHED = frozenset({State.SUCCEEDED, State.DEAD, State.CANCELLED})
 
 
 class InvalidSchedule(ValueError):
@@ -287,7 +287,7 @@ class JobRef:
 
     @property
     def finished(self) -> bool:
-        return self.state in _FINISHED
+        return self.state in FINISHED
 
     @staticmethod
     def of(raw: dict[str, Any]) -> JobRef:
@@ -336,16 +336,15 @@ class ScheduleSnapshot:
     status: ScheduleStatus
 
 
-def build_job(schedule: ScheduleSnapshot, tick: datetime, *, key: str | None = None,
-              generation: int = 0) -> dict[str, Any]:
-    """The Job a tick creates (or, with another `key`, a job fired by hand for the schedule at `tick`)."""
+def build_job(schedule: ScheduleSnapshot, tick: datetime) -> dict[str, Any]:
+    """The Job a tick creates."""
     template = schedule.spec.job_template
-    key = key or idempotency_key(schedule.name, tick)
+    key = idempotency_key(schedule.name, tick)
     return {
         "apiVersion": API_VERSION,
         "kind": "Job",
         "metadata": {
-            "name": keyed_name(schedule.namespace, key, generation),
+            "name": keyed_name(schedule.namespace, key),
             "namespace": schedule.namespace,
             "labels": {LABEL_SCHEDULE: schedule.name},
             "annotations": {ANNOTATION_SCHEDULED_AT: format_tick(tick)},
@@ -436,9 +435,11 @@ class Window:
 
     due: tuple[datetime, ...]  # ticks whose job is due by now (tick plus jitter), oldest first; the latest KEEP_DUE
     upcoming: datetime  # the first tick that is not due yet
-    jumped_from: datetime | None = None  # the first of the ticks jumped over unseen: late whatever their jitter...
-    jumped_to: datetime | None = None  # ...up to this time (exclusive of the ticks after it)
-    dropped_from: datetime | None = None  # the first of due ticks beyond KEEP_DUE, dropped unseen (older than `due`)
+    # Ticks from jumped_from to jumped_to were jumped over unseen: more than startingDeadline late whatever their
+    # jitter. Ticks from dropped_from to just before due[0] were due but beyond KEEP_DUE: dropped unseen.
+    jumped_from: datetime | None = None
+    jumped_to: datetime | None = None
+    dropped_from: datetime | None = None
 
     def until(self, cursor: datetime) -> datetime:
         """status.evaluatedUntil after this window: every tick up to it has been handled."""
