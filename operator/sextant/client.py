@@ -13,12 +13,9 @@ import httpx
 
 from . import idempotency
 from .kubeconfig import Connection
-from .resources import API_VERSION, GROUP, VERSION
+from .resources import API_VERSION, GROUP, VERSION, contract
 from .resources.common import format_time, parse_time
 from .resources.job import object_name
-
-LABEL_SCHEDULE = "sextant.dev/schedule"
-ANNOTATION_SCHEDULED_AT = "sextant.dev/scheduled-at"
 
 
 class ClientError(Exception):
@@ -194,7 +191,7 @@ class Client:
         job, created = self.create_job(
             namespace, queue=template.get("queue", ""), handler=template.get("handler", ""),
             payload=template.get("payload") or {}, priority=template.get("priority", 0), idempotency_key=key,
-            labels={LABEL_SCHEDULE: name}, annotations={ANNOTATION_SCHEDULED_AT: stamp}, now=moment)
+            labels={contract.LABEL_SCHEDULE: name}, annotations={contract.ANNOTATION_SCHEDULED_AT: stamp}, now=moment)
         return job, created, key
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any]:

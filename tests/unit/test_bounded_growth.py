@@ -185,7 +185,7 @@ def test_the_worst_case_status_stays_far_below_etcds_limit():
 
 def test_a_schedule_whose_jobs_would_be_over_the_cap_is_invalid_and_fires_none():
     from sextant.resources.schedule import ScheduleSpec
-    from sextant.schedules import InvalidSchedule, compile_rule
+    from sextant.lifecycle.schedule import InvalidSchedule, compile_rule
 
     def schedule(payload: dict) -> ScheduleSpec:
         return ScheduleSpec.model_validate({"interval": "1m", "jobTemplate": {"queue": "q", "handler": "h",

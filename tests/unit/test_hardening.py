@@ -24,7 +24,7 @@ from sextant.controller.invalid import COND_INVALID, invalid_conditions
 from sextant.controller.jobs import _line_position
 from sextant.controller.main import supervise
 from sextant.controller.view import InvalidJob, View
-from sextant.controller.workqueue import RETRY_CAP, Backoff, RetryLater, WorkQueue, describe, failed
+from sextant.controller.workqueue import RETRY_CAP, Backoff, WorkQueue, describe, failed
 from sextant.kube import MAX_RETRY_AFTER, ApiError, Gone, _event, retry_after
 from sextant.lifecycle import transitions as T
 from sextant.lifecycle.backoff import backoff_delay
@@ -420,8 +420,8 @@ async def test_the_first_failure_of_a_streak_is_surfaced_once():
     queue, surfaced = WorkQueue(Backoff(base=10, cap=10)), []
     for _ in range(3):
         failed(queue, ("ns", "job-a"), ValueError("boom"), kind="job", log=_log(), surface=surfaced.append)
-    failed(queue, ("ns", "job-b"), RetryLater("pod refused"), kind="job", log=_log(), surface=surfaced.append)
-    assert surfaced == ["ValueError: boom"]
+    failed(queue, ("ns", "job-b"), KeyError("spec"), kind="job", log=_log(), surface=surfaced.append)
+    assert surfaced == ["ValueError: boom", "KeyError: 'spec'"]
     assert queue.delayed == 2
 
 

@@ -1,4 +1,4 @@
-"""sextant.schedules on a fixed clock: ticks (cron, macros, intervals) in time zones and across DST changes,
+"""sextant.lifecycle.schedule on a fixed clock: ticks (cron, macros, intervals) in time zones and across DST changes,
 jitter, missed runs after downtime, concurrency policies, suspend, history limits and the job a tick creates.
 
 Nothing reads the clock: every test passes `now` (and `online_since`, when the operator's view became complete).
@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from sextant import idempotency
-from sextant import schedules as S
+from sextant.lifecycle import schedule as S
 from sextant.resources.common import parse_time
 from sextant.resources.job import State
 from sextant.resources.schedule import ScheduleSpec, ScheduleStatus

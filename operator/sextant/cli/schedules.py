@@ -7,6 +7,7 @@ from typing import Any
 
 from .. import inputs
 from ..client import ClientError
+from ..resources import contract
 from ..resources.common import parse_time
 from ..resources.job import job_id
 from . import output
@@ -23,8 +24,8 @@ def register(sub: argparse._SubParsersAction, flags: argparse.ArgumentParser) ->
     lst.set_defaults(func=list_cmd, cli=True)
     trig = cmds.add_parser("trigger", parents=[flags], help="create one job now from a schedule's jobTemplate",
                            description="Create one job now from the Schedule's jobTemplate and print its id. The "
-                                       "job carries the label sextant.dev/schedule=NAME and the annotation "
-                                       "sextant.dev/scheduled-at, and the idempotency key "
+                                       f"job carries the label {contract.LABEL_SCHEDULE}=NAME and the annotation "
+                                       f"{contract.ANNOTATION_SCHEDULED_AT}, and the idempotency key "
                                        "NAME/manual/<now, to the second>: triggering twice within the same "
                                        "second creates one job.")
     trig.add_argument("name", metavar="NAME")

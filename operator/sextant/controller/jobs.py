@@ -25,12 +25,12 @@ from .admission import Admission
 from .events import EventRecorder
 from .informer import Key, key_of
 from .invalid import COND_INVALID, invalid_conditions, read_spec
-from ..kube import ApiError, Kube, NotLeader
+from ..kube import ApiError, Kube
 from .pods import build_pod, controller_uid
 from .timers import Timers
 from .view import InvalidJob, View, assigned_worker, is_slim, settled, state_of
 from .workers import Assignments
-from .workqueue import RetryLater, WorkQueue, failed
+from .runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -92,12 +92,11 @@ class JobController:
         self.admission = Admission()
         self.assignments = Assignments(view)
         self.timers = timers
-        self.queue = WorkQueue()
-        self.workers = workers
         self.pending_pods = pending_pods or None  # per queue: attempt pods waiting for a node (None: no limit)
-        self.started = asyncio.Event()
-        self.leading = asyncio.Event()  # only the leader reconciles; set at once without leader election
-        self.leading.set()
+        self.runtime = Runtime("job", self.reconcile, workers=workers, log=log, report=lambda key, message: self._report(
+            key, T.Event("ReconcileFailed", f"the operator failed to reconcile this job: {message}", "Warning")))
+        self.queue, self.started = self.runtime.queue, self.runtime.started
+        self.leading = self.runtime.leading  # only the leader reconciles; set at once without leader election
 
     # --- informer callbacks ---------------------------------------------------------------------------------
     def on_job(self, kind: str, obj: dict[str, Any]) -> None:
@@ -246,12 +245,12 @@ class JobController:
     # --- running --------------------------------------------------------------------------------------------
     async def run(self, synced: list[asyncio.Event]) -> None:
         """Wait for every informer's first list, then reconcile everything and keep going."""
-        await asyncio.gather(*(event.wait() for event in synced))
+        await self.runtime.run(synced, start=self._start)
+
+    def _start(self) -> None:
         self.resync()
-        self.started.set()
         log.info("view complete: %d jobs, %d queues, %d handlers", len(self.view.jobs), len(self.view.queues),
                  len(self.view.handlers))
-        await asyncio.gather(*(self._work() for _ in range(self.workers)))
 
     def resync(self) -> None:
         """Start from the whole view: at start, and when this replica becomes the leader. A job that fails here is
@@ -276,25 +275,6 @@ class JobController:
     def _needs_look(self, raw: dict[str, Any], key: Key) -> bool:
         """A finished job whose spec was already seen needs nothing at start (100k of them must be cheap)."""
         return not settled(raw) or self.view.has_strays(key, raw)
-
-    async def _work(self) -> None:
-        while True:
-            key = await self.queue.get()
-            try:
-                await self.leading.wait()
-                await self.reconcile(key)
-            except NotLeader:
-                self.queue.add(key)  # deposed mid-reconcile: the next leader (maybe us again) looks again
-            except Exception as exc:  # one bad job must not stop the operator: retried with its own backoff
-                if not isinstance(exc, RetryLater):
-                    metrics.RECONCILE_ERRORS.inc()
-                failed(self.queue, key, exc, kind="job", log=log, surface=lambda message, key=key: self._report(
-                    key, T.Event("ReconcileFailed", f"the operator failed to reconcile this job: {message}",
-                                 "Warning")))
-            else:
-                self.queue.forget(key)
-            finally:
-                self.queue.done(key)
 
     def _report(self, key: Key, event: T.Event) -> None:
         raw = self.view.jobs.get(key)

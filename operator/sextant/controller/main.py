@@ -68,7 +68,7 @@ class Operator:
         self.timers = Timers(utcnow)
         self.jobs = JobController(self.kube, self.view, self.events, self.timers, workers=self.settings.workers,
                                   pending_pods=self.settings.pending_pods)
-        self.schedules = ScheduleController(self.kube, self.events, self.timers)
+        self.schedules = ScheduleController(self.kube, self.view, self.events, self.timers)
         if self.elector is not None:
             self.jobs.leading.clear()
             self.schedules.leading.clear()
@@ -116,10 +116,7 @@ class Operator:
             self.schedules.resume()  # ticks due while no replica led were missed runs
 
     def _on_job(self, kind: str, obj: dict) -> None:
-        try:
-            self.jobs.on_job(kind, obj)
-        finally:  # the schedules' view of the job is kept even when the lifecycle's side failed
-            self.schedules.on_job(kind, obj)
+        self.jobs.on_job(kind, obj)  # the view tells the schedules when one of their jobs changes
 
     def _reporter(self, kind: str, api_version: str) -> Callable[[dict[str, Any], str], None]:
         """A Warning Event on an object an informer could not take in (where it has a namespace to post in)."""

@@ -1,5 +1,6 @@
-"""The schedule reconciler: the pure rules of sextant.schedules, fed by the Schedule and Job informers, woken
-by the operator's one timer heap (a key per schedule, at its next fire time), acting through kube.py.
+"""The schedule reconciler: the pure rules of lifecycle/schedule.py, fed by the Schedule informer and the jobs of
+the one View (its index on the label sextant.dev/schedule), woken by the operator's one timer heap (a key per
+schedule, at its next fire time), run on the shared controller runtime, acting through kube.py.
 
 Order of writes, so that a crash between any two is repaired by the next evaluation: Replace's cancels, then
 the tick's job (its name is derived from the tick: a second create answers AlreadyExists, never a second
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import defaultdict
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -19,17 +19,17 @@ from typing import Any
 from pydantic import ValidationError
 
 from .. import metrics
-from .. import schedules as S
 from ..kube import ApiError, Kube
-from ..resources import API_VERSION, GROUP, VERSION
+from ..lifecycle import schedule as S
 from ..lifecycle.transitions import Event
+from ..resources import API_VERSION, GROUP, VERSION
 from ..resources.common import time_or_none
 from ..resources.schedule import KIND, ScheduleSpec, ScheduleStatus
 from .events import EventRecorder
 from .informer import Key, key_of
+from .runtime import Runtime
 from .timers import Timers
-from .view import Versions
-from .workqueue import WorkQueue, failed
+from .view import Versions, View
 
 log = logging.getLogger(__name__)
 
@@ -57,35 +57,27 @@ def _rv(obj: dict[str, Any]) -> int:
 
 
 class ScheduleController:
-    def __init__(self, kube: Kube, events: EventRecorder, timers: Timers, *,
+    def __init__(self, kube: Kube, view: View, events: EventRecorder, timers: Timers, *,
                  now: Callable[[], datetime] = utcnow, workers: int = 16) -> None:
         self.kube = kube
+        self.view = view
         self.events = events
         self.timers = timers
         self.now = now
-        self.workers = workers
-        self.queue = WorkQueue()
-        self.started = asyncio.Event()
-        self.leading = asyncio.Event()  # only the leader fires; set at once without leader election
-        self.leading.set()
+        self.runtime = Runtime("schedule", self.reconcile, workers=workers, log=log, report=lambda key, message:
+                               self._report(key, Event("EvaluationFailed", "the operator failed to evaluate this "
+                                                                           f"schedule: {message}", "Warning")))
+        self.queue, self.started = self.runtime.queue, self.runtime.started
+        self.leading = self.runtime.leading  # only the leader fires; set at once without leader election
         self.online_since: datetime | None = None
         self.schedules: dict[Key, dict[str, Any]] = {}
-        self.jobs: dict[Key, dict[str, S.JobRef]] = defaultdict(dict)  # schedule → job name → ref
-        self._owner: dict[Key, Key] = {}  # job → its schedule
         self._schedule_versions = Versions()
-        self._job_versions = Versions()
-        self.reconcile_errors = 0
+        self._storing = False  # storing our own write's response: the evaluation that made it counts it already
+        view.on_schedule_jobs = self._on_jobs
 
     # --- informer callbacks ---------------------------------------------------------------------------------
     def on_schedule(self, kind: str, obj: dict[str, Any]) -> None:
         """A malformed object raises: the informer isolates it (logged, counted, reported, tried again later)."""
-        self._on_schedule(kind, obj)
-
-    def on_job(self, kind: str, obj: dict[str, Any], *, wake: bool = True) -> None:
-        """Track each schedule's jobs (the label sextant.dev/schedule); look again when one appears or finishes."""
-        self._on_job(kind, obj, wake)
-
-    def _on_schedule(self, kind: str, obj: dict[str, Any]) -> None:
         key = key_of(obj)
         if kind == "delete":
             self._schedule_versions.forget(key, _rv(obj))
@@ -101,44 +93,23 @@ class ScheduleController:
             return
         self._wake(key)
 
-    def _forget_job(self, job: Key) -> Key | None:
-        owner = self._owner.pop(job, None)
-        if owner is not None:
-            jobs = self.jobs.get(owner, {})
-            jobs.pop(job[1], None)
-            if not jobs:
-                self.jobs.pop(owner, None)
-        return owner
-
-    def _on_job(self, kind: str, obj: dict[str, Any], wake: bool) -> None:
-        job = key_of(obj)
-        if kind == "delete":
-            self._job_versions.forget(job, _rv(obj))
-            owner = self._forget_job(job)
-            if owner is not None:
-                self._wake(owner)
-            return
-        label = (obj["metadata"].get("labels") or {}).get(S.LABEL_SCHEDULE)
-        if not label:
-            owner = self._forget_job(job)  # the label was removed: no longer the schedule's
-            if owner is not None:
-                self._wake(owner)
-            return
-        if not self._job_versions.newer(job, _rv(obj)):
-            return
-        owner = (job[0], label)
-        if self._owner.get(job, owner) != owner:
-            self._wake(self._forget_job(job))  # relabelled to another schedule
-        ref = S.JobRef.of(obj)
-        previous = self.jobs[owner].get(job[1])
-        self.jobs[owner][job[1]] = ref
-        self._owner[job] = owner
-        if wake and (previous is None or previous.finished != ref.finished):
-            self._wake(owner)
+    def _on_jobs(self, key: Key) -> None:
+        """The view says one of the schedule's jobs appeared, went, finished or runs again: look again."""
+        if not self._storing:
+            self._wake(key)
 
     def _wake(self, key: Key) -> None:
         if self.started.is_set():
             self.queue.add(key)
+
+    def _store(self, job: dict[str, Any]) -> None:
+        """A job we created or patched, into the view at once (the watch brings it too), so that the next evaluation
+        sees it; the evaluation that wrote it already counted it, so it wakes nobody."""
+        self._storing = True
+        try:
+            self.view.upsert_job(job)
+        finally:
+            self._storing = False
 
     def _timer_key(self, key: Key) -> tuple[str, str, str]:
         return ("schedule", key[0], key[1])
@@ -149,14 +120,14 @@ class ScheduleController:
     # --- running --------------------------------------------------------------------------------------------
     async def run(self, synced: list[asyncio.Event]) -> None:
         """Wait for the informers' first lists (schedules and jobs), then evaluate every schedule and keep going."""
-        await asyncio.gather(*(event.wait() for event in synced))
+        await self.runtime.run(synced, start=self._start)
+
+    def _start(self) -> None:
         self.online_since = self.now()  # fire times before this passed while no operator was watching
-        self.started.set()
         for key in list(self.schedules):
             self.queue.add(key)
         log.info("schedules: view complete: %d schedules, %d with jobs; online since %s", len(self.schedules),
-                 len(self.jobs), S.format_tick(self.online_since))
-        await asyncio.gather(*(self._work() for _ in range(self.workers)))
+                 len(self.view.by_schedule), S.format_tick(self.online_since))
 
     def resume(self) -> None:
         """This replica has become the leader: fire times before now passed while it was not acting (missed runs
@@ -165,21 +136,8 @@ class ScheduleController:
         for key in list(self.schedules):
             self.queue.add(key)
 
-    async def _work(self) -> None:
-        while True:
-            key = await self.queue.get()
-            try:
-                await self.leading.wait()
-                await self.reconcile(key)
-            except Exception as exc:  # a bad schedule must never stop the operator: retried with its own backoff
-                self.reconcile_errors += 1
-                failed(self.queue, key, exc, kind="schedule", log=log, surface=lambda message, key=key: self._report(
-                    key, Event("EvaluationFailed", f"the operator failed to evaluate this schedule: {message}",
-                               "Warning")))
-            else:
-                self.queue.forget(key)
-            finally:
-                self.queue.done(key)
+    def jobs_of(self, key: Key) -> list[S.JobRef]:
+        return [S.JobRef.of(raw) for raw in self.view.jobs_of_schedule(key)]
 
     def _report(self, key: Key, event: Event) -> None:
         raw = self.schedules.get(key)
@@ -213,7 +171,7 @@ class ScheduleController:
             return
         raw = self.schedules[key]
         now = self.now()
-        jobs = list(self.jobs.get(key, {}).values())
+        jobs = self.jobs_of(key)
         if isinstance(snapshot, S.InvalidSchedule):
             try:
                 status = ScheduleStatus.model_validate(raw.get("status") or {})
@@ -287,14 +245,14 @@ class ScheduleController:
                 label = (existing["metadata"].get("labels") or {}).get(S.LABEL_SCHEDULE)
                 if label == key[1] and ref.scheduled_at == fire.tick:
                     log.info("schedule %s/%s: tick %s already fired as job %s", *key, S.format_tick(fire.tick), name)
-                    self.on_job("upsert", existing, wake=False)
+                    self._store(existing)
                     return True
                 continue  # another object holds the derived name: the next generation's name
             lag = (self.now() - fire.due).total_seconds()
             metrics.SCHEDULE_FIRE_LAG.labels(namespace, key[1]).observe(max(lag, 0.0))
             log.info("schedule %s/%s: tick %s fired as job %s, lag %.4f s (evaluated at +%.4f s)", *key,
                      S.format_tick(fire.tick), name, lag, (evaluated - fire.due).total_seconds())
-            self.on_job("upsert", created, wake=False)
+            self._store(created)
             return True
         log.error("schedule %s/%s: no free name for tick %s", *key, S.format_tick(fire.tick))
         return False
@@ -302,9 +260,8 @@ class ScheduleController:
     async def _request_cancel(self, namespace: str, name: str, reason: str) -> bool:
         """Replace: ask the operator's job lifecycle to cancel the job, through status.cancelRequested (never its
         spec), guarded by the job's resourceVersion so that no concurrent status write is lost."""
-        owner = self._owner.get((namespace, name))
-        ref = self.jobs.get(owner, {}).get(name) if owner else None
-        version = ref.resource_version if ref else ""
+        raw = self.view.jobs.get((namespace, name))
+        version = raw["metadata"].get("resourceVersion", "") if raw else ""
         for _ in range(5):
             body: dict[str, Any] = {"status": {"cancelRequested": reason}}
             if version:
@@ -328,7 +285,7 @@ class ScheduleController:
                     return True
                 version = fresh.resource_version
                 continue
-            self.on_job("upsert", updated, wake=False)
+            self._store(updated)
             return True
         return False
 
@@ -344,9 +301,9 @@ class ScheduleController:
         return True
 
     async def _delete_job(self, key: Key, name: str) -> None:
-        ref = self.jobs.get(key, {}).get(name)
+        uid = (self.view.jobs.get((key[0], name)) or {}).get("metadata", {}).get("uid")
         try:  # the uid guards against deleting a newer job that took the name meanwhile
-            await self.kube.delete(jobs_path(key[0], name), preconditions={"uid": ref.uid} if ref and ref.uid else None)
+            await self.kube.delete(jobs_path(key[0], name), preconditions={"uid": uid} if uid else None)
         except ApiError as exc:
             if exc.status not in (404, 409):
                 log.warning("schedule %s/%s: cannot delete old job %s: %s", *key, name, exc)

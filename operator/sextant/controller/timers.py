@@ -1,5 +1,6 @@
-"""The one heap of wake-ups of the whole operator (runAt, backoff, timeout, lease expiry, force-delete,
-schedule ticks, retention): no timer or daemon per object. Each key says whom to wake."""
+"""The one heap of wake-ups of the whole operator (a job's next look: runAt, backoff, timeout, lease expiry, a
+stopping pod's grace, retention; a schedule's next tick): no timer or daemon per object. Each key says whom to
+wake; a key has at most one wake-up, and setting it again replaces it."""
 
 from __future__ import annotations
 
@@ -40,22 +41,28 @@ class Timers:
     def __len__(self) -> int:
         return len(self._due)
 
+    def fire_due(self) -> float | None:
+        """Call every wake-up that is due by now, earliest first (equal times in the order they were set); the
+        time (a timestamp) to look again, None when nothing is set."""
+        now = self._now().timestamp()
+        while self._heap and self._heap[0][0] <= now:
+            stamp, _, key = heapq.heappop(self._heap)
+            if self._due.get(key) == stamp:
+                del self._due[key]
+                try:
+                    self._fire.pop(key)(key)
+                except Exception:  # noqa: BLE001 - one wake-up must not stop every other
+                    log.exception("wake-up of %s failed", key)
+        if len(self._heap) > 2 * len(self._due) + 1024:  # drop stale entries now and then
+            self._heap = [(s, n, k) for s, n, k in self._heap if self._due.get(k) == s]
+            heapq.heapify(self._heap)
+        return self._heap[0][0] if self._heap else None
+
     async def run(self) -> None:
         while True:
-            now = self._now().timestamp()
-            while self._heap and self._heap[0][0] <= now:
-                stamp, _, key = heapq.heappop(self._heap)
-                if self._due.get(key) == stamp:
-                    del self._due[key]
-                    try:
-                        self._fire.pop(key)(key)
-                    except Exception:  # noqa: BLE001 - one wake-up must not stop every other
-                        log.exception("wake-up of %s failed", key)
-            if len(self._heap) > 2 * len(self._due) + 1024:  # drop stale entries now and then
-                self._heap = [(s, n, k) for s, n, k in self._heap if self._due.get(k) == s]
-                heapq.heapify(self._heap)
+            next_at = self.fire_due()
             self._changed.clear()
-            timeout = (self._heap[0][0] - now) if self._heap else None
+            timeout = None if next_at is None else max(next_at - self._now().timestamp(), 0.0)
             try:
                 await asyncio.wait_for(self._changed.wait(), timeout)
             except asyncio.TimeoutError:

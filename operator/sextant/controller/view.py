@@ -99,6 +99,7 @@ def slim(raw: dict[str, Any]) -> dict[str, Any]:
             "generation": meta.get("generation", 1),
             "creationTimestamp": meta.get("creationTimestamp"),
             **({"labels": labels} if labels else {}),
+            **_schedule_annotation(meta),
         },
         "spec": {k: sys.intern(v) if isinstance(v, str) else v for k, v in spec.items()
                  if k in ("queue", "handler", "idempotencyKey", "priority")},
@@ -110,6 +111,21 @@ def slim(raw: dict[str, Any]) -> dict[str, Any]:
             **({"duplicateOf": status["duplicateOf"]} if status.get("duplicateOf") else {}),
         },
     }
+
+
+def _schedule_annotation(meta: dict[str, Any]) -> dict[str, Any]:
+    """A schedule's job keeps its tick (sextant.dev/scheduled-at) when slim: the schedule's evaluation reads it."""
+    tick = (meta.get("annotations") or {}).get(contract.ANNOTATION_SCHEDULED_AT)
+    return {"annotations": {contract.ANNOTATION_SCHEDULED_AT: tick}} if tick else {}
+
+
+def schedule_of(raw: dict[str, Any] | None) -> Key | None:
+    """(namespace, schedule) of a schedule's job (the label sextant.dev/schedule), else None."""
+    if raw is None:
+        return None
+    meta = raw["metadata"]
+    name = (meta.get("labels") or {}).get(contract.LABEL_SCHEDULE)
+    return (meta.get("namespace", ""), name) if name else None
 
 
 def assigned_worker(raw: dict[str, Any]) -> str | None:
@@ -206,6 +222,10 @@ class View:
         self._seen_order = itertools.count()
         self._job_versions = Versions()
         self._pod_versions = Versions()
+        # Schedules (controller/schedules.py): (namespace, schedule) → its jobs' names, and whom to tell when one
+        # of them appears, goes, finishes or runs again (what a schedule's evaluation depends on).
+        self.by_schedule: dict[Key, set[str]] = defaultdict(set)
+        self.on_schedule_jobs: Callable[[Key], None] = lambda schedule: None
 
     # --- feeding -------------------------------------------------------------------------------------------
     def upsert_job(self, raw: dict[str, Any]) -> bool:
@@ -223,6 +243,7 @@ class View:
             if idem and isinstance(idem, str) and created is not None:
                 self.by_idempotency_key[(key[0], idem)][key[1]] = created
         self.jobs[key] = slim(raw) if settled(raw) else raw
+        self._index_schedule(key, previous, raw)
         if state_of(raw) not in FINISHED:
             ns = key[0]
             spec = raw.get("spec") or {}
@@ -241,6 +262,7 @@ class View:
         self.gone.pop(key, None)
         if previous is not None:
             self._unindex(key, previous)
+            self._index_schedule(key, previous, None)
             idem = (previous.get("spec") or {}).get("idempotencyKey")
             holders = self.by_idempotency_key.get((key[0], idem))
             if holders is not None:
@@ -248,6 +270,20 @@ class View:
                 if not holders:
                     del self.by_idempotency_key[(key[0], idem)]
         return key
+
+    def _index_schedule(self, key: Key, before: dict[str, Any] | None, after: dict[str, Any] | None) -> None:
+        old, new = schedule_of(before), schedule_of(after)
+        if old is not None and old != new:
+            names = self.by_schedule.get(old)
+            if names is not None:
+                names.discard(key[1])
+                if not names:
+                    del self.by_schedule[old]
+            self.on_schedule_jobs(old)
+        if new is not None:
+            self.by_schedule[new].add(key[1])
+            if old != new or (state_of(before) in FINISHED) != (state_of(after) in FINISHED):
+                self.on_schedule_jobs(new)
 
     def _unindex(self, key: Key, raw: dict[str, Any]) -> None:
         ns, spec = key[0], raw.get("spec") or {}
@@ -334,6 +370,11 @@ class View:
         if not leases:
             self.workers.pop(ns, None)
         return ns, worker
+
+    def jobs_of_schedule(self, schedule: Key) -> list[dict[str, Any]]:
+        """The jobs labelled sextant.dev/schedule=NAME in the schedule's namespace (finished ones as slim copies)."""
+        ns = schedule[0]
+        return [self.jobs[(ns, name)] for name in self.by_schedule.get(schedule, ())]
 
     def busy(self, ns: str) -> dict[str, int]:
         """Per worker of the namespace: the jobs assigned to it and still running."""

@@ -17,11 +17,6 @@ RETRY_BASE = 1.0  # seconds, after the first failure
 RETRY_CAP = 300.0  # seconds: 5 minutes
 
 
-class RetryLater(Exception):
-    """Processing a key did not succeed for a reason already reported (logged, an Event): try it again after its
-    backoff, without a traceback."""
-
-
 class Backoff:
     """Per-key exponential backoff: the n-th failure in a row waits base × 2^(n−1), at most cap. Pure."""
 
@@ -43,9 +38,6 @@ class Backoff:
     def forget(self, key: Hashable) -> None:
         """key succeeded: its next failure starts from base again."""
         self._failures.pop(key, None)
-
-    def __len__(self) -> int:
-        return len(self._failures)
 
 
 class WorkQueue:
@@ -128,7 +120,7 @@ def failed(queue: WorkQueue, key: Hashable, exc: BaseException, *, kind: str, lo
     metrics.OBJECT_ERRORS.labels(kind, "reconcile").inc()
     message = describe(exc)
     name = "/".join(map(str, key)) if isinstance(key, tuple) else str(key)
-    if first and not isinstance(exc, RetryLater):
+    if first:
         log.error("%s %s: %s; retrying in %.0f s, then less often (up to every %.0f s) until it succeeds", kind,
                   name, message, delay, queue.backoff.cap, exc_info=exc)
         if surface is not None:

@@ -42,7 +42,7 @@ from ..client import Client, ClientError, refusal_message
 from ..controller.view import is_slim
 from ..kube import ApiError, Kube
 from ..queuestats import queue_stats
-from ..resources import GROUP, VERSION
+from ..resources import GROUP, VERSION, contract
 from ..resources.job import job_id
 from . import models
 from .auth import Authorizer, HttpError
@@ -52,7 +52,7 @@ log = logging.getLogger("sextant.http.api")
 
 DEFAULT_NAMESPACE = "default"
 # Writes are made with the operator's identity; the job says who asked (the API server's audit log cannot).
-ANNOTATION_REQUESTED_BY = "sextant.dev/requested-by"
+ANNOTATION_REQUESTED_BY = contract.ANNOTATION_REQUESTED_BY
 DEFAULT_LIMIT, MAX_LIMIT = models.DEFAULT_LIMIT, models.MAX_LIMIT
 CONTINUE_MAX = models.CONTINUE_MAX
 _CONTINUE_RE = re.compile(models.CONTINUE_PATTERN)

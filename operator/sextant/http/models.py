@@ -12,6 +12,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validato
 
 from .. import inputs
 from ..queuestats import QueueStats
+from ..resources import contract
 from ..resources.common import format_time
 from ..resources.job import job_id
 
@@ -165,7 +166,7 @@ def job_out(raw: dict[str, Any]) -> Job:
         created_at=meta.get("creationTimestamp"), next_attempt_at=status.get("nextAttemptAt"),
         finished_at=status.get("finishedAt"),
         duplicate_of=job_id(status["duplicateOf"]) if status.get("duplicateOf") else None,
-        schedule=(meta.get("labels") or {}).get("sextant.dev/schedule"), message=status.get("message"),
+        schedule=(meta.get("labels") or {}).get(contract.LABEL_SCHEDULE), message=status.get("message"),
         attempts=[Attempt(attempt=a.get("attempt", 0), run=a.get("run", 0), pod=a.get("pod", ""),
                           node=a.get("node"), started_at=a.get("startedAt"), finished_at=a.get("finishedAt"),
                           result=a.get("result", ""), exit_code=a.get("exitCode"), reason=a.get("reason"),

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 
 from ..kube import ApiError, Kube
-from ..resources import API_VERSION
+from ..resources import API_VERSION, contract
 from .env import AttemptEnv
 
 log = logging.getLogger("sextant.runner")
@@ -45,8 +45,8 @@ def owner_references(env: AttemptEnv) -> list[dict]:
 
 
 def lease_body(env: AttemptEnv, now: datetime) -> dict:
-    labels = {"sextant.dev/job": env.job_name, "sextant.dev/queue": env.queue, "sextant.dev/handler": env.handler,
-              "sextant.dev/attempt": str(env.attempt), "sextant.dev/run": str(env.run)}
+    labels = {contract.LABEL_JOB: env.job_name, contract.LABEL_QUEUE: env.queue, contract.LABEL_HANDLER: env.handler,
+              contract.LABEL_ATTEMPT: str(env.attempt), contract.LABEL_RUN: str(env.run)}
     metadata: dict = {"name": env.lease_name, "namespace": env.namespace, "labels": labels}
     owners = owner_references(env)
     if owners:

@@ -58,7 +58,7 @@ import copy
 import hashlib
 import re
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -67,15 +67,15 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import croniter
 from croniter.croniter import CroniterError
 
-from .idempotency import keyed_name
-from .lifecycle.transitions import Event
-from .resources import API_VERSION
-from .resources.common import Condition, format_time, parse_duration, parse_time, time_or_none
-from .resources.job import State, payload_refusal
-from .resources.schedule import KIND, ScheduleSpec, ScheduleStatus
+from ..idempotency import keyed_name
+from ..resources import API_VERSION, contract
+from ..resources.common import Condition, format_duration, format_time, parse_duration, parse_time, time_or_none
+from ..resources.job import State, payload_refusal
+from ..resources.schedule import KIND, ScheduleSpec, ScheduleStatus
+from .states import FINISHED
+from .transitions import Event
 
-LABEL_SCHEDULE = "sextant.dev/schedule"
-ANNOTATION_SCHEDULED_AT = "sextant.dev/scheduled-at"
+LABEL_SCHEDULE, ANNOTATION_SCHEDULED_AT = contract.LABEL_SCHEDULE, contract.ANNOTATION_SCHEDULED_AT
 
 COND_READY, COND_INVALID, COND_SUSPENDED = "Ready", "Invalid", "Suspended"
 
@@ -92,7 +92,6 @@ MACROS = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", 
 MAX_NAME = 63  # the name is the value of the label sextant.dev/schedule on every job
 
 _UNSTABLE_FIELD = re.compile(r"(^|[,/\-(])[HRhr]($|[,/\-(])")
-_FINISHED = frozenset({State.SUCCEEDED, State.DEAD, State.CANCELLED})
 
 
 class InvalidSchedule(ValueError):
@@ -215,14 +214,8 @@ class Rule:
 
     def describe(self) -> str:
         if self.interval is not None:
-            return f"fires every {_duration_text(self.interval)} (at multiples of it since the Unix epoch, UTC)"
+            return f"fires every {format_duration(self.interval)} (at multiples of it since the Unix epoch, UTC)"
         return f"fires on cron {self.cron!r} in {self.zone.key}"
-
-
-def _duration_text(delta: timedelta) -> str:
-    from .resources.common import format_duration
-
-    return format_duration(delta)
 
 
 def compile_rule(spec: ScheduleSpec, name: str = "") -> Rule:
@@ -294,7 +287,7 @@ class JobRef:
 
     @property
     def finished(self) -> bool:
-        return self.state in _FINISHED
+        return self.state in FINISHED
 
     @staticmethod
     def of(raw: dict[str, Any]) -> JobRef:
@@ -343,16 +336,15 @@ class ScheduleSnapshot:
     status: ScheduleStatus
 
 
-def build_job(schedule: ScheduleSnapshot, tick: datetime, *, key: str | None = None,
-              generation: int = 0) -> dict[str, Any]:
-    """The Job a tick creates (or, with another `key`, a job fired by hand for the schedule at `tick`)."""
+def build_job(schedule: ScheduleSnapshot, tick: datetime) -> dict[str, Any]:
+    """The Job a tick creates."""
     template = schedule.spec.job_template
-    key = key or idempotency_key(schedule.name, tick)
+    key = idempotency_key(schedule.name, tick)
     return {
         "apiVersion": API_VERSION,
         "kind": "Job",
         "metadata": {
-            "name": keyed_name(schedule.namespace, key, generation),
+            "name": keyed_name(schedule.namespace, key),
             "namespace": schedule.namespace,
             "labels": {LABEL_SCHEDULE: schedule.name},
             "annotations": {ANNOTATION_SCHEDULED_AT: format_tick(tick)},
@@ -367,26 +359,6 @@ def build_job(schedule: ScheduleSnapshot, tick: datetime, *, key: str | None = N
             "idempotencyKey": key,
         },
     }
-
-
-def concurrency(policy: str, active: Iterable[JobRef]) -> tuple[bool, list[JobRef]]:
-    """For a tick: (create its job?, the active jobs to cancel first)."""
-    active = list(active)
-    if policy == "Forbid":
-        return not active, []
-    if policy == "Replace":
-        return True, [j for j in active if not j.cancel_requested]
-    return True, []
-
-
-def history_to_delete(jobs: Iterable[JobRef], succeeded_limit: int, failed_limit: int,
-                      until: datetime | None = None) -> list[str]:
-    """Finished jobs beyond the history limits, oldest first; only jobs of ticks up to `until` (if given)."""
-    jobs = [j for j in jobs if until is None or j.scheduled_at is None or j.scheduled_at <= until]
-    succeeded = sorted((j for j in jobs if j.state == State.SUCCEEDED), key=_order, reverse=True)
-    failed = sorted((j for j in jobs if j.state in (State.DEAD, State.CANCELLED)), key=_order, reverse=True)
-    doomed = succeeded[max(succeeded_limit, 0):] + failed[max(failed_limit, 0):]
-    return [j.name for j in sorted(doomed, key=_order)]
 
 
 # ============================================================================================ evaluation
@@ -453,6 +425,166 @@ def invalid(status: ScheduleStatus, generation: int, reason: str, message: str, 
     return decision
 
 
+# ============================================================================================ the steps
+# One evaluation is these steps, each a pure function: the window (which ticks are due since the last evaluation),
+# their lateness (fired, missed, expired or on time) and the missed-run policy, the concurrency policy, history.
+
+@dataclass(frozen=True)
+class Window:
+    """The ticks from the cursor (status.evaluatedUntil) to now."""
+
+    due: tuple[datetime, ...]  # ticks whose job is due by now (tick plus jitter), oldest first; the latest KEEP_DUE
+    upcoming: datetime  # the first tick that is not due yet
+    # Ticks from jumped_from to jumped_to were jumped over unseen: more than startingDeadline late whatever their
+    # jitter. Ticks from dropped_from to just before due[0] were due but beyond KEEP_DUE: dropped unseen.
+    jumped_from: datetime | None = None
+    jumped_to: datetime | None = None
+    dropped_from: datetime | None = None
+
+    def until(self, cursor: datetime) -> datetime:
+        """status.evaluatedUntil after this window: every tick up to it has been handled."""
+        if self.due:
+            return max(cursor, self.due[-1])
+        if self.jumped_to is not None:
+            return max(cursor, self.jumped_to)
+        return cursor
+
+
+# At most this many of the latest due ticks are looked at one by one; older ones are skipped (MissedDeadline).
+KEEP_DUE = 10 * MAX_CATCH_UP
+
+
+def window(rule: Rule, cursor: datetime, now: datetime, deadline: timedelta, max_jitter: timedelta,
+           due_at: Callable[[datetime], datetime]) -> Window:
+    """The ticks after `cursor` that are due by `now`, and the next one. Ticks so far back that they are more than
+    `deadline` late whatever their jitter are jumped over at once, so a year of downtime costs no year of ticks."""
+    start, jumped_from, jumped_to = cursor, None, None
+    horizon = now - deadline - max_jitter - timedelta(seconds=1)
+    if cursor < horizon and rule.next_after(cursor) <= horizon:
+        jumped_from, start = rule.next_after(cursor), horizon
+        jumped_to = horizon
+    due: deque[datetime] = deque(maxlen=KEEP_DUE)
+    dropped_from: datetime | None = None
+    tick = rule.next_after(start)
+    while due_at(tick) <= now:
+        if len(due) == KEEP_DUE and dropped_from is None:
+            dropped_from = due[0]
+        due.append(tick)
+        tick = rule.next_after(tick)
+    return Window(tuple(due), tick, jumped_from, jumped_to, dropped_from)
+
+
+@dataclass(frozen=True)
+class Lateness:
+    """The due ticks of a window, sorted by what happens to them."""
+
+    fired: tuple[tuple[datetime, str], ...] = ()  # (tick, its job): fired before, its job exists
+    expired: tuple[datetime, ...] = ()  # more than startingDeadline late: skipped whatever the policy
+    missed: tuple[datetime, ...] = ()  # passed while no operator acted, or evaluated more than LATE after
+    on_time: tuple[datetime, ...] = ()
+
+
+def lateness(due: Iterable[datetime], fired: dict[datetime, str], now: datetime, deadline: timedelta,
+             online_since: datetime, due_at: Callable[[datetime], datetime]) -> Lateness:
+    """Sort due ticks: `fired` maps a tick to the job it created (a tick whose job exists counts as fired)."""
+    done, expired, missed, on_time = [], [], [], []
+    for tick in due:
+        if tick in fired:
+            done.append((tick, fired[tick]))
+            continue
+        late = now - due_at(tick)
+        if late > deadline:
+            expired.append(tick)
+        elif due_at(tick) < online_since or late > LATE:
+            missed.append(tick)
+        else:
+            on_time.append(tick)
+    return Lateness(tuple(done), tuple(expired), tuple(missed), tuple(on_time))
+
+
+def deadline_event(win: Window, expired: tuple[datetime, ...], starting_deadline: str) -> Event | None:
+    """One Warning for every tick skipped as more than startingDeadline late: jumped over, dropped or expired."""
+    if win.jumped_from is None and not expired and win.dropped_from is None:
+        return None
+    first = min(t for t in (win.jumped_from, win.dropped_from, *expired[:1]) if t is not None)
+    if expired:
+        last = expired[-1]
+    elif win.dropped_from is not None:
+        last = win.due[0] - timedelta(microseconds=1)
+    else:
+        last = win.jumped_to
+    return Event("MissedDeadline", f"ticks from {format_tick(first)} to {format_tick(last)} were more than "
+                                   f"startingDeadline ({starting_deadline}) late and were skipped", "Warning")
+
+
+def missed_runs(missed: tuple[datetime, ...], policy: str) -> tuple[list[datetime], Event | None]:
+    """missedRunPolicy: the missed ticks to fire after all, and the event that says so."""
+    if not missed:
+        return [], None
+    chosen: list[datetime] = []
+    if policy == "All":
+        chosen = list(missed[-MAX_CATCH_UP:])
+        what = f"firing {'each' if len(missed) <= MAX_CATCH_UP else f'the latest {MAX_CATCH_UP}'}"
+    elif policy == "Once":
+        chosen = list(missed[-1:])
+        what = f"firing only the latest ({format_tick(missed[-1])})"
+    else:
+        what = "skipping them"
+    return chosen, Event("MissedTicks", f"{_span(list(missed))} missed (operator down or late); missedRunPolicy "
+                                        f"{policy}: {what}")
+
+
+def concurrency(policy: str, active: Iterable[JobRef]) -> tuple[bool, list[JobRef]]:
+    """For a tick: (create its job?, the active jobs to cancel first)."""
+    active = list(active)
+    if policy == "Forbid":
+        return not active, []
+    if policy == "Replace":
+        return True, [j for j in active if not j.cancel_requested]
+    return True, []
+
+
+@dataclass
+class Admitted:
+    """The concurrency policy applied to the ticks to fire."""
+
+    fire: list[JobRef] = field(default_factory=list)  # the ticks' jobs to create, oldest first
+    cancel: list[tuple[JobRef, JobRef]] = field(default_factory=list)  # (active job, the tick's job replacing it)
+    replaced: list[datetime] = field(default_factory=list)  # ticks dropped for a later one (Replace)
+    forbidden: list[datetime] = field(default_factory=list)  # ticks skipped while a job is active (Forbid)
+    blockers: list[JobRef] = field(default_factory=list)  # the active jobs that made them skip
+    active: list[JobRef] = field(default_factory=list)  # active afterwards, with the new jobs
+
+
+def admit(policy: str, ticks: list[datetime], active: list[JobRef], job_of: Callable[[datetime], JobRef]) -> Admitted:
+    """Allow, Forbid or Replace over `ticks` (oldest first) given the schedule's `active` jobs. Replace of several
+    ticks at once creates only the last; Forbid creates the first and skips the rest while its job is active."""
+    out = Admitted(active=list(active))
+    if policy == "Replace" and len(ticks) > 1:
+        out.replaced, ticks = ticks[:-1], ticks[-1:]
+    for tick in ticks:
+        create, cancel = concurrency(policy, out.active)
+        if not create:
+            out.forbidden.append(tick)
+            out.blockers = out.active
+            continue
+        job = job_of(tick)
+        out.cancel += [(old, job) for old in cancel]
+        out.fire.append(job)
+        out.active = [*out.active, job]
+    return out
+
+
+def history_to_delete(jobs: Iterable[JobRef], succeeded_limit: int, failed_limit: int,
+                      until: datetime | None = None) -> list[str]:
+    """Finished jobs beyond the history limits, oldest first; only jobs of ticks up to `until` (if given)."""
+    jobs = [j for j in jobs if until is None or j.scheduled_at is None or j.scheduled_at <= until]
+    succeeded = sorted((j for j in jobs if j.state == State.SUCCEEDED), key=_order, reverse=True)
+    failed = sorted((j for j in jobs if j.state in (State.DEAD, State.CANCELLED)), key=_order, reverse=True)
+    doomed = succeeded[max(succeeded_limit, 0):] + failed[max(failed_limit, 0):]
+    return [j.name for j in sorted(doomed, key=_order)]
+
+
 def evaluate(schedule: ScheduleSnapshot, jobs: Iterable[JobRef], now: datetime, online_since: datetime) -> Decision:
     """Everything a schedule should do now, given its jobs: level-triggered, so evaluating again with the same
     inputs decides the same (a tick whose job exists counts as fired; creating it again answers AlreadyExists).
@@ -473,8 +605,7 @@ def evaluate(schedule: ScheduleSnapshot, jobs: Iterable[JobRef], now: datetime, 
 
 
 def _evaluate(schedule: ScheduleSnapshot, jobs: list[JobRef], now: datetime, online_since: datetime) -> Decision:
-    spec = schedule.spec
-    gen = schedule.generation
+    spec, gen = schedule.spec, schedule.generation
     rule = compile_rule(spec, schedule.name)
     st = schedule.status.model_copy(deep=True)
     decision = Decision(st)
@@ -483,7 +614,6 @@ def _evaluate(schedule: ScheduleSnapshot, jobs: list[JobRef], now: datetime, onl
         cursor = max(cursor, now)  # a changed spec counts from now: no tick before the change is made up
     set_condition(st.conditions, COND_INVALID, False, "Valid", "the schedule is valid", now, gen)
     st.observed_generation = gen
-
     if spec.suspend:
         set_condition(st.conditions, COND_SUSPENDED, True, "Suspended",
                       "spec.suspend is true: no tick fires; ticks while suspended are skipped", now, gen)
@@ -499,122 +629,54 @@ def _evaluate(schedule: ScheduleSnapshot, jobs: list[JobRef], now: datetime, onl
 
     deadline = parse_duration(spec.starting_deadline)
     jitter = parse_duration(spec.jitter) if spec.jitter else None
-    max_jitter = jitter or timedelta(0)
 
     def due_at(tick: datetime) -> datetime:
         return tick + jitter_delay(schedule.uid, tick, jitter)
 
-    # Ticks this far back are more than startingDeadline late whatever their jitter: jump over them at once.
-    start = cursor
-    horizon = now - deadline - max_jitter - timedelta(seconds=1)
-    expired: list[datetime] = []
-    if cursor < horizon and rule.next_after(cursor) <= horizon:
-        expired_from = rule.next_after(cursor)
-        start = horizon
-    else:
-        expired_from = None
-
-    due: deque[datetime] = deque(maxlen=10 * MAX_CATCH_UP)  # the latest due ticks; older ones are skipped
-    first_dropped: datetime | None = None
-    tick = rule.next_after(start)
-    while due_at(tick) <= now:
-        if len(due) == due.maxlen and first_dropped is None:
-            first_dropped = due[0]
-        due.append(tick)
-        tick = rule.next_after(tick)
-    upcoming = tick
-
-    # The jobs ticks created (a job fired by hand, e.g. `sextant schedules trigger`, has its own key).
-    by_tick = {j.scheduled_at: j for j in jobs
+    # 1. the window
+    win = window(rule, cursor, now, deadline, jitter or timedelta(0), due_at)
+    # 2. lateness and missed runs (a job fired by hand, e.g. `sextant schedules trigger`, has its own key)
+    by_tick = {j.scheduled_at: j.name for j in jobs
                if j.scheduled_at is not None and j.idempotency_key == idempotency_key(schedule.name, j.scheduled_at)}
-    fired: list[tuple[datetime, str]] = []  # (tick, job) of ticks that have a job
-    missed: list[datetime] = []
-    on_time: list[datetime] = []
-    for tick in due:
-        existing = by_tick.get(tick)
-        if existing is not None:
-            fired.append((tick, existing.name))
-            continue
-        lateness = now - due_at(tick)
-        if lateness > deadline:
-            expired.append(tick)
-        elif due_at(tick) < online_since or lateness > LATE:
-            missed.append(tick)
-        else:
-            on_time.append(tick)
-
-    if expired_from is not None or expired or first_dropped is not None:
-        first = min(t for t in (expired_from, first_dropped, *expired[:1]) if t is not None)
-        last = expired[-1] if expired else (due[0] - timedelta(microseconds=1) if first_dropped else horizon)
-        decision.events.append(Event(
-            "MissedDeadline",
-            f"ticks from {format_tick(first)} to {format_tick(last)} were more than startingDeadline "
-            f"({spec.starting_deadline}) late and were skipped", "Warning"))
-
-    chosen: list[datetime] = []
-    if missed:
-        policy = spec.missed_run_policy
-        if policy == "All":
-            chosen = missed[-MAX_CATCH_UP:]
-            skipped = missed[:-MAX_CATCH_UP]
-            what = f"firing {'each' if not skipped else f'the latest {MAX_CATCH_UP}'}"
-        elif policy == "Once":
-            chosen = missed[-1:]
-            what = f"firing only the latest ({format_tick(missed[-1])})"
-        else:
-            what = "skipping them"
-        decision.events.append(Event(
-            "MissedTicks", f"{_span(missed)} missed (operator down or late); missedRunPolicy {policy}: {what}"))
-    to_fire = sorted(chosen + on_time)
-
-    active = [j for j in jobs if not j.finished]
-    policy = spec.concurrency_policy
-    if policy == "Replace" and len(to_fire) > 1:
-        decision.events.append(Event("Replaced", f"{_span(to_fire[:-1])} replaced by the later tick "
-                                                 f"{format_tick(to_fire[-1])} before starting "
+    late = lateness(win.due, by_tick, now, deadline, online_since, due_at)
+    chosen, missed_event = missed_runs(late.missed, spec.missed_run_policy)
+    decision.events += [e for e in (deadline_event(win, late.expired, spec.starting_deadline), missed_event) if e]
+    # 3. the concurrency policy
+    admitted = admit(spec.concurrency_policy, sorted(chosen + list(late.on_time)), [j for j in jobs if not j.finished],
+                     lambda tick: JobRef(name=job_name(schedule.namespace, schedule.name, tick), scheduled_at=tick,
+                                         created_at=now, idempotency_key=idempotency_key(schedule.name, tick)))
+    if admitted.replaced:
+        decision.events.append(Event("Replaced", f"{_span(admitted.replaced)} replaced by the later tick "
+                                                 f"{format_tick(admitted.fire[-1].scheduled_at)} before starting "
                                                  "(concurrencyPolicy Replace)"))
-        to_fire = to_fire[-1:]
-    forbidden: list[datetime] = []
-    blockers: list[JobRef] = []
-    for tick in to_fire:
-        create, cancel = concurrency(policy, active)
-        if not create:
-            forbidden.append(tick)
-            blockers = active
-            continue
-        for job in cancel:
-            reason = f"replaced by schedule {schedule.name}'s tick {format_tick(tick)}"
-            decision.cancel.append((job.name, reason))
-            decision.events.append(Event("Replacing", f"cancelling job {job.name}: {reason} (concurrencyPolicy "
-                                                      "Replace)"))
-        body = build_job(schedule, tick)
-        name = body["metadata"]["name"]
-        decision.create.append(Fire(tick, due_at(tick), body))
-        fired.append((tick, name))
-        active.append(JobRef(name=name, scheduled_at=tick, created_at=now,
-                             idempotency_key=body["spec"]["idempotencyKey"]))
-
+    for old, new in admitted.cancel:
+        reason = f"replaced by schedule {schedule.name}'s tick {format_tick(new.scheduled_at)}"
+        decision.cancel.append((old.name, reason))
+        decision.events.append(Event("Replacing", f"cancelling job {old.name}: {reason} (concurrencyPolicy Replace)"))
+    for job in admitted.fire:
+        decision.create.append(Fire(job.scheduled_at, due_at(job.scheduled_at), build_job(schedule, job.scheduled_at)))
     # One event per blocking job, not one per tick: a job that was already active at the previous tick was reported.
     previous = parse_time(schedule.status.evaluated_until)
-    if forbidden and (previous is None or any(j.scheduled_at is None or j.scheduled_at >= previous for j in blockers)):
+    if admitted.forbidden and (previous is None or any(j.scheduled_at is None or j.scheduled_at >= previous
+                                                       for j in admitted.blockers)):
         decision.events.append(Event(
-            "TickSkipped", f"{_span(forbidden)} skipped while job {', '.join(j.name for j in blockers)} is still "
-                           "active (concurrencyPolicy Forbid); later ticks are skipped until it finishes"))
+            "TickSkipped", f"{_span(admitted.forbidden)} skipped while job "
+                           f"{', '.join(j.name for j in admitted.blockers)} is still active (concurrencyPolicy "
+                           "Forbid); later ticks are skipped until it finishes"))
 
+    fired = [*late.fired, *((j.scheduled_at, j.name) for j in admitted.fire)]
     if fired:
         tick, name = max(fired)
         last = parse_time(st.last_schedule_time)
         if last is None or tick >= last:
             st.last_schedule_time = format_tick(tick)
             st.last_job = name
-    if due:
-        cursor = max(cursor, due[-1])
-    elif expired_from is not None:
-        cursor = max(cursor, start)
+    cursor = win.until(cursor)
     st.evaluated_until = format_tick(cursor)
-    st.next_schedule_time = format_tick(upcoming)
-    st.active = _active_names(active)  # a job being cancelled (Replace) stays active until it finishes
-    decision.wake_at = due_at(upcoming)
+    st.next_schedule_time = format_tick(win.upcoming)
+    st.active = _active_names(admitted.active)  # a job being cancelled (Replace) stays active until it finishes
+    decision.wake_at = due_at(win.upcoming)
+    # 4. history
     decision.delete = history_to_delete(jobs, spec.successful_jobs_history_limit, spec.failed_jobs_history_limit,
                                         cursor)
     return decision
