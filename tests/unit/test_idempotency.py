@@ -3,11 +3,14 @@ when a keyed job's claim ends."""
 
 from datetime import datetime, timedelta, timezone
 
+import httpx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from sextant import idempotency as I
+from sextant.client import Client
+from sextant.kubeconfig import Connection
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
 
@@ -84,3 +87,61 @@ def test_a_keyed_jobs_claim_ends_a_window_after_its_creation(monkeypatch):
     assert I.claim_ends(job) == T0 + timedelta(seconds=90)
     assert I.claim_ends({**job, "spec": {}}) is None
     assert I.claim_ends({"metadata": {"creationTimestamp": "yesterday"}, "spec": {"idempotencyKey": "k"}}) is None
+
+
+# --- the client's lookup, against a scripted API server (httpx.MockTransport): the fallbacks for older CRDs and roles
+
+
+def scripted_client(answer):
+    client = Client(Connection(server="https://api.example", ssl_context=False))
+    client.http = httpx.Client(base_url="https://api.example", transport=httpx.MockTransport(answer))
+    return client
+
+
+def listed(*items):
+    return {"kind": "JobList", "metadata": {"resourceVersion": "7"}, "items": list(items)}
+
+
+def raw_job(name, key, created="2026-12-01T11:00:00Z", **status):
+    return {"metadata": {"name": name, "creationTimestamp": created}, "spec": {"idempotencyKey": key},
+            "status": status}
+
+
+def test_the_holder_is_asked_for_by_field_selector():
+    seen = []
+
+    def answer(request):
+        seen.append(request.url.params.get("fieldSelector"))
+        return httpx.Response(200, json=listed(raw_job("job-applied", "a,b", state="queued")))
+
+    holder = scripted_client(answer).key_holder("shop", "a,b", T0)
+    assert holder["metadata"]["name"] == "job-applied" and seen == ["spec.idempotencyKey=a\\,b"]
+
+
+def test_without_the_selectable_field_every_job_is_read_and_filtered():
+    def answer(request):
+        if request.url.params.get("fieldSelector"):
+            return httpx.Response(400, json={"message": 'field label not supported: "spec.idempotencyKey"'})
+        return httpx.Response(200, json=listed(raw_job("job-other", "k2"), raw_job("job-mine", "k")))
+
+    assert scripted_client(answer).key_holder("shop", "k", T0)["metadata"]["name"] == "job-mine"
+
+
+def test_without_the_right_to_list_the_keyed_name_decides_alone():
+    posted = []
+
+    def answer(request):
+        if request.method == "GET":
+            return httpx.Response(403, json={"message": "forbidden", "reason": "Forbidden"})
+        posted.append(request)
+        return httpx.Response(201, json={"metadata": {"name": I.keyed_name("shop", "k")}})
+
+    job, created = scripted_client(answer).create_job("shop", queue="q", handler="h", idempotency_key="k", now=T0)
+    assert created and job["metadata"]["name"] == I.keyed_name("shop", "k") and len(posted) == 1
+
+
+def test_an_expired_claim_is_no_holder():
+    def answer(request):
+        return httpx.Response(200, json=listed(raw_job("job-old", "k", created="2026-11-30T11:00:00Z")))
+
+    assert scripted_client(answer).key_holder("shop", "k", T0) is None
