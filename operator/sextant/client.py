@@ -124,12 +124,16 @@ class Client:
                    run_at: datetime | None = None, idempotency_key: str | None = None, priority: int = 0,
                    labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None,
                    now: datetime | None = None) -> tuple[dict[str, Any], bool]:
-        """Create a job; returns (job, created). With a key already used within 24 h: (that job, False)."""
+        """Create a job; returns (job, created). With a key already used within 24 h: (that job, False), whoever
+        created it under whatever name (a job applied with kubectl too)."""
         spec: dict[str, Any] = {"queue": queue, "handler": handler, "payload": payload or {}, "priority": priority}
         if run_at is not None:
             spec["runAt"] = format_time(run_at, precise=False)
         if idempotency_key is not None:
             spec["idempotencyKey"] = idempotency_key
+            held = self.key_holder(namespace, idempotency_key, now or datetime.now(timezone.utc))
+            if held is not None:
+                return held, False
         for generation in range(1000):
             name = (idempotency.keyed_name(namespace, idempotency_key, generation) if idempotency_key
                     else idempotency.random_name())
@@ -150,6 +154,37 @@ class Client:
                 return existing, False
             # The key's claim ran out (or, rarely, another key hashed to this name): the next generation.
         raise ClientError(409, f"no free name for idempotency key {idempotency_key!r}")
+
+    def key_holder(self, namespace: str, key: str, now: datetime) -> dict[str, Any] | None:
+        """The job that holds an idempotency key now, by any name, or None. One list selected by the field
+        spec.idempotencyKey; with CRDs older than this client (no such selectable field) every job of the namespace
+        is read instead. Without the right to list jobs (an older role): None, and the keyed name decides alone."""
+        path = self.jobs_path(namespace)
+        try:
+            try:
+                found, _ = self.list_all(path, field_selector="spec.idempotencyKey=" + idempotency.selector_value(key))
+            except ClientError as exc:
+                if not (exc.status == 400 and "field label not supported" in str(exc)):
+                    raise
+                found = [j for j in self.list_all(path)[0] if (j.get("spec") or {}).get("idempotencyKey") == key]
+        except ClientError as exc:
+            if exc.status == 403:
+                return None
+            raise
+        carriers: dict[str, dict[str, Any]] = {}
+        candidates = []
+        for job in found:
+            meta = job.get("metadata") or {}
+            try:
+                created = parse_time(meta.get("creationTimestamp"))
+            except ValueError:
+                continue
+            if created is None or meta.get("deletionTimestamp") or (job.get("spec") or {}).get("idempotencyKey") != key:
+                continue
+            carriers[meta["name"]] = job
+            candidates.append((created, idempotency.undecided(job), meta["name"]))
+        name = idempotency.holder(candidates, now)
+        return carriers[name] if name is not None else None
 
     def list_jobs(self, namespace: str | None) -> tuple[list[dict[str, Any]], str]:
         """Every job of a namespace (None: of all namespaces), and the list's resourceVersion."""

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.harness import repo_root
+from tests.harness import kstatus, repo_root, wait_for
 
-from .support import apply, get_json, handler, job, queue, wait_state
+from .support import apply, get_json, handler, job, queue, status, wait_state
 
 DOC = repo_root() / "docs" / "gitops.md"
 HARNESS = repo_root() / "tests" / "harness" / "argocd_lua"
@@ -58,7 +58,20 @@ def health(binary: str, *objects: dict[str, Any], tmp_path: Path) -> list[dict[s
     return results
 
 
-def test_argo_cd_health_of_jobs_in_every_state(cluster, namespace, operator, argocd_lua, tmp_path):
+# Each job of jobs_in_every_state: its state, Argo CD's verdict (the documented check), kstatus' (Flux).
+EVERY_STATE = {
+    "job-ok": ("succeeded", "Healthy", kstatus.CURRENT),
+    "job-dead": ("dead", "Degraded", kstatus.FAILED),
+    "job-cancelled": ("cancelled", "Degraded", kstatus.FAILED),
+    "job-later": ("scheduled", "Progressing", kstatus.IN_PROGRESS),
+    "job-running": ("running", "Progressing", kstatus.IN_PROGRESS),
+    "job-retrying": ("failed", "Progressing", kstatus.IN_PROGRESS),
+    "job-blocked": ("queued", "Progressing", kstatus.IN_PROGRESS),
+}
+
+
+def jobs_in_every_state(cluster: Any, namespace: str) -> dict[str, dict[str, Any]]:
+    """Jobs that a real operator moved into each state of EVERY_STATE, as the API server returns them."""
     later = (datetime.now(timezone.utc) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
     fast = {"backoff": {"policy": "fixed", "initial": "200ms"}}
     apply(cluster, namespace,
@@ -72,19 +85,15 @@ def test_argo_cd_health_of_jobs_in_every_state(cluster, namespace, operator, arg
           job("job-running", "q", "forever"),
           job("job-retrying", "slow", "fail"),
           job("job-blocked", "missing", "ok"))  # fmt: skip
-    expected = {
-        "job-ok": ("succeeded", "Healthy"),
-        "job-dead": ("dead", "Degraded"),
-        "job-cancelled": ("cancelled", "Degraded"),
-        "job-later": ("scheduled", "Progressing"),
-        "job-running": ("running", "Progressing"),
-        "job-retrying": ("failed", "Progressing"),
-        "job-blocked": ("queued", "Progressing"),
-    }
-    for name, (state, _) in expected.items():
+    for name, (state, _, _) in EVERY_STATE.items():
         wait_state(cluster, namespace, name, state, timeout=60)
-    objects = [get_json(cluster, namespace, "jobs.sextant.dev", name) for name in expected]
-    results = dict(zip(expected, health(argocd_lua, *objects, tmp_path=tmp_path)))
+    return {name: get_json(cluster, namespace, "jobs.sextant.dev", name) for name in EVERY_STATE}
+
+
+def test_argo_cd_health_of_jobs_in_every_state(cluster, namespace, operator, argocd_lua, tmp_path):
+    expected = {name: (state, argo) for name, (state, argo, _) in EVERY_STATE.items()}
+    found = jobs_in_every_state(cluster, namespace)
+    results = dict(zip(expected, health(argocd_lua, *found.values(), tmp_path=tmp_path)))
 
     assert {name: r["status"] for name, r in results.items()} == {n: h for n, (_, h) in expected.items()}, results
     # The state, then the job's latest message (which says the attempt).
@@ -109,3 +118,41 @@ def test_argo_cd_health_before_the_operator_and_after_a_spec_change(argocd_lua, 
     assert first == {"status": "Progressing", "message": "waiting for the Sextant operator"}
     assert second["status"] == "Progressing" and "not acted on the latest change" in second["message"]
     assert third["status"] == "Unknown"
+
+
+def test_flux_kstatus_reads_jobs_in_every_state(cluster, namespace, operator):
+    """kstatus' rules (tests/harness/kstatus.py, re-stated from its documentation) on the real objects: the same
+    verdict as Argo CD's for every state, Failed for a job the operator cannot read, InProgress for a spec change
+    the operator has not acted on yet."""
+    found = jobs_in_every_state(cluster, namespace)
+    verdicts = {name: kstatus.compute(obj) for name, obj in found.items()}
+    assert {n: v.status for n, v in verdicts.items()} == {n: k for n, (_, _, k) in EVERY_STATE.items()}, verdicts
+    for name, obj in found.items():  # every health condition says which generation it was computed for
+        health_conditions = [c for c in obj["status"]["conditions"]
+                             if c["type"] in ("Ready", "Reconciling", "Stalled")]
+        assert len(health_conditions) == 3, (name, obj["status"]["conditions"])
+        assert {c["observedGeneration"] for c in health_conditions} == {obj["metadata"]["generation"]}
+    assert "blocked" in verdicts["job-blocked"].message and "missing" in verdicts["job-blocked"].message
+    assert verdicts["job-running"].message.startswith("attempt 1 of 5")
+
+    # A status the operator cannot read (written past it, straight to the status subresource): Failed.
+    cluster.kubectl("patch", "-n", namespace, "jobs.sextant.dev", "job-later", "--subresource=status",
+                    "--type=merge", "-p", '{"status": {"queuedAt": "soon"}}')
+
+    def verdict(name: str) -> kstatus.Result:
+        return kstatus.compute(get_json(cluster, namespace, "jobs.sextant.dev", name))
+
+    wait_for(lambda: verdict("job-later").status == kstatus.FAILED, 30,
+             message=lambda: f"the invalid job to be Failed for kstatus: {verdict('job-later')}")
+    assert "status.queuedAt" in verdict("job-later").message
+
+    # A spec change with the operator away: InProgress until it has acted on it, then the new state's verdict.
+    operator.stop()
+    cluster.kubectl("patch", "-n", namespace, "jobs.sextant.dev", "job-running", "--type=merge",
+                    "-p", '{"spec": {"cancel": true}}')
+    assert verdict("job-running").status == kstatus.IN_PROGRESS
+    assert "latest observed generation is 1" in verdict("job-running").message
+    operator.start()
+    wait_state(cluster, namespace, "job-running", "cancelled", timeout=60)
+    assert verdict("job-running").status == kstatus.FAILED
+    assert status(cluster, namespace, "job-running")["observedGeneration"] == 2

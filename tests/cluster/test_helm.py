@@ -247,7 +247,7 @@ def test_default_values_render_a_two_replica_restricted_operator_with_cluster_wi
     assert {g for r in leader["rules"] for g in r["apiGroups"]} == {"coordination.k8s.io"}
     assert rules_of(one(docs, "ClusterRole", "sx-sextant-runner")) == {
         ("coordination.k8s.io", "leases"): {"create", "get", "patch"},
-        ("sextant.dev", "jobs"): {"create", "get"},
+        ("sextant.dev", "jobs"): {"create", "get", "list"},
     }
     assert not find(docs, "ServiceAccount", "sextant-runner"), "no namespace named: the runner's SA is bound by hand"
     assert_least_privilege(docs)

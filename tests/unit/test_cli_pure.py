@@ -145,8 +145,10 @@ def test_list_filters_read_the_fields_the_crd_makes_selectable():
 
     jobs_crd = next(crd(e) for e in RESOURCES if e["model"].__name__ == "Job")
     selectable = [f["jsonPath"] for f in jobs_crd["spec"]["versions"][0]["selectableFields"]]
-    # the HTTP API's filters, and status.worker: what a worker watches its own jobs by (docs/workers.md)
-    assert sorted(selectable) == sorted([*(f".{path}" for path in api.FIELD_SELECTORS.values()), ".status.worker"])
+    # the HTTP API's filters, status.worker: what a worker watches its own jobs by (docs/workers.md), and
+    # spec.idempotencyKey: what every create path finds a key's holder by (sextant/idempotency.py)
+    assert sorted(selectable) == sorted([*(f".{path}" for path in api.FIELD_SELECTORS.values()), ".status.worker",
+                                         ".spec.idempotencyKey"])
     job = _job("job-a", "emails", "failed", T0)
     assert [api._field(job, api.FIELD_SELECTORS[k]) for k in ("queue", "handler", "state")] == ["emails", "h", "failed"]
     assert api._field({"metadata": {"name": "job-b"}}, "status.state") is None

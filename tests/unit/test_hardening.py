@@ -309,12 +309,18 @@ def test_a_job_that_cannot_be_read_is_invalid_naming_the_field(spec_, status, fi
 def test_the_invalid_condition_is_written_once_and_keeps_the_others():
     others = [{"type": "Blocked", "status": "True", "reason": "QueueNotFound", "message": "m"}, "junk", {"type": 3}]
     conditions = invalid_conditions(others, "spec.runAt: out of range", T0, 1)
-    assert [c["type"] for c in conditions] == ["Blocked", COND_INVALID]
-    invalid = conditions[-1]
+    # Invalid, and for GitOps tools (lifecycle/health.py) Stalled: kstatus reads it as Failed
+    assert [c["type"] for c in conditions] == ["Blocked", COND_INVALID, "Ready", "Reconciling", "Stalled"]
+    by_type = {c["type"]: c for c in conditions}
+    invalid = by_type[COND_INVALID]
     assert (invalid["status"], invalid["reason"], invalid["message"]) == ("True", "InvalidSpec",
                                                                           "spec.runAt: out of range")
+    assert [by_type[t]["status"] for t in ("Ready", "Reconciling", "Stalled")] == ["False", "False", "True"]
+    assert by_type["Stalled"]["message"] == "spec.runAt: out of range" and by_type["Stalled"]["observedGeneration"] == 1
     assert invalid_conditions(conditions, "spec.runAt: out of range", at(60), 1) is None
-    assert invalid_conditions(conditions, "status.queuedAt: bad", at(60), 1)[-1]["reason"] == "InvalidStatus"
+    changed = {c["type"]: c for c in invalid_conditions(conditions, "status.queuedAt: bad", at(60), 1)}
+    assert changed[COND_INVALID]["reason"] == changed["Stalled"]["reason"] == "InvalidStatus"
+    assert changed["Stalled"]["lastTransitionTime"] == by_type["Stalled"]["lastTransitionTime"]  # still True
     assert invalid_conditions("not a list", "spec.x: y", T0, None)[0]["type"] == COND_INVALID
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ..lifecycle.health import invalid_health
 from ..resources.common import format_time, problems
 
 COND_INVALID = "Invalid"
@@ -31,8 +32,15 @@ def invalid_conditions(conditions: Any, message: str, now: datetime, generation:
         return None
     reason = "InvalidSpec" if message.startswith("spec.") else \
         "InvalidStatus" if message.startswith("status.") else "InvalidObject"
-    invalid = {"type": COND_INVALID, "status": "True", "reason": reason, "message": message,
-               "lastTransitionTime": format_time(now, precise=False)}
-    if isinstance(generation, int):
-        invalid["observedGeneration"] = generation
-    return [c for c in kept if c["type"] != COND_INVALID] + [invalid]
+    wanted = [(COND_INVALID, True, reason, message)] + [tuple(h) for h in invalid_health(reason, message)]
+    out = [c for c in kept if c["type"] not in {w[0] for w in wanted}]
+    for type_, value, why, words in wanted:  # Invalid, and Stalled for GitOps tools (lifecycle/health.py)
+        text = "True" if value else "False"
+        before = next((c for c in kept if c["type"] == type_), None)
+        moved = before.get("lastTransitionTime") if before is not None and before["status"] == text else None
+        cond = {"type": type_, "status": text, "reason": why, "message": words,
+                "lastTransitionTime": moved or format_time(now, precise=False)}
+        if isinstance(generation, int):
+            cond["observedGeneration"] = generation
+        out.append(cond)
+    return out

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from .. import metrics, retention
+from .. import idempotency, metrics, retention
 from ..lifecycle import transitions as T
 from ..lifecycle import workers as W
 from ..lifecycle.states import FINISHED
@@ -390,7 +390,7 @@ class JobController:
         status, spec = raw.get("status") or {}, raw.get("spec") or {}
         queue = self.view.queues.get((key[0], spec.get("queue", "")))
         return retention.expiry(state_of(raw), status.get("finishedAt"),
-                                queue.retention if queue else QueueSpec().retention)
+                                queue.retention if queue else QueueSpec().retention, idempotency.claim_ends(raw))
 
     async def _retain(self, key: Key, now: datetime) -> datetime | None:
         """Delete a finished job, or its pods, once its retention is over; else when to look again."""

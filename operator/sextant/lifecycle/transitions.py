@@ -15,6 +15,7 @@ from ..resources.handler import HandlerSpec
 from ..resources.job import Attempt, JobSpec, JobStatus, State, cancel_wanted, payload_refusal
 from ..resources.queue import QueueSpec
 from . import attempts as A
+from .health import health
 from .workers import REPORT_AFTER_GRACE, on_worker
 from .backoff import backoff_delay, jitter_sample
 from .states import (CANCELLED, DEAD, FAILED, FINISHED, QUEUED, RUNNING, SCHEDULED, SUCCEEDED, cancel_refusal,
@@ -136,6 +137,12 @@ def set_condition(status: JobStatus, type_: str, value: bool, reason: str, messa
                                        observed_generation=generation))
 
 
+def set_health(status: JobStatus, now: datetime, generation: int) -> None:
+    """Ready, Reconciling and Stalled for GitOps tools (lifecycle/health.py), from the rest of the status."""
+    for h in health(status):
+        set_condition(status, h.type, h.value, h.reason, h.message, now, generation)
+
+
 def _clear_condition(status: JobStatus, type_: str, reason: str, now: datetime, generation: int) -> None:
     if any(c.type == type_ and c.status == "True" for c in status.conditions):
         set_condition(status, type_, False, reason, "", now, generation)
@@ -195,6 +202,7 @@ def reconcile(job: JobSnapshot, obs: Observations, now: datetime) -> Decision:
         _wait_until_runnable(s)
     _blocked(s)
     s.status.observed_generation = job.generation
+    set_health(s.status, now, job.generation)
     return s.decision
 
 
@@ -231,6 +239,7 @@ def admit(job: JobSnapshot, obs: Observations, now: datetime, worker: str | None
     _clear_condition(st, COND_BLOCKED, "Admitted", now, job.generation)
     s.decision.wake(now + timeout)
     st.observed_generation = job.generation
+    set_health(st, now, job.generation)
     return s.decision
 
 

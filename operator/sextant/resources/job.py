@@ -197,7 +197,9 @@ class JobStatus(Model):
     dropped_attempts: int | None = Field(
         default=None, description="Attempts left out of the timeline between its first and its most recent ones, "
                                   "so that the object stays small.")
-    conditions: list[Condition] = Field(default_factory=list, description="Succeeded, Dead, Cancelled, Running, Blocked.")
+    conditions: list[Condition] = Field(default_factory=list, description=(
+        "Succeeded, Dead, Cancelled, Running, Blocked, Invalid; Ready, Reconciling, Stalled for GitOps tools "
+        "(docs/gitops.md)."))
     observed_generation: int | None = Field(default=None, description="The spec generation last acted upon.")
 
 

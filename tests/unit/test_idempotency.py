@@ -1,0 +1,147 @@
+"""Idempotency keys: the window (and its test setting), who holds a key now, the field selector's escaping, and
+when a keyed job's claim ends."""
+
+from datetime import datetime, timedelta, timezone
+
+import httpx
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sextant import idempotency as I
+from sextant.client import Client
+from sextant.kubeconfig import Connection
+
+T0 = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
+
+
+@pytest.fixture(autouse=True)
+def default_window(monkeypatch):
+    monkeypatch.delenv(I.WINDOW_ENV, raising=False)
+
+
+def test_the_window_is_24_hours_unless_set(monkeypatch):
+    assert I.window() == timedelta(hours=24)
+    monkeypatch.setenv(I.WINDOW_ENV, "5s")
+    assert I.window() == timedelta(seconds=5)
+    assert I.still_claimed(T0, T0 + timedelta(seconds=4.9)) and not I.still_claimed(T0, T0 + timedelta(seconds=5))
+    monkeypatch.setenv(I.WINDOW_ENV, "")
+    assert I.window() == timedelta(hours=24)
+
+
+@pytest.mark.parametrize("text", ["soon", "0s", "-5s", "5"])
+def test_a_bad_window_is_refused_naming_the_variable(monkeypatch, text):
+    monkeypatch.setenv(I.WINDOW_ENV, text)
+    with pytest.raises(ValueError, match=I.WINDOW_ENV):
+        I.window()
+
+
+def test_the_holder_is_the_first_use_while_its_claim_runs():
+    first, second = (T0, False, "job-first"), (T0 + timedelta(hours=1), True, "job-second")
+    assert I.holder([second, first], T0 + timedelta(hours=2)) == "job-first"
+    assert I.holder([first, second], T0 + timedelta(hours=24)) is None  # ran out; the second was a duplicate
+    third = (T0 + timedelta(hours=25), True, "job-third")  # the first use after the claim ran out holds it anew
+    assert I.holder([first, second, third], T0 + timedelta(hours=26)) == "job-third"
+    assert I.holder([], T0) is None
+
+
+def test_equal_creation_times_prefer_the_job_the_operator_already_let_run():
+    let_run, fresh = (T0, False, "job-zzz"), (T0, True, "job-aaa")
+    assert I.holder([fresh, let_run], T0) == "job-zzz"
+    assert I.holder([(T0, True, "job-b"), (T0, True, "job-a")], T0) == "job-a"  # then by name
+
+
+@given(st.lists(st.tuples(st.integers(0, 100), st.booleans(), st.sampled_from("abcdefgh")), min_size=1,
+                unique_by=lambda t: t[2]), st.integers(0, 200))
+def test_the_holder_is_the_job_that_claimant_does_not_call_a_duplicate(rows, at):
+    # The operator (claimant) and the create paths (holder) must agree on who holds a key.
+    window = I.window()
+    jobs = [(T0 + window * (minutes / 40), undecided, f"job-{name}") for minutes, undecided, name in rows]
+    now = T0 + window * (at / 40)
+    held = I.holder([j for j in jobs if j[0] <= now], now)
+    if held is not None:
+        created = next(j[0] for j in jobs if j[2] == held)
+        assert I.claimant(jobs, created, held) is None
+        assert I.still_claimed(created, now)
+        for other in jobs:  # a later job inside the claim duplicates the holder
+            if other[2] != held and created <= other[0] <= now and I.still_claimed(created, other[0]):
+                assert I.claimant(jobs, other[0], other[2]) is not None
+
+
+def test_undecided_means_no_state_yet_or_a_duplicate():
+    assert I.undecided({}) and I.undecided({"status": {}})
+    assert I.undecided({"status": {"state": "cancelled", "duplicateOf": "job-a"}})
+    assert not I.undecided({"status": {"state": "queued"}})
+
+
+@pytest.mark.parametrize("key, escaped", [("receipt-42", "receipt-42"), ("a,b=c", "a\\,b\\=c"),
+                                          ("back\\slash", "back\\\\slash"), ("x!=y", "x!\\=y")])
+def test_a_key_is_escaped_for_a_field_selector(key, escaped):
+    assert I.selector_value(key) == escaped
+
+
+def test_a_keyed_jobs_claim_ends_a_window_after_its_creation(monkeypatch):
+    job = {"metadata": {"creationTimestamp": "2026-12-01T12:00:00Z"}, "spec": {"idempotencyKey": "k"}}
+    assert I.claim_ends(job) == T0 + timedelta(hours=24)
+    monkeypatch.setenv(I.WINDOW_ENV, "90s")
+    assert I.claim_ends(job) == T0 + timedelta(seconds=90)
+    assert I.claim_ends({**job, "spec": {}}) is None
+    assert I.claim_ends({"metadata": {"creationTimestamp": "yesterday"}, "spec": {"idempotencyKey": "k"}}) is None
+
+
+# --- the client's lookup, against a scripted API server (httpx.MockTransport): the fallbacks for older CRDs and roles
+
+
+def scripted_client(answer):
+    client = Client(Connection(server="https://api.example", ssl_context=False))
+    client.http = httpx.Client(base_url="https://api.example", transport=httpx.MockTransport(answer))
+    return client
+
+
+def listed(*items):
+    return {"kind": "JobList", "metadata": {"resourceVersion": "7"}, "items": list(items)}
+
+
+def raw_job(name, key, created="2026-12-01T11:00:00Z", **status):
+    return {"metadata": {"name": name, "creationTimestamp": created}, "spec": {"idempotencyKey": key},
+            "status": status}
+
+
+def test_the_holder_is_asked_for_by_field_selector():
+    seen = []
+
+    def answer(request):
+        seen.append(request.url.params.get("fieldSelector"))
+        return httpx.Response(200, json=listed(raw_job("job-applied", "a,b", state="queued")))
+
+    holder = scripted_client(answer).key_holder("shop", "a,b", T0)
+    assert holder["metadata"]["name"] == "job-applied" and seen == ["spec.idempotencyKey=a\\,b"]
+
+
+def test_without_the_selectable_field_every_job_is_read_and_filtered():
+    def answer(request):
+        if request.url.params.get("fieldSelector"):
+            return httpx.Response(400, json={"message": 'field label not supported: "spec.idempotencyKey"'})
+        return httpx.Response(200, json=listed(raw_job("job-other", "k2"), raw_job("job-mine", "k")))
+
+    assert scripted_client(answer).key_holder("shop", "k", T0)["metadata"]["name"] == "job-mine"
+
+
+def test_without_the_right_to_list_the_keyed_name_decides_alone():
+    posted = []
+
+    def answer(request):
+        if request.method == "GET":
+            return httpx.Response(403, json={"message": "forbidden", "reason": "Forbidden"})
+        posted.append(request)
+        return httpx.Response(201, json={"metadata": {"name": I.keyed_name("shop", "k")}})
+
+    job, created = scripted_client(answer).create_job("shop", queue="q", handler="h", idempotency_key="k", now=T0)
+    assert created and job["metadata"]["name"] == I.keyed_name("shop", "k") and len(posted) == 1
+
+
+def test_an_expired_claim_is_no_holder():
+    def answer(request):
+        return httpx.Response(200, json=listed(raw_job("job-old", "k", created="2026-11-30T11:00:00Z")))
+
+    assert scripted_client(answer).key_holder("shop", "k", T0) is None
