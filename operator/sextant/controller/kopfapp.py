@@ -1,0 +1,164 @@
+"""kopf as the operator's runtime: one process, one event loop, kopf's signal handling (docs/operator.md).
+
+kopf runs the process: its start-up handler starts Sextant's machinery (`Operator.start`: the lean informers for
+Jobs, Pods and Leases, the view, the job and schedule controllers, the timers, the event poster, leader election,
+the HTTP server) as tasks on kopf's loop, its clean-up handler stops them (`Operator.stop`), its login handler
+uses Sextant's own kubeconfig `Connection`, its probes report readiness and role. kopf watches the low-rate kinds
+Queue, Handler and Schedule with `on.event` handlers that feed the controllers (through `feed.Feed`, shared with
+those kinds' lean informers). Jobs, Pods and Leases stay on the lean informers: several events per job, and pods
+and leases need a server-side label selector.
+
+kopf writes nothing to Sextant's objects: no Event posting, progress and diff-base storages that never patch, no
+finalizers (only `on.event` handlers, which need none), standalone (no peering objects), no cluster-wide scanning.
+So its handlers, which only feed the in-memory view, can never bypass leadership (docs/ha.md): every write still
+goes through the controllers' fenced client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+import kopf
+
+from ..kubeconfig import Connection
+from ..resources import GROUP, VERSION
+from .main import Operator, Settings
+
+log = logging.getLogger("sextant.operator")
+
+KINDS = ("queues", "handlers", "schedules")  # the kinds kopf watches (plural names in sextant.dev)
+WORKER_LIMIT = 16  # kopf's concurrent per-object workers per watch: bounded (unbounded = one task per object)
+EXIT_TIMEOUT = 20.0  # seconds from SIGTERM to a forced exit if a clean-up hangs (Kubernetes grants 30 by default)
+
+
+class NoProgressStorage(kopf.ProgressStorage):
+    """Handler progress kept nowhere: `on.event` handlers have none, and kopf must never patch an object."""
+
+    def fetch(self, *, key: Any, body: Any) -> None:
+        return None
+
+    def store(self, *, key: Any, record: Any, body: Any, patch: Any) -> None:
+        return None
+
+    def purge(self, *, key: Any, body: Any, patch: Any) -> None:
+        return None
+
+    def touch(self, *, body: Any, patch: Any, value: str | None) -> None:
+        return None
+
+    def clear(self, *, essence: Any) -> Any:
+        return essence
+
+
+class NoDiffBaseStorage(kopf.DiffBaseStorage):
+    """No last-handled configuration: it serves kopf's change handlers, which Sextant does not use."""
+
+    def build(self, *, body: Any, extra_fields: Any = None) -> Any:
+        return {}  # no essence to compare: spares a deep copy of every object per event
+
+    def fetch(self, *, body: Any) -> None:
+        return None
+
+    def store(self, *, body: Any, patch: Any, essence: Any) -> None:
+        return None
+
+
+def operator_settings(log_level: int = logging.WARNING) -> kopf.OperatorSettings:
+    settings = kopf.OperatorSettings()
+    settings.posting.enabled = False  # kopf posts no Events: Sextant's EventRecorder posts its own, rate-limited
+    settings.posting.level = logging.WARNING
+    settings.persistence.progress_storage = NoProgressStorage()
+    settings.persistence.diffbase_storage = NoDiffBaseStorage()
+    settings.scanning.disabled = True  # no watch of every CRD and namespace of the cluster
+    settings.peering.standalone = True  # no KopfPeering objects: Sextant's Lease elects the leader
+    settings.peering.mandatory = False
+    settings.queueing.worker_limit = WORKER_LIMIT
+    settings.process.ultimate_exiting_timeout = EXIT_TIMEOUT
+    # kopf logs every handler's success at INFO: WARNING unless the operator runs at DEBUG.
+    logging.getLogger("kopf").setLevel(logging.DEBUG if log_level <= logging.DEBUG else logging.WARNING)
+    return settings
+
+
+def login_info(conn: Connection) -> kopf.ConnectionInfo:
+    """kopf's credentials from Sextant's Connection: the same server, CA, token or client certificate, so
+    --kubeconfig/--context (and in-cluster service accounts) mean the same to both."""
+    https = conn.server.startswith("https")
+    cert, key = conn.client_cert or (None, None)
+    return kopf.ConnectionInfo(
+        server=conn.server,
+        ca_path=conn.ca_file if https and conn.verify and conn.ca_file else None,
+        insecure=True if https and not conn.verify else None,
+        scheme="Bearer" if conn.token() else None,
+        token=conn.token() or None,
+        certificate_path=cert,
+        private_key_path=key,
+        default_namespace=conn.namespace,
+    )
+
+
+def namespace_scope(namespaces: Iterable[str]) -> dict[str, Any]:
+    """kopf.operator's scope arguments for --watch-namespace: those namespaces, or cluster-wide when none."""
+    chosen = list(dict.fromkeys(namespaces))
+    return {"namespaces": chosen, "clusterwide": False} if chosen else {"namespaces": [], "clusterwide": True}
+
+
+def registry_for(operator: Operator, conn: Connection) -> kopf.OperatorRegistry:
+    """An explicit registry (never kopf's global default): what this process's kopf does, and nothing else."""
+    registry = kopf.OperatorRegistry()
+
+    @kopf.on.login(registry=registry, errors=kopf.ErrorsMode.PERMANENT)
+    async def login(**_: Any) -> kopf.ConnectionInfo:
+        return login_info(conn)
+
+    @kopf.on.startup(registry=registry, errors=kopf.ErrorsMode.PERMANENT)
+    async def startup(**_: Any) -> None:
+        await operator.start()
+
+    @kopf.on.cleanup(registry=registry)
+    async def cleanup(**_: Any) -> None:
+        await operator.stop()
+        log.info("stopped")
+
+    @kopf.on.probe(id="ready", registry=registry)
+    async def ready(**_: Any) -> bool:
+        return operator.ready
+
+    @kopf.on.probe(id="role", registry=registry)
+    async def role(**_: Any) -> str:
+        return operator.role()
+
+    for plural in KINDS:
+        feed = operator.feeds[plural]
+
+        async def on_event(event: dict[str, Any], _feed: Any = feed, **_: Any) -> None:
+            _feed.from_kopf(event.get("type"), event.get("object") or {})
+
+        kopf.on.event(GROUP, VERSION, plural, id=f"feed-{plural}", registry=registry)(on_event)
+    return registry
+
+
+async def serve(conn: Connection, settings: Settings, *, log_level: int = logging.WARNING,
+                stop_flag: asyncio.Event | None = None) -> None:
+    """Run the operator on kopf on the running loop until SIGINT/SIGTERM (or stop_flag)."""
+    operator = Operator(conn, settings)
+    await kopf.operator(
+        registry=registry_for(operator, conn),
+        settings=operator_settings(log_level),
+        standalone=True,
+        liveness_endpoint=settings.kopf_liveness,
+        stop_flag=stop_flag,
+        **namespace_scope(settings.namespaces),
+    )
+
+
+def run(conn: Connection, settings: Settings) -> None:
+    try:
+        import uvloop  # kopf does not enable it; it halves the event loop's cost per watch event
+
+        uvloop.install()
+    except ImportError:
+        pass
+    asyncio.run(serve(conn, settings, log_level=logging.getLogger().getEffectiveLevel()))
