@@ -136,7 +136,8 @@ def registry_for(operator: Operator, conn: Connection) -> kopf.OperatorRegistry:
         async def on_event(event: dict[str, Any], _feed: Any = feed, **_: Any) -> None:
             _feed.from_kopf(event.get("type"), event.get("object") or {})
 
-        kopf.on.event(GROUP, VERSION, plural, id=f"feed-{plural}", registry=registry)(on_event)
+        kopf.on.event(group=GROUP, version=VERSION, plural=plural, id=f"feed-{plural}",
+                      registry=registry)(on_event)
     return registry
 
 
