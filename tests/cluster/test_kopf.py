@@ -12,7 +12,11 @@ import httpx
 from tests.harness import wait_for
 
 from .support import apply, get_json, handler, job, queue, wait_state
-from .test_schedules import schedule
+
+
+def schedule(name: str, **spec) -> dict:
+    return {"apiVersion": "sextant.dev/v1alpha1", "kind": "Schedule", "metadata": {"name": name},
+            "spec": {"jobTemplate": {"queue": "q", "handler": "h"}, **spec}}
 
 
 def kopf_events(op, kind: str) -> float:
