@@ -7,6 +7,7 @@ import base64
 import logging
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import kopf
@@ -53,6 +54,22 @@ def test_kopf_logs_at_warning_unless_debugging(level, kopf_level):
 ])
 def test_watch_namespace_flags_are_kopfs_namespaces(flags, scope):
     assert kopfapp.namespace_scope(flags) == scope
+
+
+DEEP_DECODE = r"""
+import json
+from sextant.controller import kopfapp
+kopfapp.allow_deep_json()
+doc = '{"type": "ADDED", "object": ' + '{"a": ' * 10_000 + '{}' + '}' * 10_001
+json.loads(doc)
+print("decoded")
+"""
+
+
+def test_kopfs_json_decoding_reads_the_deepest_object_the_api_server_stores():
+    """One Schedule nested 10,000 levels deep must not end kopf's watch (and with it the process)."""
+    done = subprocess.run([sys.executable, "-c", DEEP_DECODE], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "decoded", done.stderr[-2000:]
 
 
 def test_only_the_controller_imports_kopf():

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from collections.abc import Iterable
 from typing import Any
 
@@ -28,6 +29,13 @@ from ..resources import GROUP, VERSION
 from .main import Operator, Settings
 
 log = logging.getLogger("sextant.operator")
+
+# kopf (and aiohttp under it) decode with the standard json module, which stops at the interpreter's recursion
+# limit (1000 levels). The API server stores objects nested up to 10,000 levels (jsontext.py); one such Queue,
+# Handler or Schedule would end kopf's watch with a RecursionError, and kopf ends the process with it. CPython 3.11
+# decodes 10,000 levels within a recursion limit of 12,000 on an 8 MiB main-thread stack (kopf decodes ~100 frames
+# deep); the lean informers decode with jsontext.loads, which has no limit.
+RECURSION_LIMIT = 12_000
 
 KINDS = ("queues", "handlers", "schedules")  # the kinds kopf watches (plural names in sextant.dev)
 WORKER_LIMIT = 16  # kopf's concurrent per-object workers per watch: bounded (unbounded = one task per object)
@@ -141,9 +149,15 @@ def registry_for(operator: Operator, conn: Connection) -> kopf.OperatorRegistry:
     return registry
 
 
+def allow_deep_json() -> None:
+    """Let kopf's json decoding read any object the API server stores (see RECURSION_LIMIT)."""
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), RECURSION_LIMIT))
+
+
 async def serve(conn: Connection, settings: Settings, *, log_level: int = logging.WARNING,
                 stop_flag: asyncio.Event | None = None) -> None:
     """Run the operator on kopf on the running loop until SIGINT/SIGTERM (or stop_flag)."""
+    allow_deep_json()
     operator = Operator(conn, settings)
     await kopf.operator(
         registry=registry_for(operator, conn),
