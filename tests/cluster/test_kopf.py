@@ -11,7 +11,7 @@ import httpx
 
 from tests.harness import wait_for
 
-from .support import apply, get_json, handler, job, queue, wait_state
+from .support import Operator, apply, get_json, handler, job, queue, wait_state
 
 
 def schedule(name: str, **spec) -> dict:
@@ -25,7 +25,16 @@ def kopf_events(op, kind: str) -> float:
                if line.startswith("sextant_kopf_events_total") and f'kind="{kind}"' in line)
 
 
-def test_kopf_feeds_the_low_rate_kinds_and_writes_nothing_to_them(cluster, namespace, operator):
+def test_kopf_feeds_the_low_rate_kinds_and_writes_nothing_to_them(cluster, namespace, crds, tmp_path):
+    operator = Operator(cluster.kubeconfig, namespace, tmp_path, "--kopf-watches")
+    operator.start()
+    try:
+        handled_and_untouched(cluster, namespace, operator)
+    finally:
+        operator.stop()
+
+
+def handled_and_untouched(cluster, namespace, operator) -> None:
     apply(cluster, namespace, queue("q", backoff={"policy": "fixed", "initial": "200ms"}), handler("h"),
           schedule("tick", interval="2s"), job("job-k"))
     wait_state(cluster, namespace, "job-k", "succeeded")
@@ -59,3 +68,13 @@ def test_sigterm_stops_the_kopf_operator_promptly_and_cleanly(cluster, namespace
     assert code == 0, operator.log_tail()
     assert took < 10, took
     assert "stopped" in operator.log_tail(20)
+
+
+def test_by_default_kopf_runs_the_process_and_watches_nothing(cluster, namespace, operator):
+    apply(cluster, namespace, queue("q"), handler("h"))
+    wait_for(lambda: httpx.get(f"{operator.http_url}/readyz", timeout=2).status_code == 200, 30,
+             message="the operator to be ready")
+    for what in ("queues.sextant.dev/q", "handlers.sextant.dev/h"):
+        meta = get_json(cluster, namespace, what)["metadata"]
+        assert not meta.get("finalizers") and not [k for k in (meta.get("annotations") or {}) if "kopf" in k]
+    assert all(kopf_events(operator, kind) == 0 for kind in ("queues", "handlers", "schedules"))

@@ -79,15 +79,15 @@ def test_only_the_controller_imports_kopf():
     assert importers == {"controller"}
 
 
-def test_the_registry_is_explicit_and_holds_only_sextants_handlers():
+@pytest.mark.parametrize("watches, watched", [(False, set()), (True, {"queues", "handlers", "schedules"})])
+def test_the_registry_is_explicit_and_holds_only_sextants_handlers(watches, watched):
     conn = kubeconfig.Connection(server="http://127.0.0.1:1", ssl_context=False, _token="t")
-    operator = Operator(conn, Settings(http_port=None))
+    operator = Operator(conn, Settings(http_port=None, kopf_watches=watches))
     registry = kopfapp.registry_for(operator, conn)
     assert registry is not kopf.get_default_registry()
-    watched = {h.selector.plural for h in registry._watching.get_all_handlers()}
-    assert watched == {"queues", "handlers", "schedules"}
+    assert {h.selector.plural for h in registry._watching.get_all_handlers()} == watched
     assert not registry._changing.get_all_handlers() and not registry._spawning.get_all_handlers()
-    assert not registry._webhooks.get_all_handlers()  # so no finalizer is ever needed
+    assert not registry._webhooks.get_all_handlers() and not registry._indexing.get_all_handlers()
     activities = {h.activity.name for h in registry._activities.get_all_handlers()}
     assert activities == {"AUTHENTICATION", "STARTUP", "CLEANUP", "PROBE"}
 

@@ -1,12 +1,14 @@
 """kopf as the operator's runtime: one process, one event loop, kopf's signal handling (docs/operator.md).
 
-kopf runs the process: its start-up handler starts Sextant's machinery (`Operator.start`: the lean informers for
-Jobs, Pods and Leases, the view, the job and schedule controllers, the timers, the event poster, leader election,
+kopf runs the process: its start-up handler starts Sextant's machinery (`Operator.start`: the lean informers, the
+view, the job and schedule controllers, the timers, the event poster, leader election,
 the HTTP server) as tasks on kopf's loop, its clean-up handler stops them (`Operator.stop`), its login handler
-uses Sextant's own kubeconfig `Connection`, its probes report readiness and role. kopf watches the low-rate kinds
-Queue, Handler and Schedule with `on.event` handlers that feed the controllers (through `feed.Feed`, shared with
-those kinds' lean informers). Jobs, Pods and Leases stay on the lean informers: several events per job, and pods
-and leases need a server-side label selector.
+uses Sextant's own kubeconfig `Connection`, its probes report readiness and role. Every kind is watched by the
+lean informers (jobs, pods and leases need their cost and server-side label selectors; the low-rate kinds need
+their resilience: kopf's watch ends the whole process on a malformed watch line, a watch answered 410, or an object
+nested deeper than the json module decodes). With `Settings.kopf_watches` (`--kopf-watches`) kopf's `on.event`
+handlers watch Queue, Handler and Schedule too and feed the controllers through `feed.Feed`, shared with those
+kinds' informers.
 
 kopf writes nothing to Sextant's objects: no Event posting, progress and diff-base storages that never patch, no
 finalizers (only `on.event` handlers, which need none), standalone (no peering objects), no cluster-wide scanning.
@@ -138,6 +140,8 @@ def registry_for(operator: Operator, conn: Connection) -> kopf.OperatorRegistry:
     async def role(**_: Any) -> str:
         return operator.role()
 
+    if not operator.settings.kopf_watches:
+        return registry  # the default: kopf runs the process and watches nothing (docs/operator.md says why)
     for plural in KINDS:
         feed = operator.feeds[plural]
 
@@ -157,7 +161,8 @@ def allow_deep_json() -> None:
 async def serve(conn: Connection, settings: Settings, *, log_level: int = logging.WARNING,
                 stop_flag: asyncio.Event | None = None) -> None:
     """Run the operator on kopf on the running loop until SIGINT/SIGTERM (or stop_flag)."""
-    allow_deep_json()
+    if settings.kopf_watches:
+        allow_deep_json()
     operator = Operator(conn, settings)
     await kopf.operator(
         registry=registry_for(operator, conn),

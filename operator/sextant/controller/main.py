@@ -41,6 +41,7 @@ class Settings:
     http_max_in_flight: int = 100  # /v2 requests served at once; more are answered 429
     http_request_timeout: float = 30.0  # seconds a /v2 request may take; then 503
     leader_election: ElectionSettings | None = None  # None: this replica acts alone
+    kopf_watches: bool = False  # kopf's on.event handlers for Queue/Handler/Schedule as well (docs/operator.md)
     kopf_liveness: str | None = None  # kopf's liveness endpoint (its probes: readiness, role), e.g. http://0.0.0.0:8081/healthz
 
 
