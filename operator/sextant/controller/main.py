@@ -42,7 +42,7 @@ class Settings:
     http_request_timeout: float = 30.0  # seconds a /v2 request may take; then 503
     leader_election: ElectionSettings | None = None  # None: this replica acts alone
     kopf_watches: bool = False  # kopf's on.event handlers for Queue/Handler/Schedule as well (docs/operator.md)
-    kopf_liveness: str | None = None  # kopf's liveness endpoint (its probes: readiness, role), e.g. http://0.0.0.0:8081/healthz
+    kopf_liveness: str | None = None  # kopf's liveness endpoint with its probes (ready, role), e.g. :8081/healthz
 
 
 def _paths(plural: str, group: str | None, namespaces: list[str], version: str = VERSION) -> list[str]:
@@ -87,8 +87,8 @@ class Operator:
             return Informer(self.kube, path, on_change, name=name, label_selector=label_selector,
                             on_error=self._reporter(kind, api_version), on_reconnect=self._reconnected)
 
-        # The low-rate kinds reach the controllers through a Feed each: their informer and kopf's on.event handler
-        # (kopfapp.py) both watch them, and each version is applied once, whichever watch brings it first.
+        # The low-rate kinds reach the controllers through a Feed each: their informer, and with kopf_watches kopf's
+        # on.event handler too (kopfapp.py); each version is applied once, whichever watch brings it first.
         self.feeds = {"queues": Feed("queues", c.on_queue), "handlers": Feed("handlers", c.on_handler),
                       "schedules": Feed("schedules", self.schedules.on_schedule)}
         self.informers = [
@@ -202,16 +202,6 @@ class Operator:
         for kube in (self.kube, self.api_kube, self.elector.kube if self.elector else None):
             if kube is not None:
                 await kube.close()
-
-    async def run(self) -> None:
-        """start(), then run until cancelled, then stop(): the operator without kopf around it."""
-        await self.start()
-        try:
-            done, _ = await asyncio.wait(self._tasks, return_when=asyncio.FIRST_EXCEPTION)
-            for task in done:
-                task.result()
-        finally:
-            await self.stop()
 
 
 async def supervise(name: str, loop: Callable[[], Awaitable[None]], first_delay: float = 1.0,
