@@ -252,3 +252,27 @@ def test_deletes_are_forgotten_after_a_while():
     feed("upsert", obj("x", "8"))
     feed("delete", obj("x", "9"))
     assert len(feed) == 2  # "live" and the fresh tombstone of "x"
+
+
+# ------------------------------------------------------------------------------------------------ the CLI
+def test_operator_flags_reach_kopf():
+    from sextant.cli.main import _settings, build_parser
+
+    conn = kubeconfig.Connection(server="http://127.0.0.1:1", ssl_context=False)
+    args = build_parser().parse_args(["operator", "--watch-namespace", "a", "--watch-namespace", "b"])
+    settings = _settings(args, conn)
+    assert (settings.kopf_watches, settings.kopf_liveness) == (False, None)
+    assert kopfapp.namespace_scope(settings.namespaces) == {"namespaces": ["a", "b"], "clusterwide": False}
+    args = build_parser().parse_args(["operator", "--kopf-watches", "--kopf-liveness", "http://0.0.0.0:8081/healthz"])
+    settings = _settings(args, conn)
+    assert (settings.kopf_watches, settings.kopf_liveness) == (True, "http://0.0.0.0:8081/healthz")
+    assert kopfapp.namespace_scope(settings.namespaces)["clusterwide"] is True
+
+
+def test_operator_help_says_it_is_a_kopf_operator(capsys):
+    from sextant.cli.main import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["operator", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "kopf operator" in text and "Queue, Handler and Schedule" in text and "--kopf-watches" in text
