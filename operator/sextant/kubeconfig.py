@@ -35,11 +35,19 @@ class Connection:
     _token_read_at: float = field(default=0.0)
     _config: object | None = None
     trust: ssl.SSLContext | bool = False  # verifies the server, presents no client certificate
+    # The TLS material behind ssl_context, as files, for a client that builds its own (kopf's login).
+    ca_file: str | None = None
+    client_cert: tuple[str, str] | None = None  # (certificate, key)
+    verify: bool = True
 
     def with_token(self, token: str) -> Connection:
         """The same API server, authenticated as someone else: the HTTP API acts with its caller's token."""
         return Connection(server=self.server, ssl_context=self.trust, namespace=self.namespace, _token=token,
-                          trust=self.trust)
+                          trust=self.trust, ca_file=self.ca_file, verify=self.verify)
+
+    def token(self) -> str | None:
+        """The bearer token as of now (a rotated service-account token or an exec plugin's is fetched again)."""
+        return self._current_token()
 
     def headers(self) -> dict[str, str]:
         token = self._current_token()
@@ -152,8 +160,10 @@ def _plain_kubeconfig(path: str, context: str | None, token: str | None) -> Conn
     bearer = token or user.get("token")
     if not bearer and user.get("tokenFile"):
         bearer = (base / user["tokenFile"]).read_text().strip()
-    return Connection(server=server, ssl_context=_tls(server, verify, ca, None if token else (cert, key)),
-                      namespace=ctx.get("namespace") or "default", _token=bearer, trust=_tls(server, verify, ca))
+    presented = None if token or not (cert and key) else (cert, key)
+    return Connection(server=server, ssl_context=_tls(server, verify, ca, presented),
+                      namespace=ctx.get("namespace") or "default", _token=bearer, trust=_tls(server, verify, ca),
+                      ca_file=ca, client_cert=presented, verify=verify)
 
 
 def _in_cluster() -> Connection:
@@ -176,7 +186,8 @@ def _connection(cfg: Any, namespace: str) -> Connection:
     return Connection(server=server, ssl_context=_tls(server, cfg.verify_ssl, cfg.ssl_ca_cert, client_cert),
                       namespace=namespace, _token=token,
                       _config=cfg if getattr(cfg, "refresh_api_key_hook", None) else None,
-                      trust=_tls(server, cfg.verify_ssl, cfg.ssl_ca_cert))
+                      trust=_tls(server, cfg.verify_ssl, cfg.ssl_ca_cert),
+                      ca_file=cfg.ssl_ca_cert or None, client_cert=client_cert, verify=bool(cfg.verify_ssl))
 
 
 def _tls(server: str, verify: bool, cafile: str | None,

@@ -33,6 +33,8 @@ RECONCILE_ERRORS = Counter("sextant_reconcile_errors_total", "Reconciles that ra
 OBJECT_ERRORS = Counter("sextant_object_errors_total", "Failures to take in (stage digest) or reconcile (stage "
                         "reconcile) one object, by kind; each is retried with a per-object backoff.",
                         ["kind", "stage"], registry=REGISTRY)
+KOPF_EVENTS = Counter("sextant_kopf_events_total", "Watch events kopf's on.event handlers received, by kind "
+                      "(Queue, Handler, Schedule; docs/operator.md).", ["kind"], registry=REGISTRY)
 LOOP_RESTARTS = Counter("sextant_loop_restarts_total", "Long-running loops of the operator restarted after an "
                         "unexpected error (the process keeps running).", ["loop"], registry=REGISTRY)
 SCHEDULE_FIRE_LAG = Histogram("sextant_schedule_fire_lag_seconds", "From a schedule's tick to its job's creation.",

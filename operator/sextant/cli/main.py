@@ -43,7 +43,8 @@ def _settings(args: argparse.Namespace, conn: kubeconfig.Connection):
                     http_tls=(args.http_tls_cert, args.http_tls_key) if args.http_tls_cert else None,
                     http_max_in_flight=args.http_max_in_flight,
                     http_request_timeout=parse_duration(args.http_request_timeout).total_seconds(),
-                    leader_election=election)
+                    leader_election=election, kopf_watches=args.kopf_watches,
+                    kopf_liveness=args.kopf_liveness)
 
 
 def _operator(args: argparse.Namespace) -> int:
@@ -62,6 +63,14 @@ def _dev(args: argparse.Namespace) -> int:
     logging.basicConfig(level=getattr(logging, args.log_level.upper()),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     return dev(args.kubeconfig, args.context, args.keep, lambda conn: _settings(args, conn))
+
+
+OPERATOR_DESCRIPTION = (
+    "Run Sextant's operator in the foreground until SIGINT/SIGTERM. It is a kopf operator: kopf runs the process "
+    "(start-up, clean-up, login with this kubeconfig, probes, signals). Every kind (Job, Queue, Handler, Schedule, "
+    "and the Pods and Leases of jobs) is watched by lean informers in the same process and event loop; with "
+    "--kopf-watches kopf's handlers watch Queue, Handler and Schedule as well (docs/operator.md). kopf writes "
+    "nothing to Sextant's objects.")
 
 
 def _operator_flags(op: argparse.ArgumentParser) -> None:
@@ -92,6 +101,13 @@ def _operator_flags(op: argparse.ArgumentParser) -> None:
     op.add_argument("--leader-election-lease-duration", default="15s", help="default 15s")
     op.add_argument("--leader-election-renew-deadline", default="10s", help="default 10s")
     op.add_argument("--leader-election-retry-period", default="2s", help="default 2s")
+    op.add_argument("--kopf-watches", action="store_true",
+                    help="also watch Queues, Handlers and Schedules with kopf's on.event handlers (experimental: "
+                         "kopf ends the process on a malformed watch line, a watch answered 410 or an object nested "
+                         "beyond the json module's reach; see docs/operator.md)")
+    op.add_argument("--kopf-liveness", metavar="URL",
+                    help="also serve kopf's liveness endpoint, with the probes ready and role, e.g. "
+                         "http://0.0.0.0:8081/healthz (default: none; /healthz and /readyz are on --http-port)")
 
 
 def _positive_duration(value: str) -> str:
@@ -132,7 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
     queues.register(sub, flags)
     schedules.register(sub, flags)
     workers.register(sub, flags)
-    op = sub.add_parser("operator", help="run the operator in the foreground")
+    op = sub.add_parser("operator", help="run the operator (a kopf operator) in the foreground",
+                        description=OPERATOR_DESCRIPTION)
     _operator_flags(op)
     op.set_defaults(func=_operator)
     dv = sub.add_parser("dev", help="install the CRDs and run the operator; starts a local control plane when "

@@ -1,10 +1,10 @@
-"""The operator process: informers → view → reconciler, plus the central timers and the event poster."""
+"""The operator's machinery: lean informers → view → reconcilers, plus the central timers, the event poster, leader
+election and the HTTP server. `Operator.start`/`stop` run it inside kopf's start-up and clean-up (kopfapp.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -14,6 +14,7 @@ from .. import metrics
 from ..kubeconfig import Connection
 from ..resources import GROUP, VERSION, contract
 from .events import EventRecorder
+from .feed import Feed
 from .informer import Informer
 from .leader import ElectionSettings, LeaderElector, default_identity
 from .jobs import JobController, utcnow
@@ -40,6 +41,8 @@ class Settings:
     http_max_in_flight: int = 100  # /v2 requests served at once; more are answered 429
     http_request_timeout: float = 30.0  # seconds a /v2 request may take; then 503
     leader_election: ElectionSettings | None = None  # None: this replica acts alone
+    kopf_watches: bool = False  # kopf's on.event handlers for Queue/Handler/Schedule as well (docs/operator.md)
+    kopf_liveness: str | None = None  # kopf's liveness endpoint with its probes (ready, role), e.g. :8081/healthz
 
 
 def _paths(plural: str, group: str | None, namespaces: list[str], version: str = VERSION) -> list[str]:
@@ -73,6 +76,9 @@ class Operator:
             self.jobs.leading.clear()
             self.schedules.leading.clear()
         self.collector = self._collector()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._web_runner: Any = None
+        self._registered = False
         ns = self.settings.namespaces
         c = self.jobs
 
@@ -81,11 +87,16 @@ class Operator:
             return Informer(self.kube, path, on_change, name=name, label_selector=label_selector,
                             on_error=self._reporter(kind, api_version), on_reconnect=self._reconnected)
 
+        # The low-rate kinds reach the controllers through a Feed each: their informer, and with kopf_watches kopf's
+        # on.event handler too (kopfapp.py); each version is applied once, whichever watch brings it first.
+        self.feeds = {"queues": Feed("queues", c.on_queue), "handlers": Feed("handlers", c.on_handler),
+                      "schedules": Feed("schedules", self.schedules.on_schedule)}
         self.informers = [
-            *(informer(p, c.on_queue, "queues", "Queue", API_VERSION) for p in _paths("queues", GROUP, ns)),
-            *(informer(p, c.on_handler, "handlers", "Handler", API_VERSION) for p in _paths("handlers", GROUP, ns)),
+            *(informer(p, self.feeds["queues"], "queues", "Queue", API_VERSION) for p in _paths("queues", GROUP, ns)),
+            *(informer(p, self.feeds["handlers"], "handlers", "Handler", API_VERSION)
+              for p in _paths("handlers", GROUP, ns)),
             *(informer(p, self._on_job, "jobs", "Job", API_VERSION) for p in _paths("jobs", GROUP, ns)),
-            *(informer(p, self.schedules.on_schedule, "schedules", "Schedule", API_VERSION)
+            *(informer(p, self.feeds["schedules"], "schedules", "Schedule", API_VERSION)
               for p in _paths("schedules", GROUP, ns)),
             # Only Sextant's own pods: a server-side label selector, never every pod of the cluster.
             *(informer(p, c.on_pod, "pods", "Pod", "v1", label_selector=LABEL_JOB) for p in _paths("pods", None, ns)),
@@ -152,16 +163,17 @@ class Operator:
             api_requests=lambda: self.api_kube.requests,
         )
 
-    async def run(self) -> None:
+    async def start(self) -> None:
+        """Start the HTTP server and every loop as tasks of the running event loop (kopf's start-up calls this)."""
         metrics.REGISTRY.register(self.collector)
-        web_runner = None
+        self._registered = True
         if self.settings.http_port is not None:
             from ..http.api import routes
             from ..http.server import ServingCertificate, build_app, serve
 
             tls = ServingCertificate(*self.settings.http_tls) if self.settings.http_tls else None
-            web_runner = await serve(build_app(lambda: self.ready, self.metrics, routes(self), self.role),
-                                     self.settings.http_host, self.settings.http_port, tls)
+            self._web_runner = await serve(build_app(lambda: self.ready, self.metrics, routes(self), self.role),
+                                           self.settings.http_host, self.settings.http_port, tls)
         loops: list[tuple[str, Callable[[], Awaitable[None]]]] = [
             *((f"informer {i.name}", i.run) for i in self.informers),
             ("events", self.events.run),
@@ -170,21 +182,23 @@ class Operator:
             ("jobs", lambda: self.jobs.run([i.synced for i in self.informers])),
             ("schedules", lambda: self.schedules.run([i.synced for i in self.informers])),
         ]
-        tasks = [asyncio.create_task(supervise(name, loop), name=name) for name, loop in loops]
-        try:
-            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-            for task in done:
-                task.result()
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            if web_runner is not None:
-                await web_runner.cleanup()
+        self._tasks = [asyncio.create_task(supervise(name, loop), name=name) for name, loop in loops]
+
+    async def stop(self) -> None:
+        """Cancel the loops, close the HTTP server and the API clients (kopf's clean-up calls this)."""
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._web_runner is not None:
+            await self._web_runner.cleanup()
+            self._web_runner = None
+        if self._registered:
             metrics.REGISTRY.unregister(self.collector)
-            for kube in (self.kube, self.api_kube, self.elector.kube if self.elector else None):
-                if kube is not None:
-                    await kube.close()
+            self._registered = False
+        for kube in (self.kube, self.api_kube, self.elector.kube if self.elector else None):
+            if kube is not None:
+                await kube.close()
 
 
 async def supervise(name: str, loop: Callable[[], Awaitable[None]], first_delay: float = 1.0,
@@ -209,23 +223,7 @@ async def supervise(name: str, loop: Callable[[], Awaitable[None]], first_delay:
 
 
 def run(conn: Connection, settings: Settings | None = None) -> None:
-    """Run until SIGINT/SIGTERM."""
-    try:
-        import uvloop  # kopf does not enable it; it halves the event loop's cost per watch event
+    """Run until SIGINT/SIGTERM, on kopf (controller/kopfapp.py)."""
+    from .kopfapp import run as run_on_kopf
 
-        uvloop.install()
-    except ImportError:
-        pass
-
-    async def main() -> None:
-        operator = Operator(conn, settings)
-        task = asyncio.create_task(operator.run())
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, task.cancel)
-        try:
-            await task
-        except asyncio.CancelledError:
-            log.info("stopped")
-
-    asyncio.run(main())
+    run_on_kopf(conn, settings or Settings())
