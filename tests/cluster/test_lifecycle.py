@@ -1,4 +1,5 @@
-"""The job lifecycle on the real control plane: kwok pods end as their annotations say (tests/kwok-stages.yaml)."""
+"""The job lifecycle on the real control plane: kwok pods end as their annotations say
+(sextant/localcluster/kwok-stages.yaml)."""
 
 from __future__ import annotations
 
