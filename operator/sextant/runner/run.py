@@ -3,9 +3,10 @@
     sextant run -- python -m receipts.send      a command handler: the payload arrives on stdin as JSON
     sextant run --module myapp.handlers         SDK handlers, dispatched by the job's handler name
 
-It reads the payload (and, in a slim pod, the rest of the job's identity: env.py) from the Job, holds the attempt's lease (renewed every leaseDuration/3), forwards SIGTERM
-(cancel, timeout) to the handler, which then has cancelGrace before the kubelet's SIGKILL, and exits with the
-handler's exit code. Its stdout and stderr are the handler's, so `kubectl logs` shows them.
+It reads the payload (and, in a slim pod, the rest of the job's identity: env.py) from the Job, holds the attempt's
+lease (renewed every leaseDuration/3), forwards SIGTERM (cancel, timeout) to the handler, which then has
+cancelGrace before the kubelet's SIGKILL, and exits with the handler's exit code. Its stdout and stderr are the
+handler's, so `kubectl logs` shows them.
 """
 
 from __future__ import annotations
