@@ -6,7 +6,7 @@ the operator, SEXTANT_ATTEMPT_REF: compact JSON naming the attempt (namespace, j
 leaseDuration, cancelGrace), plus two from the downward API that cannot be known before the pod exists
 (SEXTANT_POD_UID, SEXTANT_NODE_NAME). The runner reads the rest from the Job with the one GET it does for the
 payload anyway, and gives the handler the same SEXTANT_* variables a pod with all of them would have
-(`expanded`). Every variable of an attempt pod costs kwok and the API server on every pod; 17 of them made a
+(`expanded`). Every variable of an attempt pod costs kwok and the API server on every pod; 16 of them made a
 Sextant pod ~30 % dearer to simulate than a batch/v1 Job's.
 
 A pod of a Handler with `heartbeat: false` (an image that may lack the runner) carries every variable itself, and
