@@ -1,5 +1,5 @@
-"""The kwok Stages of the benchmark: the tests' Stages (tests/kwok-stages.yaml) plus one per-attempt outcome for
-batch/v1 pods.
+"""The kwok Stages of the benchmark: the tests' Stages (sextant/localcluster/kwok-stages.yaml) plus one per-attempt
+outcome for batch/v1 pods.
 
 Sextant's pods carry their attempt number as a label (sextant.dev/attempt), so the tests' annotation
 `sextant.dev/test-exit-code-attempt-1: "1"` fails only a first attempt. batch/v1 pods carry no such label: every

@@ -1,7 +1,7 @@
 """`kubectl sextant …` on the real control plane: the real kubectl binary runs the plugin (kubectl-sextant).
 
-Jobs that must run use kwok handlers (tests/kwok-stages.yaml), `logs` uses the local node agent whose pods
-really run. Every call asserts that no stack trace reaches the user (plugin_support.sextant).
+Jobs that must run use kwok handlers (sextant/localcluster/kwok-stages.yaml), `logs` uses the local node agent
+whose pods really run. Every call asserts that no stack trace reaches the user (plugin_support.sextant).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The simulated nodes behave as tests/kwok-stages.yaml promises: pods end as their annotations say."""
+"""The simulated nodes behave as sextant/localcluster/kwok-stages.yaml promises: pods end as their annotations say."""
 
 from __future__ import annotations
 

@@ -1,7 +1,9 @@
-"""The job lifecycle on the real control plane: kwok pods end as their annotations say (tests/kwok-stages.yaml)."""
+"""The job lifecycle on the real control plane: kwok pods end as their annotations say
+(sextant/localcluster/kwok-stages.yaml)."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta, timezone
 
 from tests.harness import wait_for
@@ -39,9 +41,11 @@ def test_success(cluster, namespace, operator):
     assert labels["sextant.dev/handler"] == "h" and labels["sextant.dev/attempt"] == "1"
     assert pod["metadata"]["ownerReferences"][0]["kind"] == "Job"
     env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
-    assert env["SEXTANT_JOB_ID"] == "job_ok" and env["SEXTANT_JOB_UID"] == get_json(
+    # A slim pod: the runner reads the rest of the identity, and the payload, from the Job (never E2BIG).
+    assert set(env) == {"SEXTANT_ATTEMPT_REF", "SEXTANT_NODE_NAME", "SEXTANT_POD_UID"}
+    ref = json.loads(env["SEXTANT_ATTEMPT_REF"])
+    assert (ref["job"], ref["run"], ref["pod"]) == ("job-ok", 1, "job-ok-1") and ref["uid"] == get_json(
         cluster, namespace, "jobs.sextant.dev", "job-ok")["metadata"]["uid"]
-    assert "SEXTANT_PAYLOAD" not in env  # the runner reads it from the Job: never one huge variable (E2BIG)
     events = get_json(cluster, namespace, "events", "--field-selector", "involvedObject.name=job-ok")["items"]
     reasons = {e["reason"] for e in events}
     assert {"Started", "Succeeded"} <= reasons

@@ -179,7 +179,8 @@ def _runner_pid(job_name: str) -> int | None:
         except OSError:
             continue
         if b"run" in cmdline and any(b"sextant" in part for part in cmdline[:2]) \
-                and f"SEXTANT_JOB_NAME={job_name}".encode() in environ:
+                and any(v.startswith(b"SEXTANT_ATTEMPT_REF=") and f'"job":"{job_name}"'.encode() in v
+                        for v in environ):  # the runner's own environment: the slim pod's
             return int(entry.name)
     return None
 

@@ -23,6 +23,7 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from kubernetes import watch as k8s_watch
 
+from sextant.runner.env import scheduled_at_of
 from tests.harness import holds_for, wait_for
 
 from .support import Operator, apply, get_json, handler, queue
@@ -162,7 +163,8 @@ def test_an_interval_schedule_fires_on_time_and_its_jobs_say_which_tick(cluster,
     assert job["spec"]["idempotencyKey"] == f"schedule/every-second/{meta['annotations'][SCHEDULED_AT]}"
     pod = wait_for(lambda: get_json(cluster, namespace, "pod", f"{meta['name']}-1"), 20, message="the job's pod")
     env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
-    assert env["SEXTANT_SCHEDULED_AT"] == meta["annotations"][SCHEDULED_AT]
+    assert json.loads(env["SEXTANT_ATTEMPT_REF"])["job"] == meta["name"]
+    assert scheduled_at_of(job) == meta["annotations"][SCHEDULED_AT]  # the runner's SEXTANT_SCHEDULED_AT
     status = sched_status(cluster, namespace, "every-second")
     assert conditions(status)["Ready"] == ("True", "Scheduled")
     assert ts(status["lastScheduleTime"]) >= ticks[-1]

@@ -101,14 +101,17 @@ def test_the_pod_carries_no_payload_the_runner_reads_it_from_the_job():
     env = pod_env({"orderId": 42}, handler())
     assert "SEXTANT_PAYLOAD" not in env
     assert env["SEXTANT_POD_UID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.uid"}}
-    assert env["SEXTANT_JOB_UID"]["value"] == snapshot().uid
+    assert json.loads(env["SEXTANT_ATTEMPT_REF"]["value"])["uid"] == snapshot().uid
 
 
 def test_a_template_cannot_smuggle_a_payload_or_the_pods_identity():
-    forged = [{"name": n, "value": "forged"} for n in ("SEXTANT_PAYLOAD", "SEXTANT_POD_UID", "SEXTANT_POD_NAME")]
-    env = pod_env({"orderId": 42}, handler(env=forged + [{"name": "MINE", "value": "kept"}]))
-    assert "SEXTANT_PAYLOAD" not in env and "value" not in env["SEXTANT_POD_UID"]
-    assert env["MINE"]["value"] == "kept"
+    names = ("SEXTANT_PAYLOAD", "SEXTANT_POD_UID", "SEXTANT_POD_NAME", "SEXTANT_ATTEMPT_REF", "SEXTANT_QUEUE")
+    forged = [{"name": n, "value": "forged"} for n in names]
+    for heartbeat in (True, False):
+        env = pod_env({"orderId": 42}, handler(heartbeat, env=forged + [{"name": "MINE", "value": "kept"}]))
+        assert "value" not in env["SEXTANT_POD_UID"] and env["MINE"]["value"] == "kept"
+        assert all(e.get("value") != "forged" for e in env.values())
+        assert ("SEXTANT_PAYLOAD" in env) == (not heartbeat)  # only without the runner: a small one
 
 
 def test_without_the_runner_a_small_payload_stays_in_the_environment_and_a_large_one_does_not():

@@ -646,7 +646,7 @@ def test_every_handler_that_is_read_builds_a_pod(container, pod):
         return
     raw = raw_job()
     pod_ = build_pod(raw, View.snapshot(("ns", "job-a"), raw), spec_, QueueSpec(), CreatePod("job-a-1", 1, 1))
-    assert {"SEXTANT_POD_NAME", "SEXTANT_POD_UID"} <= {e["name"] for e in pod_["spec"]["containers"][0]["env"][-3:]}
+    assert {"SEXTANT_ATTEMPT_REF", "SEXTANT_POD_UID"} <= {e["name"] for e in pod_["spec"]["containers"][0]["env"][-3:]}
 
 
 @pytest.mark.parametrize("field,value", [("attempt", -1), ("run", -5), ("maxAttempts", 0)])

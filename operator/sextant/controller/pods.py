@@ -12,25 +12,51 @@ from ..resources.common import format_time, parse_duration, parse_time, time_or_
 from ..resources.handler import HandlerSpec
 from ..resources.job import PAYLOAD_ENV_MAX_BYTES, job_id, payload_json
 from ..resources.queue import QueueSpec
-from ..runner.env import attempt_variables
+from ..runner.env import ANNOTATION_SCHEDULED_AT  # noqa: F401 (the annotation's name, here with the labels)
+from ..runner.env import ATTEMPT_REF, IDENTITY_VARIABLES, POD_VARIABLES, attempt_ref, attempt_variables
+from ..runner.env import scheduled_at as scheduled_time
 
 LABEL_JOB = "sextant.dev/job"
 LABEL_QUEUE = "sextant.dev/queue"
 LABEL_HANDLER = "sextant.dev/handler"
 LABEL_ATTEMPT = "sextant.dev/attempt"
 LABEL_RUN = "sextant.dev/run"
-ANNOTATION_SCHEDULED_AT = "sextant.dev/scheduled-at"
 ANNOTATION_JOB_ID = "sextant.dev/job-id"
-# Variables the operator (or the pod's own fields) sets: a Handler's template cannot override them.
-RESERVED_ENV = frozenset({"SEXTANT_PAYLOAD", "SEXTANT_NODE_NAME", "SEXTANT_POD_NAME", "SEXTANT_POD_UID"})
+# Variables the operator (or the pod's own fields, or the runner) sets: a Handler's template cannot set them.
+RESERVED_ENV = IDENTITY_VARIABLES | set(POD_VARIABLES) | {ATTEMPT_REF}
+# The downward API: what cannot be known before the pod exists.
+POD_UID_ENV = {"name": "SEXTANT_POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}}
+NODE_NAME_ENV = {"name": "SEXTANT_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+POD_NAME_ENV = {"name": "SEXTANT_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
 
 
 def scheduled_at(job: JobSnapshot, raw: dict[str, Any]) -> str:
-    """The job's scheduled time: a Schedule's tick, else runAt, else its creation."""
-    annotations = raw["metadata"].get("annotations") or {}
-    if ANNOTATION_SCHEDULED_AT in annotations:
-        return annotations[ANNOTATION_SCHEDULED_AT]
-    return format_time(job.spec.run_at or job.created_at, precise=False)
+    """The job's scheduled time: a Schedule's tick, else runAt, else its creation (as the runner reads it from
+    the Job: runner/env.py)."""
+    return scheduled_time(raw["metadata"].get("annotations") or {}, job.spec.run_at, job.created_at)
+
+
+def attempt_env(raw: dict[str, Any], job: JobSnapshot, handler: HandlerSpec, queue: QueueSpec,
+                create: CreatePod) -> list[dict[str, Any]]:
+    """The SEXTANT_* variables of the attempt's first container.
+
+    A heartbeat Handler's image runs the runner, which reads the job's identity and payload from the Job: its pod
+    carries one compact SEXTANT_ATTEMPT_REF and the two fields only the pod knows (every variable costs the API
+    server and kwok on every pod). An image without the runner (`heartbeat: false`) gets every variable, and a
+    small payload, itself."""
+    namespace = raw["metadata"]["namespace"]
+    if handler.heartbeat:
+        ref = attempt_ref(namespace=namespace, job_name=job.name, job_uid=job.uid, run=create.run,
+                          attempt=create.attempt, pod_name=create.name, lease_duration=queue.lease_duration,
+                          cancel_grace=queue.cancel_grace)
+        return [{"name": ATTEMPT_REF, "value": ref}, NODE_NAME_ENV, POD_UID_ENV]
+    identity = attempt_variables(
+        job_name=job.name, job_uid=job.uid, namespace=namespace, queue=job.spec.queue, handler=job.spec.handler,
+        attempt=create.attempt, run=create.run, scheduled_at=scheduled_at(job, raw), payload=job.spec.payload,
+        lease_name=create.name, lease_duration=queue.lease_duration, cancel_grace=queue.cancel_grace,
+        heartbeat=handler.heartbeat)
+    # The runner names its pod as the owner of the attempt's Lease: the operator counts only such a Lease.
+    return [*({"name": k, "value": v} for k, v in identity.items()), NODE_NAME_ENV, POD_NAME_ENV, POD_UID_ENV]
 
 
 def build_pod(raw: dict[str, Any], job: JobSnapshot, handler: HandlerSpec, queue: QueueSpec,
@@ -41,21 +67,9 @@ def build_pod(raw: dict[str, Any], job: JobSnapshot, handler: HandlerSpec, queue
     spec["restartPolicy"] = "Never"  # a retry is a new attempt, decided by the operator, not the kubelet
     spec.setdefault("terminationGracePeriodSeconds", int(parse_duration(queue.cancel_grace).total_seconds()))
     restrict(spec)  # the Pod Security Standard "restricted", unless the Handler's template says otherwise
-    identity = attempt_variables(
-        job_name=job.name, job_uid=job.uid, namespace=namespace, queue=job.spec.queue, handler=job.spec.handler,
-        attempt=create.attempt, run=create.run, scheduled_at=scheduled_at(job, raw), payload=job.spec.payload,
-        lease_name=create.name, lease_duration=queue.lease_duration, cancel_grace=queue.cancel_grace,
-        heartbeat=handler.heartbeat)
-    if handler.heartbeat:  # the runner reads the payload from the Job; an image without it gets a small one here
-        identity.pop("SEXTANT_PAYLOAD", None)
     first = spec["containers"][0]
-    env = [e for e in first.get("env", []) if e.get("name") not in identity and e.get("name") not in RESERVED_ENV]
-    env += [{"name": k, "value": v} for k, v in identity.items()]
-    env.append({"name": "SEXTANT_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
-    env.append({"name": "SEXTANT_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
-    # The runner names its pod as the owner of the attempt's Lease: the operator counts only such a Lease.
-    env.append({"name": "SEXTANT_POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}})
-    first["env"] = env
+    first["env"] = [e for e in first.get("env", []) if e.get("name") not in RESERVED_ENV] + copy.deepcopy(
+        attempt_env(raw, job, handler, queue, create))
     # A failed handler's last log lines become the timeline's message when it writes no termination message.
     first.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")
     labels = {

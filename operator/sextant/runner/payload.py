@@ -1,5 +1,6 @@
 """The attempt's payload: read from its Job (one GET) and written to the handler's stdin, never passed through one
-environment variable of the pod (over 128 KiB, exec fails with E2BIG)."""
+environment variable of the pod (over 128 KiB, exec fails with E2BIG). The same GET completes a slim pod's
+identity (env.py: SEXTANT_ATTEMPT_REF)."""
 
 from __future__ import annotations
 
@@ -19,8 +20,9 @@ class PayloadError(Exception):
     """The payload cannot be read: the attempt cannot start (not the handler's fault)."""
 
 
-async def read_payload(kube: Kube, env: AttemptEnv) -> dict[str, Any]:
-    """The payload of this attempt's Job; refused if the Job of that name is another one (deleted and re-created)."""
+async def read_attempt(kube: Kube, env: AttemptEnv) -> AttemptEnv:
+    """The attempt completed by its Job (payload; for a slim pod also queue, handler and scheduled time); refused
+    if the Job of that name is another one (deleted and re-created)."""
     try:
         job = await kube.get(JOB.format(namespace=env.namespace, name=env.job_name))
     except ApiError as exc:
@@ -34,12 +36,15 @@ async def read_payload(kube: Kube, env: AttemptEnv) -> dict[str, Any]:
     payload = (job.get("spec") or {}).get("payload") or {}
     if not isinstance(payload, dict):
         raise PayloadError(f"job {env.namespace}/{env.job_name}: spec.payload is not a JSON object")
-    return payload
+    try:
+        return env.from_job(job, payload)
+    except ValueError as exc:
+        raise PayloadError(f"job {env.namespace}/{env.job_name}: {exc}") from None
 
 
 def handler_environ(payload: dict[str, Any], base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The handler process's environment: the runner's, with SEXTANT_PAYLOAD only while the payload is small (for
-    handlers written against it; stdin always has it)."""
+    """The handler process's environment: the runner's (expanded from a slim pod's, AttemptEnv.expanded), with
+    SEXTANT_PAYLOAD only while the payload is small (for handlers written against it; stdin always has it)."""
     env = dict(os.environ if base is None else base)
     text = payload_json(payload)
     if len(text.encode()) <= PAYLOAD_ENV_MAX_BYTES:

