@@ -1,7 +1,8 @@
 """The job reconciler: one level-triggered reconcile per job key, fed by the view, acting through kube.py.
 
 Order of writes, chosen so that a crash between any two of them is repaired by the next reconcile:
-the attempt's pod is created before the status records it (a pod of run status.run+1 is adopted), and
+the attempt's pod is created before the status records it (a pod of run status.run+1 is the queued job's
+starting attempt, recorded when its handler starts: lifecycle/transitions.py's docstring), and
 a stop (cancel, timeout, lease expiry) is recorded before the pod is deleted (the rules re-derive it).
 """
 
@@ -343,7 +344,8 @@ class JobController:
                 snapshot = T.JobSnapshot(job.name, job.uid, job.generation, job.created_at, job.spec, decision.status)
                 started = T.admit(snapshot, obs, now, worker=worker)
                 started.events[:0] = decision.events
-                decision = started
+                # Pod mode: a job first seen now is not written queued while its pod starts (3 writes per job).
+                decision = started if worker is not None else T.hold_first_write(job, started, now, now)
         else:
             self.admission.withdraw(key)
         retry = False
