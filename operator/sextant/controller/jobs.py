@@ -28,6 +28,7 @@ from .informer import Key, key_of
 from .invalid import COND_INVALID, invalid_conditions, read_spec
 from ..kube import ApiError, Kube, NotLeader
 from .pods import build_pod, controller_uid
+from .queuestatus import QueueStatusWriter
 from .timers import Timers
 from .view import InvalidJob, View, assigned_worker, is_slim, settled, state_of
 from .workers import Assignments
@@ -99,6 +100,8 @@ class JobController:
         self.started = asyncio.Event()
         self.leading = asyncio.Event()  # only the leader reconciles; set at once without leader election
         self.leading.set()
+        # The Queues' status (their live numbers): the leader writes it, through the same fenced client.
+        self.queue_status = QueueStatusWriter(kube, view, timers, now, self.leading)
 
     # --- informer callbacks ---------------------------------------------------------------------------------
     def on_job(self, kind: str, obj: dict[str, Any]) -> None:
@@ -173,10 +176,14 @@ class JobController:
 
     def on_queue(self, kind: str, obj: dict[str, Any]) -> None:
         key = key_of(obj)
+        self.queue_status.on_queue(kind, obj)
         if kind == "delete":
             self.view.queues.pop(key, None)
         else:  # an unreadable spec raises: the informer reports it; the last readable one stays in force
-            self.view.queues[key] = read_spec(QueueSpec, obj)
+            spec = read_spec(QueueSpec, obj)
+            if self.view.queues.get(key) == spec:
+                return  # only its status changed (our own numbers): nothing for its jobs
+            self.view.queues[key] = spec
         for job in list(self.view.unfinished_by_queue.get(key, ())):
             self._line_up(job)
             self._touch(job)
@@ -250,6 +257,7 @@ class JobController:
         await asyncio.gather(*(event.wait() for event in synced))
         self.resync()
         self.started.set()
+        self.queue_status.start()
         log.info("view complete: %d jobs, %d queues, %d handlers", len(self.view.jobs), len(self.view.queues),
                  len(self.view.handlers))
         await asyncio.gather(*(self._work() for _ in range(self.workers)))

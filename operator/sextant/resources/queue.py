@@ -111,7 +111,8 @@ class QueueSpec(Model):
 
 
 class QueueStatus(Model):
-    """The queue's live numbers, written by the operator from its view at a bounded rate (only on change)."""
+    """The queue's live numbers, written by the operator from its view: only on change, at most once every few
+    seconds per queue (controller/queuestatus.py)."""
 
     observed_generation: int | None = Field(default=None, description="The spec generation last seen.")
     running: int | None = Field(default=None, description="Attempts running now (their handler has started).")
@@ -124,7 +125,6 @@ class QueueStatus(Model):
     oldest_queued_at: Timestamp | None = Field(
         default=None, description="When the longest-waiting queued job became runnable (RFC 3339)."
     )
-    updated_at: Timestamp | None = Field(default=None, description="When these numbers were written.")
 
 
 class Queue(Model):
