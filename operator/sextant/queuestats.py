@@ -64,3 +64,60 @@ def queue_stats(queues: Iterable[dict[str, Any]], jobs: Iterable[dict[str, Any]]
             if since is not None and (stats.oldest_queued_at is None or since < stats.oldest_queued_at):
                 stats.oldest_queued_at = since
     return [out[k] for k in sorted(out)]
+
+
+# --- the numbers a Queue's status shows (controller/queuestatus.py writes them from the operator's view) ---------
+
+
+@dataclass(frozen=True)
+class QueueNumbers:
+    running: int = 0
+    queued: int = 0
+    starting: int = 0  # of the queued: their attempt's pod exists and has not started its handler yet
+    scheduled: int = 0
+    failed: int = 0
+    oldest_queued_at: datetime | None = None
+
+
+def count_unfinished(jobs: Iterable[tuple[dict[str, Any], bool]]) -> QueueNumbers:
+    """The numbers of one queue from its unfinished jobs, each with whether a pod of it is alive and unstarted.
+
+    A job the operator has not written a state for yet but whose pod is starting (admitted on first sight) is
+    queued; one without any state and no pod is not counted (it is about to be looked at)."""
+    counts = {"running": 0, "queued": 0, "starting": 0, "scheduled": 0, "failed": 0}
+    oldest: datetime | None = None
+    for job, starting in jobs:
+        state = (job.get("status") or {}).get("state")
+        if state is None and starting:
+            state = "queued"
+        if state not in counts:
+            continue
+        counts[state] += 1
+        if state == "queued":
+            counts["starting"] += starting
+            since = _queued_since(job)
+            if since is not None and (oldest is None or since < oldest):
+                oldest = since
+    return QueueNumbers(**counts, oldest_queued_at=oldest)
+
+
+def status_body(numbers: QueueNumbers, generation: int | None) -> dict[str, Any]:
+    """A Queue's status as a JSON merge patch body (oldestQueuedAt null removes it when nothing is queued)."""
+    from .resources.common import format_time
+
+    oldest = numbers.oldest_queued_at
+    return {
+        "observedGeneration": generation,
+        "running": numbers.running,
+        "queued": numbers.queued,
+        "starting": numbers.starting,
+        "scheduled": numbers.scheduled,
+        "failed": numbers.failed,
+        "oldestQueuedAt": format_time(oldest, precise=False) if oldest is not None else None,
+    }
+
+
+def same_status(stored: dict[str, Any] | None, body: dict[str, Any]) -> bool:
+    """Whether a Queue's stored status already says what body says (an absent field reads as null)."""
+    stored = stored or {}
+    return all(stored.get(k) == v for k, v in body.items())

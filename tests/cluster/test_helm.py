@@ -144,6 +144,7 @@ OPERATOR_RULES = {
     ("sextant.dev", "schedules"): {"get", "list", "watch"},
     ("sextant.dev", "jobs/status"): {"update", "patch"},
     ("sextant.dev", "schedules/status"): {"update"},
+    ("sextant.dev", "queues/status"): {"patch"},
     ("", "pods"): {"get", "list", "watch", "create", "delete"},
     ("coordination.k8s.io", "leases"): {"get", "list", "watch"},
     ("", "events"): {"create"},

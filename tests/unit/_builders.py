@@ -119,7 +119,7 @@ class Job:
         self.last = T.admit(self.snap(), self.observe(), self.now)
         self.status = self.last.status
         for action in creates(self.last):
-            self.pods[action.run] = PodObservation(action.name, action.run, "Pending")
+            self.pods[action.run] = PodObservation(action.name, action.run, "Pending", created_at=self.now)
         return self.last
 
     def advance(self, seconds: float) -> None:
@@ -132,10 +132,13 @@ class Job:
 
     @property
     def current(self) -> PodObservation | None:
-        return self.pods.get(self.status.run)
+        """The newest attempt pod: the running attempt's, or the queued job's starting one."""
+        return self.pods[max(self.pods)] if self.pods else None
 
     def set_pod(self, phase: str, **fields: Any) -> None:
-        self.pods[self.status.run] = replace(self.pods[self.status.run], phase=phase, **fields)
+        """Change the newest pod (the one admit created, before the status records it)."""
+        run = max(self.pods)
+        self.pods[run] = replace(self.pods[run], phase=phase, **fields)
 
     def update_spec(self, **fields: Any) -> None:
         """Change spec fields (camelCase or snake_case), as kubectl patch would; bumps the generation."""
@@ -143,7 +146,8 @@ class Job:
         self.generation += 1
 
     def run_attempt(self, phase: str = "Failed", exit_code: int | None = 1, **fields: Any) -> T.Decision:
-        """queued → admitted → the pod ends with this phase → reconciled."""
+        """queued → admitted (its pod created, the job still queued) → the handler starts (running) → the pod ends
+        with this phase → reconciled."""
         assert self.status.state == State.QUEUED, self.status.state
         self.admit()
         self.set_pod("Running")

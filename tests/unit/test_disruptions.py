@@ -93,6 +93,8 @@ def test_a_node_deleted_under_a_running_attempt_is_lost_and_the_next_attempt_run
     job.advance_to(d.status.next_attempt_at)
     assert job.reconcile().status.state == State.QUEUED
     job.admit()
+    job.set_pod("Running")
+    job.reconcile()
     assert job.status.attempts[-1].run == 2
 
 

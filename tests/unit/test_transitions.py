@@ -209,25 +209,178 @@ def test_pod_name_is_job_and_run():
     assert T.pod_name("job-8f3k2m9q", 3) == "job-8f3k2m9q-3"
 
 
-def test_admit_starts_attempt_one():
+def test_admit_creates_the_pod_and_the_job_stays_queued():
+    """Admission writes nothing: the pod (named for run 1) holds the slot, the job is queued until it starts."""
     job = queued_job(now=at(5))
+    before = job.status.model_copy(deep=True)
     d = job.admit()
+    assert d.actions == [T.CreatePod(f"{JOB}-1", 1, 1)]
+    assert d.status == before  # state queued, run 0, no timeline entry: nothing to write
+    assert d.events == []
+    assert d.wake_at == at(5 + 600)  # the queue's startTimeout (10m)
+
+
+def test_a_pending_pod_keeps_the_job_queued():
+    job = queued_job(now=at(5))
+    job.admit()
+    for step in (10, 60, 300):
+        job.advance(step)
+        d = job.reconcile()
+        assert (d.status.state, d.status.run, d.status.attempts) == (Q, 0, [])
+        assert d.actions == [] and d.events == []
+        assert d.wake_at == at(5 + 600)
+        assert not d.wants_admission or True  # the controller never admits it again: its pod is alive
+        assert job.observe().alive_pods
+
+
+def test_the_container_start_takes_the_job():
+    job = queued_job(now=at(5))
+    job.admit()
+    job.advance(40)  # scheduled, image pulled: the container started at 42, the operator sees it at 45
+    job.set_pod("Running", node="node-a", started_at=at(42))
+    job.lease_renewed_at = at(42)  # the view's heartbeat: the container's start until the first renewal
+    d = job.reconcile()
     st = d.status
     assert (st.state, st.run, st.attempt) == (R, 1, 1)
-    assert d.actions == [T.CreatePod(f"{JOB}-1", 1, 1)]
-    assert [(a.attempt, a.run, a.pod, a.result, a.started_at) for a in st.attempts] == [
-        (1, 1, f"{JOB}-1", "running", format_time(at(5)))
+    assert [(a.attempt, a.run, a.pod, a.node, a.result, a.started_at) for a in st.attempts] == [
+        (1, 1, f"{JOB}-1", "node-a", "running", format_time(at(42)))
     ]
-    assert st.timeout_at == format_time(at(5 + 300))
-    assert d.wake_at == at(5 + 300)
+    assert st.timeout_at == format_time(at(42 + 300))  # the timeout counts from the container's start
+    assert d.wake_at == at(42 + 30)  # the lease: from the container's start too
     assert condition(st, "Running").status == "True"
     assert event_reasons(d) == ["Started"]
     assert st.message == f"attempt 1 of 5 started in pod {JOB}-1"
+    assert d.actions == []
 
 
-def test_admit_uses_the_queue_timeout():
-    job = queued_job(queue=queue(timeout="45s"))
-    assert job.admit().wake_at == at(45)
+def test_a_pod_seen_only_once_finished_is_recorded_in_one_write():
+    job = queued_job(now=at(5))
+    job.admit()
+    job.advance(20)
+    job.set_pod("Succeeded", node="node-a", exit_code=0, started_at=at(12))
+    d = job.reconcile()
+    entry = d.status.attempts[-1]
+    assert (d.status.state, d.status.run, d.status.attempt) == (S, 1, 1)
+    assert (entry.started_at, entry.finished_at, entry.result) == (format_time(at(12)), format_time(at(25)),
+                                                                   "succeeded")
+    assert event_reasons(d) == ["Started", "Succeeded"]
+    assert condition(d.status, "Running").status == "False"
+
+
+def test_the_queue_timeout_counts_from_the_container_start():
+    job = queued_job(queue=queue(timeout="45s", leaseDuration="10m"))
+    job.admit()
+    job.advance(100)  # 100 s waiting for a node: no timeout yet
+    job.set_pod("Running", started_at=at(100))
+    d = job.reconcile()
+    assert (d.status.state, d.status.timeout_at, d.wake_at) == (R, format_time(at(145)), at(145))
+    job.advance_to(at(145))
+    d = job.reconcile()
+    assert d.status.stop_reason == "Timeout" and deletes(d)
+
+
+@pytest.mark.parametrize("pod_fields, reason", [
+    ({"unschedulable": True, "message": "0/2 nodes are available: 2 Insufficient cpu."}, "Unschedulable"),
+    ({"node": "node-a", "waiting_reason": "ErrImagePull", "message": "pull access denied"}, "ErrImagePull"),
+    ({"node": "node-a", "waiting_reason": "ImagePullBackOff", "message": "Back-off pulling image"}, "ImagePullBackOff"),
+    ({"node": "node-a", "waiting_reason": "ContainerCreating"}, "StartTimeout"),
+    ({}, "StartTimeout"),
+])
+def test_a_pod_that_does_not_start_in_time_fails_the_attempt(pod_fields, reason):
+    job = queued_job(queue=queue(startTimeout="2m"))
+    job.admit()
+    job.set_pod("Pending", **pod_fields)
+    job.advance(119)
+    assert job.reconcile().status.state == Q
+    job.advance(1)
+    d = job.reconcile()
+    entry = d.status.attempts[-1]
+    assert (d.status.state, d.status.run, d.status.attempt) == (F, 1, 1)  # counts as an attempt, retried
+    assert (entry.result, entry.reason, entry.started_at, entry.pod) == ("failed", reason, None, f"{JOB}-1")
+    assert entry.message.startswith(f"pod {JOB}-1 did not start within startTimeout 2m")
+    if pod_fields.get("message"):
+        assert entry.message.endswith(pod_fields["message"])
+    assert deletes(d) == [T.DeletePod(f"{JOB}-1", None)]
+    assert d.wake_at == parse_time(d.status.next_attempt_at)
+    # The pod goes; after the backoff the next attempt gets a new pod.
+    del job.pods[1]
+    job.advance_to(d.status.next_attempt_at)
+    assert job.reconcile().status.state == Q
+    assert creates(job.admit()) == [T.CreatePod(f"{JOB}-2", 2, 2)]
+
+
+def test_a_start_timeout_on_the_last_attempt_is_dead():
+    job = queued_job(queue=queue(startTimeout="1m", maxAttempts=1))
+    job.admit()
+    job.set_pod("Pending", unschedulable=True)
+    job.advance(60)
+    d = job.reconcile()
+    assert (d.status.state, d.status.attempts[-1].reason) == (D, "Unschedulable")
+    assert deletes(d) == [T.DeletePod(f"{JOB}-1", None)]
+
+
+def test_a_start_timed_out_pod_left_behind_is_deleted_again():
+    """The status was written, the delete lost (a crash): the next reconcile deletes it, and nothing else moves."""
+    job = queued_job(queue=queue(startTimeout="1m"))
+    job.admit()
+    job.advance(60)
+    first = job.reconcile()
+    again = job.reconcile()
+    assert again.status == first.status and again.events == []
+    assert deletes(again) == [T.DeletePod(f"{JOB}-1", None)]
+
+
+def test_a_queued_job_cancelled_while_its_pod_starts():
+    job = queued_job()
+    job.admit()
+    job.update_spec(cancel=True)
+    d = job.reconcile()
+    assert (d.status.state, d.status.attempts) == (C, [])
+    assert deletes(d) == [T.DeletePod(f"{JOB}-1", 0)]
+
+
+def test_a_pod_deleted_before_it_started_never_ran():
+    """Someone deleted the starting pod: nothing is recorded; once it is gone the same run starts again."""
+    job = queued_job()
+    job.admit()
+    job.set_pod("Pending", deleting=True)
+    d = job.reconcile()
+    assert (d.status.state, d.status.run, d.actions) == (Q, 0, [])
+    del job.pods[1]
+    assert creates(job.admit()) == [T.CreatePod(f"{JOB}-1", 1, 1)]
+
+
+def test_a_new_job_admitted_at_once_is_not_written_while_its_pod_starts():
+    """First sight and admission in one reconcile: the status stays unwritten for RECORD_QUEUED_AFTER."""
+    job = Job(now=at(1))
+    decided = T.reconcile(job.snap(), job.observe(), job.now)
+    assert decided.status.state == Q
+    started = T.admit(snapshot(decided.status), job.observe(), job.now)
+    held = T.hold_first_write(job.snap(), started, job.now, job.now)
+    assert held.status == JobStatus() and held.events == [] and creates(held) == creates(started)
+    assert held.wake_at == at(1) + T.RECORD_QUEUED_AFTER
+    # Later reconciles keep holding while the pod starts quietly ...
+    job.pods[1] = pod(1, "Pending", created_at=at(1))
+    job.advance(3)
+    d = T.reconcile(job.snap(), job.observe(), job.now)
+    assert d.status == JobStatus() and d.wake_at == at(1) + T.RECORD_QUEUED_AFTER
+    # ... and a start in time is the job's first write: running.
+    job.pods[1] = pod(1, "Running", created_at=at(1), started_at=at(3))
+    assert T.reconcile(job.snap(), job.observe(), job.now).status.state == R
+
+
+@pytest.mark.parametrize("pod_fields, later, message", [
+    ({}, 5, f"runnable; its attempt's pod {JOB}-1 waits to start"),
+    ({"unschedulable": True}, 0, f"runnable; its attempt's pod {JOB}-1 waits to start (Unschedulable)"),
+    ({"node": "n", "waiting_reason": "ErrImagePull"}, 0, f"runnable; its attempt's pod {JOB}-1 waits to start (ErrImagePull)"),
+])
+def test_a_new_job_whose_pod_is_slow_or_stuck_is_written_queued(pod_fields, later, message):
+    job = Job(now=at(1))
+    job.pods[1] = pod(1, "Pending", created_at=at(1), **pod_fields)
+    job.advance(later)
+    d = T.reconcile(job.snap(), job.observe(), job.now)
+    assert (d.status.state, d.status.run, d.status.message) == (Q, 0, message)
+    assert event_reasons(d) == ["Queued"]
 
 
 @pytest.mark.parametrize("state", [SCH, R, S, F, D, C], ids=ids)
@@ -534,6 +687,7 @@ def test_a_crash_looping_handler_ends_dead():
     for _ in range(3):
         job.admit()
         job.set_pod("Running")
+        job.reconcile()
         job.lease_renewed_at = job.now
         job.advance(30)
         job.reconcile()
@@ -707,7 +861,8 @@ def test_after_retry_the_run_keeps_counting():
     job.reconcile()
     d = job.admit()
     assert d.actions == [T.CreatePod(f"{JOB}-2", 2, 1)]  # attempt 1 again, a new pod name
-    assert [(a.attempt, a.run) for a in d.status.attempts] == [(1, 1), (1, 2)]
+    job.set_pod("Running")
+    assert [(a.attempt, a.run) for a in job.reconcile().status.attempts] == [(1, 1), (1, 2)]
 
 
 def test_after_retry_a_job_gets_max_attempts_again():
@@ -973,6 +1128,9 @@ def test_running_condition_follows_each_attempt():
     job.advance_to(job.status.next_attempt_at)
     job.reconcile()
     job.admit()
+    assert condition(job.status, "Running").status == "False"  # its pod is starting: not running yet
+    job.set_pod("Running")
+    job.reconcile()
     cond = condition(job.status, "Running")
     assert (cond.status, cond.last_transition_time) == ("True", format_time(job.now, precise=False))
 

@@ -158,3 +158,18 @@ def test_of_two_undecided_jobs_created_in_the_same_second_the_first_name_holds_t
         == "job-a"
     assert view._duplicate_of(("shop", "job-a"), View.snapshot(("shop", "job-a"), view.jobs[("shop", "job-a")])) \
         is None
+
+
+def test_a_job_admitted_on_first_sight_holds_its_idempotency_key_before_its_state_is_written():
+    """Its pod exists but its state is written only when the pod starts: it already runs, so it is no duplicate,
+    and a job with the same key and creation second is the duplicate, whatever the names' order."""
+    view = View()
+    first, second = job(None, name="job-b"), job(None, name="job-a")
+    second["metadata"]["uid"] = "u-2"
+    view.upsert_job(first)
+    view.upsert_job(second)
+    view.upsert_pod(pod("job-b", 1, phase="Pending"))
+    snap_b = View.snapshot(("shop", "job-b"), first)
+    snap_a = View.snapshot(("shop", "job-a"), second)
+    assert view.observations(("shop", "job-b"), snap_b).duplicate_of is None
+    assert view.observations(("shop", "job-a"), snap_a).duplicate_of == "job-b"

@@ -89,7 +89,7 @@ fail it over at will. The chart refuses such values instead of rendering them.
 {{/*
 The operator's rules in every namespace it watches: a ClusterRole's when it watches all of them, else one Role's per
 namespace. Nothing here reads or writes Secrets or ConfigMaps, and Jobs are never updated or patched: the spec is the
-user's, the operator writes only jobs/status.
+user's, the operator writes only the status of Jobs, Schedules and Queues.
 */}}
 {{- define "sextant.operatorRules" -}}
 # Jobs, Queues, Handlers and Schedules: listed and watched into the operator's in-memory view (its informers);
@@ -111,6 +111,11 @@ user's, the operator writes only jobs/status.
 - apiGroups: [sextant.dev]
   resources: [schedules/status]
   verbs: [update]
+# A Queue's status: its live numbers (running, queued, oldest queued job), patched at most every few seconds,
+# only on change (controller/queuestatus.py).
+- apiGroups: [sextant.dev]
+  resources: [queues/status]
+  verbs: [patch]
 # Attempt pods: each attempt is one pod, created from its Handler's template, watched (label-selected:
 # sextant.dev/job) to see how it ends, and deleted on cancel, timeout or lease expiry. No update or patch.
 - apiGroups: [""]

@@ -1,7 +1,8 @@
 """The job reconciler: one level-triggered reconcile per job key, fed by the view, acting through kube.py.
 
 Order of writes, chosen so that a crash between any two of them is repaired by the next reconcile:
-the attempt's pod is created before the status records it (a pod of run status.run+1 is adopted), and
+the attempt's pod is created before the status records it (a pod of run status.run+1 is the queued job's
+starting attempt, recorded when its handler starts: lifecycle/transitions.py's docstring), and
 a stop (cancel, timeout, lease expiry) is recorded before the pod is deleted (the rules re-derive it).
 """
 
@@ -27,6 +28,7 @@ from .informer import Key, key_of
 from .invalid import COND_INVALID, invalid_conditions, read_spec
 from ..kube import ApiError, Kube
 from .pods import build_pod, controller_uid
+from .queuestatus import QueueStatusWriter
 from .timers import Timers
 from .view import InvalidJob, View, assigned_worker, is_slim, settled, state_of
 from .workers import Assignments
@@ -97,6 +99,8 @@ class JobController:
             key, T.Event("ReconcileFailed", f"the operator failed to reconcile this job: {message}", "Warning")))
         self.queue, self.started = self.runtime.queue, self.runtime.started
         self.leading = self.runtime.leading  # only the leader reconciles; set at once without leader election
+        # The Queues' status (their live numbers): the leader writes it, through the same fenced client.
+        self.queue_status = QueueStatusWriter(kube, view, timers, now, self.leading)
 
     # --- informer callbacks ---------------------------------------------------------------------------------
     def on_job(self, kind: str, obj: dict[str, Any]) -> None:
@@ -171,10 +175,14 @@ class JobController:
 
     def on_queue(self, kind: str, obj: dict[str, Any]) -> None:
         key = key_of(obj)
+        self.queue_status.on_queue(kind, obj)
         if kind == "delete":
             self.view.queues.pop(key, None)
         else:  # an unreadable spec raises: the informer reports it; the last readable one stays in force
-            self.view.queues[key] = read_spec(QueueSpec, obj)
+            spec = read_spec(QueueSpec, obj)
+            if self.view.queues.get(key) == spec:
+                return  # only its status changed (our own numbers): nothing for its jobs
+            self.view.queues[key] = spec
         for job in list(self.view.unfinished_by_queue.get(key, ())):
             self._line_up(job)
             self._touch(job)
@@ -249,6 +257,7 @@ class JobController:
 
     def _start(self) -> None:
         self.resync()
+        self.queue_status.start()
         log.info("view complete: %d jobs, %d queues, %d handlers", len(self.view.jobs), len(self.view.queues),
                  len(self.view.handlers))
 
@@ -323,7 +332,8 @@ class JobController:
                 snapshot = T.JobSnapshot(job.name, job.uid, job.generation, job.created_at, job.spec, decision.status)
                 started = T.admit(snapshot, obs, now, worker=worker)
                 started.events[:0] = decision.events
-                decision = started
+                # Pod mode: a job first seen now is not written queued while its pod starts (3 writes per job).
+                decision = started if worker is not None else T.hold_first_write(job, started, now, now)
         else:
             self.admission.withdraw(key)
         retry = False

@@ -140,7 +140,7 @@ def observe(pod: dict[str, Any]) -> PodObservation | None:
         return None
     meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
     handler_container = (spec.get("containers") or [{}])[0].get("name")
-    exit_code = started_at = None
+    exit_code = started_at = waiting = None
     message = status.get("message")
     for cs in status.get("containerStatuses") or []:
         if cs.get("name") != handler_container:
@@ -153,10 +153,14 @@ def observe(pod: dict[str, Any]) -> PodObservation | None:
         elif "running" in state:
             started_at = time_or_none(state["running"].get("startedAt"))
         elif "waiting" in state:
-            message = message or state["waiting"].get("message") or state["waiting"].get("reason")
+            waiting = state["waiting"].get("reason")
+            message = message or state["waiting"].get("message") or waiting
     conditions = status.get("conditions") or []
-    unschedulable = any(c.get("type") == "PodScheduled" and c.get("status") == "False"
-                        and c.get("reason") == "Unschedulable" for c in conditions)
+    scheduling = next((c for c in conditions if c.get("type") == "PodScheduled" and c.get("status") == "False"
+                       and c.get("reason") == "Unschedulable"), None)
+    unschedulable = scheduling is not None
+    if unschedulable and not spec.get("nodeName"):
+        message = message or scheduling.get("message")  # "0/2 nodes are available: ...", for a start timeout
     disruption = next((c for c in conditions if c.get("type") == DISRUPTION_TARGET and c.get("status") == "True"),
                       None)
     return PodObservation(
@@ -174,4 +178,6 @@ def observe(pod: dict[str, Any]) -> PodObservation | None:
         disruption_message=disruption.get("message") if disruption else None,
         uid=meta.get("uid"),
         owner_uid=controller_uid(pod),
+        created_at=time_or_none(meta.get("creationTimestamp")),
+        waiting_reason=waiting,
     )

@@ -448,7 +448,9 @@ class View:
             handler=handler,
             pods=seen,
             lease_renewed_at=heartbeat,
-            duplicate_of=self._duplicate_of(key, job) if job.status.state is None else None,
+            # A job without a state whose pod exists was admitted on first sight (its state is written when the pod
+            # starts): the operator already let it run, it is no duplicate.
+            duplicate_of=self._duplicate_of(key, job) if job.status.state is None and not pods else None,
             no_worker=no_worker,
             gone=(gone,) if gone is not None and gone.owner_uid == job.uid else (),
         )
@@ -464,9 +466,10 @@ class View:
                         job.created_at, job.name)
 
     def _undecided(self, key: Key) -> bool:
-        """Not yet let run by the operator: no state yet, or itself a duplicate."""
+        """Not yet let run by the operator: no state yet (and no pod: admitted on first sight, its state is
+        written when the pod starts), or itself a duplicate."""
         status = (self.jobs.get(key) or {}).get("status") or {}
-        return not status.get("state") or bool(status.get("duplicateOf"))
+        return (not status.get("state") and not self.pods_of(key)) or bool(status.get("duplicateOf"))
 
     def _heartbeat(self, key: Key, run: int, pods: dict[int, PodObservation],
                    handler: HandlerSpec | None) -> datetime | None:

@@ -14,6 +14,13 @@ POD_LOST = "PodLost"
 NON_RETRYABLE = "NonRetryableExitCode"
 CANCELLED = "Cancelled"
 DRAINED = "Drained"  # a worker stopped (SIGTERM) before the handler finished: docs/workers.md §6
+# A pod that did not start its handler within the queue's startTimeout: the scheduler found no node for it
+# (Unschedulable), its container waits with a reason (the kubelet's: ErrImagePull, ImagePullBackOff,
+# InvalidImageName, CreateContainerConfigError, ...: named as is), or neither (StartTimeout).
+UNSCHEDULABLE = "Unschedulable"
+START_TIMEOUT = "StartTimeout"
+# Waiting reasons of a container that is simply on its way: not named as the cause of a start timeout.
+STARTING_REASONS = frozenset({"ContainerCreating", "PodInitializing"})
 STOP_REASONS = frozenset({CANCELLED, TIMEOUT, LEASE_EXPIRED})
 
 # Pod-level reasons for a pod the cluster took away rather than one whose handler failed.
@@ -58,6 +65,13 @@ class PodObservation:
     disruption_message: str | None = None
     uid: str | None = None
     owner_uid: str | None = None  # the uid of its controller ownerReference (its Job's, when it is ours)
+    created_at: datetime | None = None  # its creationTimestamp: the start timeout counts from here
+    waiting_reason: str | None = None  # the handler container's waiting reason (ErrImagePull, ...), if it waits
+
+    @property
+    def started(self) -> bool:
+        """The handler's container has started (the runner is up): the attempt's worker has taken the job."""
+        return self.started_at is not None or self.phase == "Running" or self.finished
 
     @property
     def finished(self) -> bool:
@@ -125,6 +139,20 @@ def outcome_of(
         )
     message = pod.message or (f"exit code {pod.exit_code}" if pod.exit_code is not None else "the pod failed")
     return Outcome(FAILED, ERROR, pod.exit_code, message, node)
+
+
+def start_failure(pod: PodObservation, start_timeout: str) -> Outcome:
+    """The outcome of an attempt whose pod did not start its handler within the queue's startTimeout: the reason
+    says why, as the pod's status tells it."""
+    if pod.unschedulable:
+        reason = UNSCHEDULABLE
+    elif pod.waiting_reason and pod.waiting_reason not in STARTING_REASONS:
+        reason = pod.waiting_reason
+    else:
+        reason = START_TIMEOUT
+    detail = f": {pod.message}" if pod.message else ""
+    return Outcome(FAILED, reason, None, f"pod {pod.name} did not start within startTimeout {start_timeout}{detail}",
+                   pod.node)
 
 
 def heartbeat(renewed_at: datetime | None, attempt_started_at: datetime | None, now: datetime) -> datetime | None:

@@ -3,6 +3,22 @@
 Both take the job as last stored plus what the cluster shows now, and return the status to store, the
 actions to take and when to look again. Level-triggered: called again with the same inputs, they return
 the same status and actions that are safe to repeat (pod names are deterministic).
+
+Pod mode, "running = taken by a worker" (DESIGN.md §3): admission creates the attempt's pod, named
+<job>-<run+1>, and writes nothing; the job stays `queued` (its pod holds the slot). The pod takes the job when
+its handler container starts: the reconcile that sees that records the attempt (run, attempt, startedAt = the
+container's start, the timeout from there) and `running`, in one write; a pod seen only once it has finished is
+recorded in one write to its end. So a successful single-attempt job costs three operator writes: the pod's
+create, `running`, and the terminal status. Dropping the admission's own status write is safe because the pod
+*is* the record: its name is deterministic (status.run + 1), a second pod of that run cannot be created
+(AlreadyExists, adopted), no other is admitted while it lives, and a pod of run status.run + 1 is always read
+as the queued job's starting attempt (DESIGN §3's crash rule, now the normal path rather than the repair one).
+A pod that never started and is deleted meanwhile never ran: its run number is simply used again.
+
+A job seen for the first time and admitted at once keeps no state in the API for at most RECORD_QUEUED_AFTER
+while its pod starts (the running write says all); a pod slower than that, unschedulable, or waiting with a
+reason makes the job written `queued`. A pod that does not start within the queue's startTimeout fails the
+attempt (Unschedulable, the kubelet's waiting reason such as ErrImagePull, or StartTimeout), which counts.
 """
 
 from __future__ import annotations
@@ -23,6 +39,9 @@ from .states import (CANCELLED, DEAD, FAILED, FINISHED, QUEUED, RUNNING, SCHEDUL
 
 # How long past its grace period a stopping pod may linger before it is force-deleted.
 FORCE_DELETE_AFTER = timedelta(seconds=5)
+
+# How long a job first seen and admitted at once may go without a state in the API while its pod starts.
+RECORD_QUEUED_AFTER = timedelta(seconds=5)
 
 # The timeline's bounds, so that a job retried for ever never nears etcd's 1.5 MB object limit: the first attempt
 # and the most recent ones (TIMELINE_MAX in all, the rest counted in droppedAttempts), each message at most
@@ -190,7 +209,7 @@ def reconcile(job: JobSnapshot, obs: Observations, now: datetime) -> Decision:
         s.status.max_attempts = obs.queue.max_attempts
     if s.status.state is None:
         _first_sight(s)
-    _adopt_or_remove_strays(s)  # may replace s.status: always read it through s below
+    _take(s)
     _cancel(s)
     _retry(s)
     if s.status.state == RUNNING:
@@ -201,46 +220,60 @@ def reconcile(job: JobSnapshot, obs: Observations, now: datetime) -> Decision:
     if s.status.state in (SCHEDULED, FAILED):
         _wait_until_runnable(s)
     _blocked(s)
+    _remove_strays(s)
     s.status.observed_generation = job.generation
     set_health(s.status, now, job.generation)
-    return s.decision
+    return _starting(s)
 
 
 def admit(job: JobSnapshot, obs: Observations, now: datetime, worker: str | None = None) -> Decision:
     """Take a queue slot: start the next attempt, in a new pod, or on `worker` (<name>/<incarnation>: the worker
-    that takes it, docs/workers.md §2). The caller holds the slot; the job must be queued."""
+    that takes it, docs/workers.md §2). The caller holds the slot; the job must be queued.
+
+    In pod mode the status does not change: the job stays queued until its pod's handler starts (see reconcile),
+    and the pod's deterministic name is the admission's record."""
     s = _Step(job, obs, now)
     st = s.status
     if st.state != QUEUED:
         raise ValueError(f"only a queued job can be admitted, not a {st.state} one")
     if obs.alive_pods:
         raise ValueError("a previous attempt's pod still exists")
+    st.observed_generation = job.generation
+    if worker is None:
+        run = st.run + 1
+        s.decision.actions.append(CreatePod(pod_name(job.name, run), run, st.attempt + 1))
+        s.decision.wake(now + parse_duration(s.queue.start_timeout))
+        return s.decision
     st.run += 1
     st.attempt += 1
-    name = pod_name(job.name, st.run)
     timeout = parse_duration(s.queue.timeout)
     st.timeout_at = format_time(now + timeout)
     st.stop_reason = st.stop_requested_at = None
     limit = st.max_attempts or s.queue.max_attempts
-    if worker is None:
-        st.attempts.append(Attempt(attempt=st.attempt, run=st.run, pod=name, started_at=format_time(now),
-                                   result="running"))
-        s.decision.actions.append(CreatePod(name, st.run, st.attempt))
-        message = f"attempt {st.attempt} of {limit} started in pod {name}"
-    else:
-        worker_name = worker.split("/", 1)[0]
-        st.worker = worker_name
-        st.attempts.append(Attempt(attempt=st.attempt, run=st.run, worker=worker, node=worker_name,
-                                   started_at=format_time(now), result="running"))
-        message = f"attempt {st.attempt} of {limit} taken by worker {worker_name}"
+    worker_name = worker.split("/", 1)[0]
+    st.worker = worker_name
+    st.attempts.append(Attempt(attempt=st.attempt, run=st.run, worker=worker, node=worker_name,
+                               started_at=format_time(now), result="running"))
+    message = f"attempt {st.attempt} of {limit} taken by worker {worker_name}"
     bound_timeline(st)
     s.move(RUNNING, "Started", message)
     s.cond(COND_RUNNING, True, "Started", message)
     _clear_condition(st, COND_BLOCKED, "Admitted", now, job.generation)
     s.decision.wake(now + timeout)
-    st.observed_generation = job.generation
     set_health(st, now, job.generation)
     return s.decision
+
+
+def hold_first_write(job: JobSnapshot, decision: Decision, pod_created_at: datetime, now: datetime) -> Decision:
+    """A job without a state yet whose attempt's pod is starting: the decision without its status write (the
+    stored status, no events), for at most RECORD_QUEUED_AFTER after the pod's creation. The write that records
+    the pod's start says all; a slower start gets the `queued` write when this wakes."""
+    until = pod_created_at + RECORD_QUEUED_AFTER
+    if job.status.state is not None or decision.status.state != QUEUED or now >= until:
+        return decision
+    held = Decision(job.status.model_copy(deep=True), list(decision.actions), [], decision.wake_at)
+    held.wake(until)
+    return held
 
 
 def bound_timeline(status: JobStatus) -> None:
@@ -288,21 +321,84 @@ def _first_sight(s: _Step) -> None:
         s.queued(since, "Queued", "runnable, waiting for a slot in queue " + job.spec.queue)
 
 
-def _adopt_or_remove_strays(s: _Step) -> None:
-    """Pods of runs the status does not know: the operator stopped between creating a pod and recording it."""
+def _starting_pod(s: _Step) -> A.PodObservation | None:
+    """The queued job's attempt pod that has not started its handler yet (run status.run + 1), if any."""
     st = s.status
-    strays = sorted((p for p in s.obs.pods if p.run > st.run), key=lambda p: p.run)
-    for pod in strays:
-        if st.state == QUEUED and pod.run == st.run + 1 and pod is strays[0]:
-            # The attempt did start: record it exactly as admit would have (a cancel then stops it with its grace).
-            adopted = admit(JobSnapshot(s.job.name, s.job.uid, s.job.generation, s.job.created_at, s.job.spec, st),
-                            Observations(s.obs.queue, s.obs.handler), s.now)
-            s.status = st = adopted.status
-            s.decision.status = st
-            s.decision.events.extend(adopted.events)
-            s.decision.wake(adopted.wake_at)
-        elif not pod.deleting:
-            s.decision.actions.append(DeletePod(pod.name, 0))
+    pod = s.obs.pod(st.run + 1) if st.state == QUEUED else None
+    return pod if pod is not None and not pod.started else None
+
+
+def _take(s: _Step) -> None:
+    """A queued job's pod (run status.run + 1) takes the job when its handler starts: the attempt is recorded from
+    the container's start. Until then the job stays queued; past the queue's startTimeout the attempt fails."""
+    st = s.status
+    pod = s.obs.pod(st.run + 1) if st.state == QUEUED else None
+    if pod is None:
+        return
+    if pod.started:
+        _record_start(s, pod)
+    elif pod.deleting:
+        return  # going before it started (someone deleted it): it never ran; the slot frees once it is gone
+    else:
+        deadline = (pod.created_at or s.now) + parse_duration(s.queue.start_timeout)
+        if s.now < deadline:
+            s.decision.wake(deadline)
+            return
+        st.run, st.attempt = pod.run, st.attempt + 1
+        st.attempts.append(Attempt(attempt=st.attempt, run=st.run, pod=pod.name, node=pod.node, result="running"))
+        bound_timeline(st)
+        _finish_attempt(s, A.start_failure(pod, s.queue.start_timeout))  # _remove_strays then deletes the pod
+
+
+def _record_start(s: _Step, pod: A.PodObservation) -> None:
+    st = s.status
+    st.run, st.attempt = pod.run, st.attempt + 1
+    # The container's start; a pod that shows Running without it: now. A pod that finished without ever
+    # starting its handler (refused by the kubelet) has no start.
+    started = pod.started_at or (None if pod.finished else s.now)
+    st.timeout_at = format_time((started or s.now) + parse_duration(s.queue.timeout))
+    st.stop_reason = st.stop_requested_at = None
+    st.attempts.append(Attempt(attempt=st.attempt, run=st.run, pod=pod.name, node=pod.node,
+                               started_at=format_time(started) if started else None, result="running"))
+    bound_timeline(st)
+    limit = st.max_attempts or s.queue.max_attempts
+    message = f"attempt {st.attempt} of {limit} started in pod {pod.name}"
+    s.move(RUNNING, "Started", message)
+    if not pod.finished:  # a pod seen only once it ended: its end is recorded in this same write
+        s.cond(COND_RUNNING, True, "Started", message)
+    _clear_condition(st, COND_BLOCKED, "Admitted", s.now, s.job.generation)
+
+
+def _remove_strays(s: _Step) -> None:
+    """Pods the job no longer wants: of runs the status does not know, except the queued job's starting attempt,
+    and a pod left unfinished by an attempt already recorded as over (one that did not start in time)."""
+    st = s.status
+    for pod in s.obs.pods:
+        if pod.deleting:
+            continue
+        if pod.run > st.run:
+            if not (st.state == QUEUED and pod.run == st.run + 1):
+                s.decision.actions.append(DeletePod(pod.name, 0))
+        elif st.state != RUNNING and not pod.finished:
+            s.decision.actions.append(DeletePod(pod.name, None))
+
+
+def _starting(s: _Step) -> Decision:
+    """The decision, with the first write of a job whose pod is starting held back (hold_first_write), unless
+    the pod's status already says it waits for something (a node, an image): then the job is written queued,
+    its message saying so."""
+    pod = _starting_pod(s)
+    if pod is None or pod.deleting:
+        return s.decision
+    blocked = pod.unschedulable or (pod.waiting_reason is not None and pod.waiting_reason not in A.STARTING_REASONS)
+    if not blocked:
+        held = hold_first_write(s.job, s.decision, pod.created_at or s.now, s.now)
+        if held is not s.decision:
+            return held
+    if s.job.status.state is None:  # this write is the job's first: say where it is
+        why = A.UNSCHEDULABLE if pod.unschedulable else pod.waiting_reason if blocked else None
+        s.status.message = f"runnable; its attempt's pod {pod.name} waits to start" + (f" ({why})" if why else "")
+    return s.decision
 
 
 def _cancel(s: _Step) -> None:

@@ -156,13 +156,16 @@ class Attempt(Model):
         default=None, description="The worker that ran it, as <name>/<incarnation> (worker mode, docs/workers.md)."
     )
     node: str | None = Field(default=None, description="The node, or the worker's name, that ran it.")
-    started_at: Timestamp | None = Field(default=None, description="When the attempt was admitted (RFC 3339).")
+    started_at: Timestamp | None = Field(
+        default=None, description="When the handler started: its container's start in pod mode (RFC 3339)."
+    )
     finished_at: Timestamp | None = Field(default=None, description="When it ended (RFC 3339).")
     result: str = Field(description="running, succeeded, failed or cancelled.")
     exit_code: int | None = Field(default=None, description="The handler's exit code, when it exited.")
     reason: str | None = Field(
         default=None,
-        description="Error, Timeout, LeaseExpired, PodLost, Drained, NonRetryableExitCode or Cancelled.",
+        description="Error, Timeout, LeaseExpired, PodLost, Drained, NonRetryableExitCode, Cancelled; a pod that "
+        "did not start: Unschedulable, StartTimeout or the kubelet's waiting reason (ErrImagePull, ImagePullBackOff, ...).",
     )
     message: str | None = Field(default=None, description="What went wrong, for a person.")
 

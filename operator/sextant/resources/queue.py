@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from .common import Duration, Model, parse_duration, validations
+from .common import Duration, Model, Timestamp, parse_duration, validations
 
 KIND = "Queue"
 PLURAL = "queues"
@@ -70,7 +70,15 @@ class QueueSpec(Model):
     )
     backoff: Backoff = Field(default_factory=Backoff, description="The delay between attempts.",
                              json_schema_extra={"default": Backoff().wire()})
-    timeout: Duration = Field(default="5m", description="How long one attempt may run before it fails with Timeout.")
+    timeout: Duration = Field(
+        default="5m", description="How long one attempt may run, from its handler's start, before it fails with Timeout."
+    )
+    start_timeout: Duration = Field(
+        default="10m",
+        description="How long an attempt's pod may take to start its handler (waiting for a node, pulling its image) "
+        "before the attempt fails with Unschedulable, the image pull's reason (ErrImagePull, ImagePullBackOff, ...) "
+        "or StartTimeout; it counts as an attempt and is retried. The job stays queued meanwhile.",
+    )
     lease_duration: Duration = Field(
         default="30s", description="How long a running attempt's lease lasts without a heartbeat (at least 1s)."
     )
@@ -103,9 +111,20 @@ class QueueSpec(Model):
 
 
 class QueueStatus(Model):
+    """The queue's live numbers, written by the operator from its view: only on change, at most once every few
+    seconds per queue (controller/queuestatus.py)."""
+
     observed_generation: int | None = Field(default=None, description="The spec generation last seen.")
-    running: int | None = Field(default=None, description="Attempts running now.")
-    queued: int | None = Field(default=None, description="Jobs waiting for a slot.")
+    running: int | None = Field(default=None, description="Attempts running now (their handler has started).")
+    queued: int | None = Field(
+        default=None, description="Jobs runnable and not yet taken, including those whose pod is starting."
+    )
+    starting: int | None = Field(default=None, description="Of the queued jobs, those whose attempt's pod is starting.")
+    scheduled: int | None = Field(default=None, description="Jobs waiting for runAt.")
+    failed: int | None = Field(default=None, description="Jobs whose last attempt failed, waiting for their backoff.")
+    oldest_queued_at: Timestamp | None = Field(
+        default=None, description="When the longest-waiting queued job became runnable (RFC 3339)."
+    )
 
 
 class Queue(Model):

@@ -1,0 +1,106 @@
+"""Each Queue's status: its live numbers (running, queued, starting, scheduled, failed, the oldest queued job), so
+that `kubectl get squeue` shows them.
+
+Written from the in-memory view, never from a list: one wake-up on the operator's timer heap every INTERVAL
+counts each queue's unfinished jobs (View.unfinished_by_queue: finished jobs cost nothing) and writes a queue's
+status only when its numbers differ from what the Queue holds, so at most one write per queue per INTERVAL
+and none while nothing changes. Only the leader writes, through the controllers' fenced client; a standby keeps
+what the leader wrote (from the Queue watch) to compare with once it takes over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from ..kube import ApiError, Kube, NotLeader
+from ..queuestats import count_unfinished, same_status, status_body
+from ..resources import GROUP, VERSION
+from .informer import Key, key_of
+from .timers import Timers
+from .view import View
+
+log = logging.getLogger(__name__)
+
+INTERVAL = timedelta(seconds=3)
+TIMER_KEY = ("queue-status",)
+
+
+def queue_status_path(key: Key) -> str:
+    return f"/apis/{GROUP}/{VERSION}/namespaces/{key[0]}/queues/{key[1]}/status"
+
+
+class QueueStatusWriter:
+    def __init__(self, kube: Kube, view: View, timers: Timers, now: Callable[[], datetime], leading: asyncio.Event,
+                 interval: timedelta = INTERVAL) -> None:
+        self.kube, self.view, self.timers, self.now, self.leading = kube, view, timers, now, leading
+        self.interval = interval
+        self.generation: dict[Key, int | None] = {}
+        self.stored: dict[Key, dict[str, Any]] = {}  # each Queue's status as last seen (watch) or written
+        self.writes = 0
+        self._task: asyncio.Task[None] | None = None
+        self._started = False
+
+    def on_queue(self, kind: str, obj: dict[str, Any]) -> None:
+        key = key_of(obj)
+        if kind == "delete":
+            self.generation.pop(key, None)
+            self.stored.pop(key, None)
+            return
+        self.generation[key] = obj["metadata"].get("generation")
+        status = obj.get("status")
+        self.stored[key] = status if isinstance(status, dict) else {}
+
+    def start(self) -> None:
+        """Once the view is complete: the first look at once, then every interval."""
+        if not self._started:
+            self._started = True
+            self.timers.schedule(TIMER_KEY, self.now(), self._tick)
+
+    def _tick(self, _key: object) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._round())
+        else:
+            self.timers.schedule(TIMER_KEY, self.now() + self.interval, self._tick)  # a slow round: skip this one
+
+    async def _round(self) -> None:
+        try:
+            if self.leading.is_set():
+                for key in list(self.generation):
+                    await self.write(key)
+        finally:
+            self.timers.schedule(TIMER_KEY, self.now() + self.interval, self._tick)
+
+    def body(self, key: Key) -> dict[str, Any]:
+        jobs = []
+        for job_key in self.view.unfinished_by_queue.get(key, ()):
+            raw = self.view.jobs.get(job_key)
+            if raw is None:
+                continue
+            run = (raw.get("status") or {}).get("run", 0)
+            pods = self.view.pods_of(job_key)
+            starting = any(p.run > run and p.alive and not p.started for p in pods.values())
+            jobs.append((raw, starting))
+        return status_body(count_unfinished(jobs), self.generation.get(key))
+
+    async def write(self, key: Key) -> bool:
+        """Write the queue's numbers when they changed; True when a write was made."""
+        body = self.body(key)
+        if same_status(self.stored.get(key), body):
+            return False
+        try:
+            updated = await self.kube.merge_patch(queue_status_path(key), {"status": body}, retry=False)
+        except NotLeader:
+            return False
+        except ApiError as exc:
+            if exc.status != 404:  # gone: the watch brings the delete
+                log.warning("queue %s/%s: cannot write its status: %s", *key, exc)
+            return False
+        self.writes += 1
+        if key in self.generation:
+            status = updated.get("status")
+            self.stored[key] = status if isinstance(status, dict) else dict(body)
+        return True

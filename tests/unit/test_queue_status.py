@@ -1,0 +1,82 @@
+"""A Queue's live numbers (queuestats.count_unfinished / status_body), as controller/queuestatus.py writes them."""
+
+from __future__ import annotations
+
+from sextant.queuestats import QueueNumbers, count_unfinished, same_status, status_body
+
+
+def job(state: str | None, queued_at: str | None = None, created: str = "2026-03-01T12:00:00Z") -> dict:
+    status = {"state": state} if state else {}
+    if queued_at:
+        status["queuedAt"] = queued_at
+    return {"metadata": {"name": "j", "creationTimestamp": created}, "status": status}
+
+
+def test_counts_each_unfinished_state_and_the_starting_pods():
+    numbers = count_unfinished([
+        (job("running"), False),
+        (job("running"), False),
+        (job("queued", "2026-03-01T12:00:30Z"), True),  # its pod is starting: queued, not running
+        (job("queued", "2026-03-01T12:00:10Z"), False),
+        (job("scheduled"), False),
+        (job("failed"), False),
+    ])
+    assert numbers == QueueNumbers(running=2, queued=2, starting=1, scheduled=1, failed=1,
+                                   oldest_queued_at=numbers.oldest_queued_at)
+    assert numbers.oldest_queued_at.isoformat() == "2026-03-01T12:00:10+00:00"
+
+
+def test_a_job_without_a_state_counts_as_queued_only_while_its_pod_starts():
+    numbers = count_unfinished([(job(None, created="2026-03-01T11:00:00Z"), True), (job(None), False)])
+    assert (numbers.queued, numbers.starting) == (1, 1)
+    assert numbers.oldest_queued_at.isoformat() == "2026-03-01T11:00:00+00:00"
+
+
+def test_an_empty_queue_has_zeros_and_no_oldest():
+    body = status_body(count_unfinished([]), 3)
+    assert body == {"observedGeneration": 3, "running": 0, "queued": 0, "starting": 0, "scheduled": 0, "failed": 0,
+                    "oldestQueuedAt": None}
+
+
+def test_only_a_change_is_written():
+    body = status_body(count_unfinished([(job("running"), False)]), 1)
+    assert not same_status({}, body)  # never written
+    stored = {k: v for k, v in body.items() if v is not None}  # the API server drops the nulls of a merge patch
+    assert same_status(stored, body)
+    assert not same_status(stored, {**body, "running": 2})
+    assert not same_status(stored, {**body, "observedGeneration": 2})
+
+
+def test_the_writer_counts_from_the_view_a_starting_pod_as_queued():
+    """QueueStatusWriter.body reads only the view: the queue's unfinished jobs and whether their pod is starting."""
+    import asyncio
+
+    from sextant.controller.queuestatus import QueueStatusWriter
+    from sextant.controller.timers import Timers
+    from sextant.controller.view import View
+
+    def raw(name: str, uid: str, state: str | None, run: int = 0) -> dict:
+        return {"metadata": {"name": name, "namespace": "shop", "uid": uid, "resourceVersion": "1",
+                             "generation": 1, "creationTimestamp": "2026-03-01T12:00:00Z"},
+                "spec": {"queue": "emails", "handler": "send"},
+                "status": {"state": state, "run": run} if state else {}}
+
+    def pod(job: str, uid: str, run: int, phase: str) -> dict:
+        return {"metadata": {"name": f"{job}-{run}", "namespace": "shop", "resourceVersion": "2",
+                             "labels": {"sextant.dev/job": job, "sextant.dev/run": str(run)},
+                             "ownerReferences": [{"apiVersion": "sextant.dev/v1alpha1", "kind": "Job", "name": job,
+                                                  "uid": uid, "controller": True}]},
+                "spec": {"containers": [{"name": "handler"}]}, "status": {"phase": phase}}
+
+    view = View()
+    for name, uid, state, run in [("job-a", "a", "running", 1), ("job-b", "b", "queued", 0),
+                                  ("job-c", "c", None, 0), ("job-d", "d", "queued", 0), ("job-e", "e", "dead", 1)]:
+        view.upsert_job(raw(name, uid, state, run))
+    view.upsert_pod(pod("job-a", "a", 1, "Running"))
+    view.upsert_pod(pod("job-b", "b", 1, "Pending"))  # admitted, its handler not started: queued, starting
+    view.upsert_pod(pod("job-c", "c", 1, "Pending"))  # admitted on first sight, no state written yet
+    writer = QueueStatusWriter(None, view, Timers(lambda: None), lambda: None, asyncio.Event())  # type: ignore[arg-type]
+    writer.on_queue("add", {"metadata": {"name": "emails", "namespace": "shop", "generation": 4}, "status": {}})
+    body = writer.body(("shop", "emails"))
+    assert {k: body[k] for k in ("running", "queued", "starting", "scheduled", "failed", "observedGeneration")} == {
+        "running": 1, "queued": 3, "starting": 2, "scheduled": 0, "failed": 0, "observedGeneration": 4}
