@@ -88,15 +88,15 @@ def _table(head: list[str], body: list[str], empty: str, ident: str) -> str:
 def jobs_form(flt: JobFilter, namespace: str | None) -> str:
     options = "".join(f'<option{" selected" if s == flt.state else ""}>{s}</option>' for s in STATES)
 
-    def box(name: str, value: str | None, hint: str) -> str:
-        return (f'<label>{name}<input name="{name}" value="{e(value or "")}" placeholder="{e(hint)}" '
+    def box(name: str, value: str | None, hint: str, label: str | None = None) -> str:
+        return (f'<label>{label or name}<input name="{name}" value="{e(value or "")}" placeholder="{e(hint)}" '
                 f'autocomplete="off"></label>')
 
     ns = f'<input type="hidden" name="ns" value="{e(namespace)}">' if namespace else ""
     return (f'<form class="filters" method="get" action="/jobs" id="filters">{ns}'
             f'{box("queue", flt.queue, "any")}<label>state<select name="state"><option value="">any</option>'
             f'{options}</select></label>{box("handler", flt.handler, "any")}{box("schedule", flt.schedule, "any")}'
-            f'{box("q", flt.text, "part of the id")}<button type="submit">filter</button>'
+            f'{box("q", flt.text, "part of the id", "id")}<button type="submit">filter</button>'
             f'<a href="/jobs">clear</a></form>')
 
 

@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from importlib import resources
 from typing import Any
 
+import httpx
 from aiohttp import web
 
 from .. import inputs
@@ -123,6 +124,7 @@ class Dashboard:
         r.add_post("/api/jobs/{ns}/{id}/{verb:cancel|retry}", self.job_action)
         r.add_post("/api/schedules/{ns}/{name}/trigger", self.trigger)
         r.add_get("/static/{name}", self.static_file)
+        r.add_get("/favicon.ico", lambda request: web.Response(status=204))
         app.on_startup.append(self._start)
         app.on_cleanup.append(self._stop)
         return app
@@ -308,6 +310,8 @@ class Dashboard:
         except ClientError as exc:
             return web.Response(text=f"the API server refused the log of pod {pod} in namespace {ns}: "
                                      f"{exc.status}: {exc}", status=exc.status if exc.status >= 400 else 502)
+        except httpx.HTTPError as exc:
+            return web.Response(text=f"cannot reach the API server at {self.conn.server}: {exc}", status=502)
         if len(text) > LOG_LIMIT:
             text = f"[only the last {LOG_LIMIT} characters]\n" + text[-LOG_LIMIT:]
         return web.Response(text=text, content_type="text/plain")
@@ -341,6 +345,8 @@ class Dashboard:
         except ClientError as exc:
             return self.refused(ApiError(exc.status, {"reason": exc.reason, "message": str(exc)}),
                                 f"list worker Leases or their jobs {self.where()}")
+        except httpx.HTTPError as exc:
+            return pages.error(f"cannot reach the API server at {self.conn.server}: {exc}")
         now = datetime.now(timezone.utc)
         rows = [workers_cmd.as_dict(w, now) for w in sorted(found, key=lambda w: (w.namespace, w.name))]
         return pages.workers_fragment(rows, self.wide)
@@ -365,6 +371,8 @@ class Dashboard:
                 return False, f"error: {exc}"
             except ClientError as exc:
                 return False, f"error: {api_error(exc)}"
+            except httpx.HTTPError as exc:
+                return False, f"error: cannot reach the API server at {self.conn.server}: {exc}"
             return True, " ".join(part.strip() for part in (out.getvalue(), err.getvalue()) if part.strip())
 
         ok, message = await asyncio.to_thread(call)
