@@ -154,10 +154,12 @@ def test_cancel_from_the_page_ends_a_running_job_cancelled(cluster, namespace, o
     assert asked == [f"Cancel job {ident}?"]
     expect(page.locator("#job-state")).to_have_text("cancelled", timeout=60_000)
     assert job_state(cluster, namespace, ident) == "cancelled"
-    # A second cancel is refused in the CLI's words (the API server's CEL rule), shown on the page.
-    page.get_by_role("button", name="cancel").click()
-    expect(page.locator("#flash")).to_contain_text(f"error: job {ident}: cannot cancel: the job is cancelled")
+    # A retry now is refused in the CLI's words (the API server's CEL rule), shown on the page.
+    page.get_by_role("button", name="retry").click()
+    expect(page.locator("#flash")).to_contain_text(
+        f"error: job {ident}: cannot retry: the job is cancelled; only failed or dead jobs can be retried")
     expect(page.locator("#flash")).to_have_class("bad")
+    assert asked[-1] == f"Retry job {ident}? Its attempts start again from 1."
 
 
 def test_a_user_whose_rbac_forbids_jobs_sees_forbidden_and_foreign_posts_are_refused(cluster, namespace, crds,
