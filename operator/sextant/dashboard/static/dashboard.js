@@ -35,7 +35,12 @@
     }
   }
 
-  setInterval(function () { regions.forEach(refresh); }, 1000);
+  // Regions without a version (schedules, workers) are read in full each time: every 2 s is enough.
+  let tick = 0;
+  setInterval(function () {
+    tick += 1;
+    regions.forEach(function (r) { if (r.dataset.version || tick % 2 === 0) refresh(r); });
+  }, 1000);
 
   document.addEventListener("click", async function (ev) {
     const button = ev.target.closest("button[data-action]");
