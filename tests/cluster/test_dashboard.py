@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -216,7 +217,7 @@ def test_screenshots(cluster, namespace, operator, dashboard, page, tmp_path):
           {"apiVersion": "sextant.dev/v1alpha1", "kind": "Schedule", "metadata": {"name": "nightly-report"},
            "spec": {"interval": "30s", "jobTemplate": {"queue": "emails", "handler": "send"}}})
     worker = WorkerProcess(cluster.kubeconfig, namespace, "inline-1", tmp_path, "--module", "napping",
-                           "--queue", "inline", "--concurrency", "4").start()
+                           "--queue", "inline", "--handler", "nap", "--concurrency", "4").start()
     try:
         for _ in range(6):
             create(cluster, namespace, "send", "emails")
@@ -273,13 +274,17 @@ def test_measure_10k_jobs(cluster, namespace, crds, dashboard, page):
         async with Kube(kubeconfig.load(str(cluster.kubeconfig)), user_agent="dashboard-10k") as kube:
             await kube.request("DELETE", f"/apis/sextant.dev/v1alpha1/namespaces/{namespace}/jobs")
 
+    def run(coroutine: Any) -> None:  # Playwright's sync API already runs a loop in this thread
+        with ThreadPoolExecutor(1) as pool:
+            pool.submit(asyncio.run, coroutine).result()
+
     began = time.monotonic()
-    asyncio.run(make())
+    run(make())
     made = time.monotonic() - began
     try:
         _measure(dashboard(), page, count, made)
     finally:
-        asyncio.run(clear())
+        run(clear())
 
 
 def _measure(dash: DashboardProcess, page: Any, count: int, made: float) -> None:
