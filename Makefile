@@ -12,7 +12,7 @@ CACHE := $(HOME)/.cache/sextant
 export PIP_CACHE_DIR := $(CACHE)/pip
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup controlplane tools test unit run crds bench clean
+.PHONY: setup controlplane tools browser test unit run crds bench clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,7 +29,15 @@ controlplane:
 tools:
 	hack/build-tools.sh >/dev/null
 
-test: setup
+# Headless Chromium for the dashboard's browser tests (tests/cluster/test_dashboard.py): Debian's package, driven
+# by Playwright from the test extra (Playwright's own browser download is not used). Installed as root via apt-get
+# when /usr/bin/chromium is missing.
+browser:
+	@test -x /usr/bin/chromium || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else echo "the dashboard tests need /usr/bin/chromium: run as root, or: sudo apt-get install -y chromium" >&2; exit 1; fi; }
+
+test: setup browser
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
 unit: $(VENV)/.installed

@@ -21,6 +21,7 @@ from ..client import ClientError
 from . import inspect as inspect_cmd
 from ..worker import main as worker_cmd
 from . import jobs, queues, schedules, workers
+from ..dashboard import cli as dashboard
 from .args import positive_int
 from .context import CliError, Context, api_error
 
@@ -148,6 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     queues.register(sub, flags)
     schedules.register(sub, flags)
     workers.register(sub, flags)
+    dashboard.register(sub, flags)
     op = sub.add_parser("operator", help="run the operator (a kopf operator) in the foreground",
                         description=OPERATOR_DESCRIPTION)
     _operator_flags(op)

@@ -1,0 +1,211 @@
+"""The dashboard's HTML: whole pages and the fragments that the page's script fetches again when something changed.
+Pure functions of view models; every value passes through html.escape."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from html import escape
+from typing import Any
+from urllib.parse import urlencode
+
+from ..cli.output import age, human_duration, until
+from ..resources.common import time_or_none
+from ..resources.job import job_id
+from ..inputs import STATES
+from .views import Bar, JobFilter, QueueRow, ScheduleRow, chart_svg
+
+NAV = [("queues", "/"), ("jobs", "/jobs"), ("schedules", "/schedules"), ("workers", "/workers")]
+
+
+def e(value: Any) -> str:
+    return escape("" if value is None else str(value), quote=True)
+
+
+def page(title: str, active: str, scope: str, token: str, body: str) -> str:
+    links = "".join(f'<a href="{href}"{" class=active" if name == active else ""}>{name}</a>' for name, href in NAV)
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="sextant-token" content="{e(token)}">
+<title>{e(title)} · Sextant</title>
+<link rel="stylesheet" href="/static/dashboard.css">
+<script src="/static/dashboard.js" defer></script>
+</head><body>
+<header><span class="brand">Sextant</span><nav>{links}</nav><span class="scope">{e(scope)}</span></header>
+<div id="flash" role="status" aria-live="polite"></div>
+<main>{body}</main>
+</body></html>"""
+
+
+def live(url: str, inner: str, version: int | None) -> str:
+    """A region that the page's script fetches again (url) whenever the server's watch saw a change: it sends the
+    version it shows, and the server answers 204 while that is still the current one."""
+    shown = f' data-version="{version}"' if version is not None else ""
+    return f'<div class="live" data-live="{e(url)}"{shown}>{inner}</div>'
+
+
+def forbidden(what: str, message: str) -> str:
+    return (f'<div class="error forbidden"><strong>Forbidden</strong>: your credentials may not {e(what)}. '
+            f'The API server said: <code>{e(message)}</code></div>')
+
+
+def error(message: str) -> str:
+    return f'<div class="error">{e(message)}</div>'
+
+
+def _ago(moment: datetime | None, now: datetime) -> str:
+    return "—" if moment is None else f"{age(moment, now)} ago"
+
+
+# --- queues --------------------------------------------------------------------------------------------------
+def queues_fragment(rows: list[QueueRow], series: list[int], now: datetime, wide: bool) -> str:
+    head = ["namespace"] if wide else []
+    head += ["queue", "concurrency", "running", "queued", "scheduled", "failed (retrying)", "dead",
+             "finished/min", "oldest queued"]
+    body = []
+    for r in rows:
+        name = e(r.name) + ("" if r.exists else ' <span class="warn" title="no Queue object">missing</span>')
+        link = f'/jobs?{urlencode({"queue": r.name, **({"ns": r.namespace} if wide else {})})}'
+        cells = [e(r.namespace)] if wide else []
+        cells += [f'<a href="{e(link)}">{name}</a>', e("—" if r.concurrency is None else r.concurrency),
+                  f'{r.running}', f'{r.queued}', f'{r.scheduled}', f'{r.failed}', f'{r.dead}',
+                  f'{r.finished_last_minute}',
+                  "—" if r.oldest_queued_age is None else e(human_duration(r.oldest_queued_age))]
+        body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    table = _table(head, body, "no queues and no jobs here yet", "queues")
+    return (f'<h2>Jobs finished per 10 s, last 5 minutes</h2>{chart_svg(series)}'
+            f'<h2>Queues</h2>{table}<p class="muted">as of {e(now.strftime("%H:%M:%S"))} UTC</p>')
+
+
+def _table(head: list[str], body: list[str], empty: str, ident: str) -> str:
+    if not body:
+        return f'<p class="empty" id="{ident}-empty">{e(empty)}</p>'
+    th = "".join(f"<th>{e(h)}</th>" for h in head)
+    return f'<table id="{ident}"><thead><tr>{th}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+
+
+# --- jobs ----------------------------------------------------------------------------------------------------
+def jobs_form(flt: JobFilter, namespace: str | None) -> str:
+    options = "".join(f'<option{" selected" if s == flt.state else ""}>{s}</option>' for s in STATES)
+
+    def box(name: str, value: str | None, hint: str, label: str | None = None) -> str:
+        return (f'<label>{label or name}<input name="{name}" value="{e(value or "")}" placeholder="{e(hint)}" '
+                f'autocomplete="off"></label>')
+
+    ns = f'<input type="hidden" name="ns" value="{e(namespace)}">' if namespace else ""
+    return (f'<form class="filters" method="get" action="/jobs" id="filters">{ns}'
+            f'{box("queue", flt.queue, "any")}<label>state<select name="state"><option value="">any</option>'
+            f'{options}</select></label>{box("handler", flt.handler, "any")}{box("schedule", flt.schedule, "any")}'
+            f'{box("q", flt.text, "part of the id", "id")}<button type="submit">filter</button>'
+            f'<a href="/jobs">clear</a></form>')
+
+
+def job_link(namespace: str, name: str) -> str:
+    return f"/jobs/{namespace}/{job_id(name)}"
+
+
+def jobs_fragment(items: list[dict[str, Any]], next_token: str | None, flt: JobFilter, now: datetime, wide: bool,
+                  scanned: int, extra: dict[str, str]) -> str:
+    head = (["namespace"] if wide else []) + ["id", "state", "attempt", "queue", "handler", "schedule", "age"]
+    body = []
+    for job in items:
+        meta, spec, status = job["metadata"], job.get("spec") or {}, job.get("status") or {}
+        state = status.get("state") or "<pending>"
+        attempt = f'{status.get("attempt", 0)}/{status["maxAttempts"]}' if status.get("maxAttempts") \
+            else str(status.get("attempt", 0))
+        cells = [e(meta.get("namespace"))] if wide else []
+        cells += [f'<a href="{e(job_link(meta.get("namespace", ""), meta["name"]))}">{e(job_id(meta["name"]))}</a>',
+                  f'<span class="state {e(state)}">{e(state)}</span>', e(attempt), e(spec.get("queue")),
+                  e(spec.get("handler")), e((meta.get("labels") or {}).get("sextant.dev/schedule", "")),
+                  e(age(time_or_none(meta.get("creationTimestamp")), now))]
+        body.append(f'<tr data-job="{e(job_id(meta["name"]))}">' + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    table = _table(head, body, "no jobs match", "jobs")
+    more = ""
+    if next_token:
+        more = f'<a class="next" href="/jobs?{e(urlencode({**flt.query(), **extra, "continue": next_token}))}">next page →</a>'
+    note = f' (the id text looked through {scanned} jobs)' if flt.text else ""
+    return f'{table}<p class="muted">{len(items)} shown{e(note)}. {more}</p>'
+
+
+# --- one job -------------------------------------------------------------------------------------------------
+def job_page_body(namespace: str, job: dict[str, Any], bars: list[Bar], now: datetime, pods: set[str]) -> str:
+    meta, spec, status = job["metadata"], job.get("spec") or {}, job.get("status") or {}
+    ident = job_id(meta["name"])
+    state = status.get("state") or "<pending>"
+    actions = (f'<div class="actions"><button data-action="/api/jobs/{e(namespace)}/{e(ident)}/cancel" '
+               f'data-confirm="Cancel job {e(ident)}?">cancel</button>'
+               f'<button data-action="/api/jobs/{e(namespace)}/{e(ident)}/retry" '
+               f'data-confirm="Retry job {e(ident)}? Its attempts start again from 1.">retry</button></div>')
+    facts = [("namespace", namespace), ("state", state), ("queue", spec.get("queue")),
+             ("handler", spec.get("handler")), ("priority", spec.get("priority", 0)),
+             ("attempt", f'{status.get("attempt", 0)}' + (f' of {status["maxAttempts"]}' if status.get("maxAttempts")
+                                                           else "")),
+             ("created", meta.get("creationTimestamp")), ("run at", spec.get("runAt")),
+             ("idempotency key", spec.get("idempotencyKey")), ("schedule", (meta.get("labels") or {}).get(
+                 "sextant.dev/schedule")), ("message", status.get("message")),
+             ("cancel requested", "yes" if spec.get("cancel") else None), ("finished", status.get("finishedAt"))]
+    dl = "".join(f"<dt>{e(k)}</dt><dd>{e(v)}</dd>" for k, v in facts if v not in (None, ""))
+    line = []
+    for bar in bars:
+        a = bar.attempt
+        line.append(f'<div class="bar {e(bar.result)}" style="left:{bar.left}%;width:{bar.width}%" '
+                    f'title="attempt {e(a.get("attempt"))}: {e(bar.result)}"></div>')
+    rows = []
+    for bar in bars:
+        a = bar.attempt
+        pod = a.get("pod")
+        where = e(pod or a.get("worker") or "")
+        if pod and pod in pods:
+            where += f' <a class="log" href="/logs/{e(namespace)}/{e(pod)}">log</a>'
+        start, end = time_or_none(a.get("startedAt")), time_or_none(a.get("finishedAt"))
+        took = human_duration((end or now) - start) if start else ""
+        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in [
+            e(a.get("attempt")), where, e(a.get("node")), e(a.get("startedAt")), e(a.get("finishedAt")), e(took),
+            f'<span class="state {e(bar.result)}">{e(bar.result)}</span>', e(a.get("reason")),
+            e(a.get("message")), e(a.get("exitCode"))]) + "</tr>")
+    dropped = status.get("droppedAttempts")
+    drop = f'<p class="muted">{e(dropped)} attempts between the first and the latest are not kept.</p>' \
+        if dropped else ""
+    timeline = (f'<div class="timeline">{"".join(line)}</div>' if bars else "") + _table(
+        ["attempt", "pod or worker", "node", "start", "end", "took", "result", "reason", "message", "exit code"],
+        rows, "no attempts yet", "attempts") + drop
+    payload = json.dumps(spec.get("payload") or {}, indent=2, sort_keys=True)
+    spec_text = json.dumps({k: v for k, v in spec.items() if k != "payload"}, indent=2, sort_keys=True)
+    return (f'<h1>job {e(ident)} <span class="state {e(state)}" id="job-state">{e(state)}</span></h1>{actions}'
+            f'<dl>{dl}</dl><h2>Attempts</h2>{timeline}'
+            f'<h2>Payload</h2><pre>{e(payload)}</pre><h2>Spec</h2><pre>{e(spec_text)}</pre>')
+
+
+# --- schedules and workers -----------------------------------------------------------------------------------
+def schedules_fragment(rows: list[ScheduleRow], now: datetime, wide: bool) -> str:
+    head = (["namespace"] if wide else []) + ["schedule", "when", "last fire", "next fire", "missed or skipped",
+                                              "recent jobs", ""]
+    body = []
+    for r in rows:
+        nxt = "suspended" if r.suspended else ("—" if r.next is None else f"{r.next:%H:%M:%S} ({until(r.next, now)})")
+        jobs = " ".join(f'<a href="{e(f"/jobs/{r.namespace}/{ident}")}">{e(ident)}</a>'
+                        f' <span class="state {e(state)}">{e(state)}</span><br>' for ident, state in r.jobs)
+        jobs += f'<a href="/jobs?{e(urlencode({"schedule": r.name}))}">all</a>'
+        missed = "<br>".join(e(m) for m in r.missed) or "none"
+        run = (f'<button data-action="/api/schedules/{e(r.namespace)}/{e(r.name)}/trigger" '
+               f'data-confirm="Create one job now from schedule {e(r.name)}?">run now</button>')
+        cells = ([e(r.namespace)] if wide else []) + [e(r.name), e(r.when), e(_ago(r.last, now)), e(nxt), missed,
+                                                     jobs, run]
+        body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    return _table(head, body, "no schedules here", "schedules")
+
+
+def workers_fragment(workers: list[dict[str, Any]], wide: bool) -> str:
+    head = (["namespace"] if wide else []) + ["worker", "queues", "handlers", "slots", "busy", "last renewal",
+                                              "state", "running jobs"]
+    body = []
+    for w in workers:
+        renewed = "—" if w["lastRenewalSeconds"] is None else f'{w["lastRenewalSeconds"]:.0f}s ago'
+        ns = w["namespace"]
+        jobs = " ".join(f'<a href="{e(f"/jobs/{ns}/{job_id(j)}")}">{e(job_id(j))}</a>' for j in w["jobs"])
+        cells = ([e(w["namespace"])] if wide else []) + [
+            e(w["name"]), e(", ".join(w["queues"]) or "—"), e(", ".join(w["handlers"]) or "—"),
+            e("—" if w["slots"] is None else w["slots"]), e(w["busy"]), e(renewed),
+            f'<span class="state {e(w["state"])}">{e(w["state"])}</span>', jobs]
+        body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    return _table(head, body, "no workers registered here (sextant worker processes; see docs/workers.md)", "workers")

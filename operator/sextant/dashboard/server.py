@@ -1,0 +1,424 @@
+"""`sextant dashboard`: a web server on loopback that shows queues, jobs, schedules and workers live, and acts with
+the user's own kubeconfig credentials (like `kubectl proxy`): every read goes to the API server as that user, every
+action runs the CLI's own command function (cli/jobs.py, cli/schedules.py), so its refusals are worded the same.
+
+Live: one server-side list+watch of the scope's jobs keeps a cache (for the queue counts, the chart and the
+schedules' jobs) and a version number that every watch event bumps; the page's script asks its regions again
+every second with the version it shows, and gets 204 while nothing changed. The jobs view itself is paged through
+the API server (fieldSelector on the Job CRD's selectableFields, labelSelector for the schedule, limit/continue)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import logging
+import secrets
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timezone
+from importlib import resources
+from typing import Any
+
+import httpx
+from aiohttp import web
+
+from .. import inputs
+from ..cli import jobs as jobs_cmd
+from ..cli import schedules as schedules_cmd
+from ..cli import workers as workers_cmd
+from ..cli.context import CliError, Context, api_error
+from ..client import Client, ClientError
+from ..kube import ApiError, Gone, Kube
+from ..kubeconfig import Connection
+from ..resources.job import job_id
+from . import pages
+from .views import (PAGE_SIZE, SCAN_LIMIT, FilterError, JobFilter, allowed_hosts, finished_series, list_params,
+                    queue_rows, request_refusal, schedule_rows, timeline)
+
+log = logging.getLogger(__name__)
+GROUP_PATH = "/apis/sextant.dev/v1alpha1"
+LOG_LIMIT = 512 * 1024  # the last this many bytes of a pod's log are shown
+
+
+def _key(obj: dict[str, Any]) -> tuple[str, str]:
+    return obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
+
+
+def _slim(job: dict[str, Any]) -> dict[str, Any]:
+    """What the cache keeps of a job: no payload and no managedFields (10k jobs stay small); the job's own
+    page reads the whole object."""
+    meta = {k: v for k, v in job["metadata"].items() if k != "managedFields"}
+    spec = {k: v for k, v in (job.get("spec") or {}).items() if k != "payload"}
+    return {"metadata": meta, "spec": spec, "status": job.get("status") or {}}
+
+
+class JobCache:
+    """The scope's jobs from one list and a watch; `version` changes with every event, `error` holds what the
+    API server refused (a 403 stays visible, and the list is tried again every few seconds)."""
+
+    def __init__(self, kube: Kube, namespace: str | None) -> None:
+        self.kube, self.namespace = kube, namespace
+        self.jobs: dict[tuple[str, str], dict[str, Any]] = {}
+        self.version = 0
+        self.error: ApiError | None = None
+        self.synced = asyncio.Event()
+
+    async def run(self) -> None:
+        path = Client.jobs_path(self.namespace)
+        while True:
+            try:
+                fresh: dict[tuple[str, str], dict[str, Any]] = {}
+                resource_version = ""
+                async for chunk, version in self.kube.pages(path):
+                    fresh.update((_key(j), _slim(j)) for j in chunk)
+                    resource_version = version or resource_version
+                self.jobs, self.error = fresh, None
+                self.version += 1
+                self.synced.set()
+                while True:
+                    async for kind, obj in self.kube.watch(path, resource_version, timeout=240):
+                        resource_version = obj.get("metadata", {}).get("resourceVersion", resource_version)
+                        if kind == "BOOKMARK":
+                            continue
+                        if kind == "DELETED":
+                            self.jobs.pop(_key(obj), None)
+                        else:
+                            self.jobs[_key(obj)] = _slim(obj)
+                        self.version += 1
+            except Gone:
+                continue
+            except ApiError as exc:
+                if self.error is None or str(self.error) != str(exc):
+                    self.version += 1
+                self.error = exc
+                self.synced.set()
+                await asyncio.sleep(5 if exc.status in (401, 403) else 1)
+
+
+class Dashboard:
+    def __init__(self, conn: Connection, namespace: str | None, args: argparse.Namespace) -> None:
+        self.conn, self.namespace, self.args = conn, namespace, args
+        self.kube = Kube(conn, user_agent="sextant-dashboard", attempts=3)
+        self.client = Client(conn, user_agent="sextant-dashboard")
+        self.cache = JobCache(self.kube, namespace)
+        self.token = secrets.token_urlsafe(32)
+        self.hosts: frozenset[str] = frozenset()
+        self.static = {name: (resources.files(__package__) / "static" / name).read_bytes()
+                       for name in ("dashboard.js", "dashboard.css")}
+
+    # --- the app ------------------------------------------------------------------------------------------
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[self._guard])
+        r = app.router
+        r.add_get("/", self.queues_page)
+        r.add_get("/fragment/queues", self.queues_fragment)
+        r.add_get("/jobs", self.jobs_page)
+        r.add_get("/fragment/jobs", self.jobs_fragment)
+        r.add_get("/jobs/{ns}/{id}", self.job_page)
+        r.add_get("/fragment/job/{ns}/{id}", self.job_fragment)
+        r.add_get("/schedules", self.schedules_page)
+        r.add_get("/fragment/schedules", self.schedules_fragment)
+        r.add_get("/workers", self.workers_page)
+        r.add_get("/fragment/workers", self.workers_fragment)
+        r.add_get("/logs/{ns}/{pod}", self.pod_log)
+        r.add_post("/api/jobs/{ns}/{id}/{verb:cancel|retry}", self.job_action)
+        r.add_post("/api/schedules/{ns}/{name}/trigger", self.trigger)
+        r.add_get("/static/{name}", self.static_file)
+        r.add_get("/favicon.ico", lambda request: web.Response(status=204))
+        app.on_startup.append(self._start)
+        app.on_cleanup.append(self._stop)
+        return app
+
+    async def _start(self, app: web.Application) -> None:
+        app["cache"] = asyncio.create_task(self.cache.run())
+
+    async def _stop(self, app: web.Application) -> None:
+        app["cache"].cancel()
+        await self.kube.close()
+        self.client.close()
+
+    @web.middleware
+    async def _guard(self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]):
+        refusal = request_refusal(request.method, request.headers, self.token, self.hosts)
+        if refusal is not None:
+            return web.json_response({"ok": False, "message": refusal}, status=403)
+        response = await handler(request)
+        response.headers["Cache-Control"] = "no-store"
+        response.headers["X-Frame-Options"] = "DENY"  # no clickjacking of the action buttons
+        response.headers["Content-Security-Policy"] = "default-src 'self'; style-src 'self' 'unsafe-inline'"
+        response.headers["Referrer-Policy"] = "no-referrer"  # continue tokens stay here
+        return response
+
+    # --- helpers ------------------------------------------------------------------------------------------
+    @property
+    def wide(self) -> bool:
+        return self.namespace is None
+
+    def scope(self) -> str:
+        return "all namespaces" if self.namespace is None else f"namespace {self.namespace}"
+
+    def html(self, title: str, active: str, body: str) -> web.Response:
+        return web.Response(text=pages.page(title, active, self.scope(), self.token, body), content_type="text/html")
+
+    @staticmethod
+    def fragment(text: str, version: int | None = None) -> web.Response:
+        response = web.Response(text=text, content_type="text/html")
+        if version is not None:
+            response.headers["X-Version"] = str(version)
+        return response
+
+    def unchanged(self, request: web.Request) -> bool:
+        return request.query.get("v") == str(self.cache.version)
+
+    def where(self, namespace: str | None = None) -> str:
+        ns = namespace or self.namespace
+        return f"in namespace {ns}" if ns else "in any namespace"
+
+    def refused(self, exc: ApiError, what: str) -> str:
+        if exc.status == 403:
+            return pages.forbidden(what, exc.message)
+        return pages.error(f"the API server refused to {what}: {exc.status} {exc.reason}: {exc.message}"
+                           if exc.status else f"cannot reach the API server at {self.conn.server}: {exc}")
+
+    def ctx(self, **args: Any) -> tuple[Context, io.StringIO, io.StringIO]:
+        """A CLI Context on this process's connection and client, for the CLI's own command functions."""
+        out, err = io.StringIO(), io.StringIO()
+        ctx = Context(argparse.Namespace(kubeconfig=None, context=None, all_namespaces=False, **args), out, err)
+        ctx.__dict__["conn"], ctx.__dict__["client"] = self.conn, self.client
+        return ctx, out, err
+
+    async def _wait_synced(self) -> None:
+        try:
+            await asyncio.wait_for(self.cache.synced.wait(), 30)
+        except asyncio.TimeoutError:
+            pass
+
+    # --- queues -------------------------------------------------------------------------------------------
+    async def _queues(self) -> str:
+        await self._wait_synced()
+        if self.cache.error is not None:
+            return self.refused(self.cache.error, f"list or watch jobs {self.where()}")
+        try:
+            queues, _ = await self.kube.list(Client.path("queues", self.namespace))
+        except ApiError as exc:
+            return self.refused(exc, f"list queues {self.where()}")
+        now = datetime.now(timezone.utc)
+        jobs = list(self.cache.jobs.values())
+        return pages.queues_fragment(queue_rows(queues, jobs, now), finished_series(jobs, now), now, self.wide)
+
+    async def queues_page(self, request: web.Request) -> web.Response:
+        body = pages.live("/fragment/queues", await self._queues(), self.cache.version)
+        return self.html("queues", "queues", "<h1>Queues</h1>" + body)
+
+    async def queues_fragment(self, request: web.Request) -> web.Response:
+        if self.unchanged(request):
+            return web.Response(status=204)
+        version = self.cache.version
+        return self.fragment(await self._queues(), version)
+
+    # --- jobs ---------------------------------------------------------------------------------------------
+    def _jobs_ns(self, request: web.Request) -> str | None:
+        given = request.query.get("ns") or None
+        if given and self.namespace is None:
+            return inputs.namespace("ns", given)
+        return self.namespace
+
+    async def _jobs(self, request: web.Request) -> tuple[str, JobFilter | None]:
+        try:
+            flt = JobFilter.parse(request.query)
+            ns = self._jobs_ns(request)
+        except (FilterError, inputs.InputError) as exc:
+            return pages.error(str(exc)), None
+        token = request.query.get("continue") or None
+        path = Client.jobs_path(ns)
+        shown: list[dict[str, Any]] = []
+        scanned = 0
+        try:
+            for _ in range(SCAN_LIMIT):  # the id text filters what comes back: look further until a page is full
+                body = await self.kube.request("GET", path, params=list_params(flt, token))
+                items = body.get("items") or []
+                scanned += len(items)
+                shown.extend(j for j in items if flt.matches_text(j))
+                token = (body.get("metadata") or {}).get("continue") or None
+                if not flt.text or len(shown) >= PAGE_SIZE or not token:
+                    break
+        except ApiError as exc:
+            if exc.status == 410:
+                return pages.error("this page's continue token has expired: start again from the first page"), flt
+            return self.refused(exc, f"list jobs {self.where(ns)}"), flt
+        extra = {"ns": ns} if ns and self.namespace is None else {}
+        return pages.jobs_fragment(shown, token, flt, datetime.now(timezone.utc), self.wide, scanned, extra), flt
+
+    async def jobs_page(self, request: web.Request) -> web.Response:
+        version = self.cache.version
+        inner, flt = await self._jobs(request)
+        query = request.query_string
+        form = pages.jobs_form(flt or JobFilter(), request.query.get("ns"))
+        return self.html("jobs", "jobs", "<h1>Jobs</h1>" + form +
+                         pages.live("/fragment/jobs" + (f"?{query}" if query else ""), inner, version))
+
+    async def jobs_fragment(self, request: web.Request) -> web.Response:
+        if self.unchanged(request):
+            return web.Response(status=204)
+        version = self.cache.version
+        inner, _ = await self._jobs(request)
+        return self.fragment(inner, version)
+
+    # --- one job ------------------------------------------------------------------------------------------
+    async def _job(self, ns: str, ident: str) -> str:
+        try:
+            inputs.namespace("namespace", ns)
+            name = inputs.job_name("ID", ident)
+        except inputs.InputError as exc:
+            return pages.error(str(exc))
+        try:
+            job = await self.kube.get(Client.jobs_path(ns, name))
+        except ApiError as exc:
+            if exc.status == 404:
+                return pages.error(f"job {job_id(name)} not found in namespace {ns}")
+            return self.refused(exc, f"get job {job_id(name)} in namespace {ns}")
+        attempts = (job.get("status") or {}).get("attempts") or []
+        pods = {a["pod"] for a in attempts if a.get("pod")}
+        return pages.job_page_body(ns, job, timeline(attempts, datetime.now(timezone.utc)),
+                                   datetime.now(timezone.utc), pods)
+
+    async def job_page(self, request: web.Request) -> web.Response:
+        ns, ident = request.match_info["ns"], request.match_info["id"]
+        version = self.cache.version
+        body = pages.live(f"/fragment/job/{ns}/{ident}", await self._job(ns, ident), version)
+        return self.html(f"job {ident}", "jobs", body)
+
+    async def job_fragment(self, request: web.Request) -> web.Response:
+        if self.unchanged(request):
+            return web.Response(status=204)
+        version = self.cache.version
+        return self.fragment(await self._job(request.match_info["ns"], request.match_info["id"]), version)
+
+    async def pod_log(self, request: web.Request) -> web.Response:
+        ns, pod = request.match_info["ns"], request.match_info["pod"]
+        try:
+            inputs.namespace("namespace", ns)
+            inputs.object_name("pod", pod, "pod name")
+        except inputs.InputError as exc:
+            return web.Response(text=str(exc), status=400)
+
+        def read() -> str:
+            return "".join(self.client.pod_log(ns, pod))
+
+        try:
+            text = await asyncio.to_thread(read)
+        except ClientError as exc:
+            return web.Response(text=f"the API server refused the log of pod {pod} in namespace {ns}: "
+                                     f"{exc.status}: {exc}", status=exc.status if exc.status >= 400 else 502)
+        except httpx.HTTPError as exc:
+            return web.Response(text=f"cannot reach the API server at {self.conn.server}: {exc}", status=502)
+        if len(text) > LOG_LIMIT:
+            text = f"[only the last {LOG_LIMIT} characters]\n" + text[-LOG_LIMIT:]
+        return web.Response(text=text, content_type="text/plain")
+
+    # --- schedules and workers ----------------------------------------------------------------------------
+    async def _schedules(self) -> str:
+        try:
+            schedules, _ = await self.kube.list(Client.path("schedules", self.namespace))
+        except ApiError as exc:
+            return self.refused(exc, f"list schedules {self.where()}")
+        try:
+            events, _ = await self.kube.list(Client.path("events", self.namespace, core=True),
+                                             {"fieldSelector": "involvedObject.kind=Schedule"})
+        except ApiError:
+            events = []  # may not read Events: the missed runs stay unknown, the rest is shown
+        await self._wait_synced()
+        rows = schedule_rows(schedules, self.cache.jobs.values(), events)
+        return pages.schedules_fragment(rows, datetime.now(timezone.utc), self.wide)
+
+    async def schedules_page(self, request: web.Request) -> web.Response:
+        return self.html("schedules", "schedules", "<h1>Schedules</h1>" +
+                         pages.live("/fragment/schedules", await self._schedules(), self.cache.version))
+
+    async def schedules_fragment(self, request: web.Request) -> web.Response:
+        return self.fragment(await self._schedules(), self.cache.version)
+
+    async def _workers(self) -> str:
+        ctx, _, _ = self.ctx(namespace=self.namespace)
+        try:
+            found = await asyncio.to_thread(workers_cmd.list_workers, ctx, self.namespace)
+        except ClientError as exc:
+            return self.refused(ApiError(exc.status, {"reason": exc.reason, "message": str(exc)}),
+                                f"list worker Leases or their jobs {self.where()}")
+        except httpx.HTTPError as exc:
+            return pages.error(f"cannot reach the API server at {self.conn.server}: {exc}")
+        now = datetime.now(timezone.utc)
+        rows = [workers_cmd.as_dict(w, now) for w in sorted(found, key=lambda w: (w.namespace, w.name))]
+        return pages.workers_fragment(rows, self.wide)
+
+    async def workers_page(self, request: web.Request) -> web.Response:
+        return self.html("workers", "workers", "<h1>Workers</h1>" +
+                         pages.live("/fragment/workers", await self._workers(), None))
+
+    async def workers_fragment(self, request: web.Request) -> web.Response:
+        return self.fragment(await self._workers())
+
+    # --- actions: the CLI's own command functions ---------------------------------------------------------
+    async def _act(self, command: Callable[[Context], int], **args: Any) -> web.Response:
+        ctx, out, err = self.ctx(**args)
+
+        def call() -> tuple[bool, str]:
+            try:
+                command(ctx)
+            except CliError as exc:
+                return False, f"error: {exc}"
+            except inputs.InputError as exc:
+                return False, f"error: {exc}"
+            except ClientError as exc:
+                return False, f"error: {api_error(exc)}"
+            except httpx.HTTPError as exc:
+                return False, f"error: cannot reach the API server at {self.conn.server}: {exc}"
+            return True, " ".join(part.strip() for part in (out.getvalue(), err.getvalue()) if part.strip())
+
+        ok, message = await asyncio.to_thread(call)
+        return web.json_response({"ok": ok, "message": message}, status=200 if ok else 409)
+
+    async def job_action(self, request: web.Request) -> web.Response:
+        verb = request.match_info["verb"]
+        command = jobs_cmd.cancel_cmd if verb == "cancel" else jobs_cmd.retry_cmd
+        return await self._act(command, namespace=request.match_info["ns"], id=request.match_info["id"])
+
+    async def trigger(self, request: web.Request) -> web.Response:
+        return await self._act(schedules_cmd.trigger_cmd, namespace=request.match_info["ns"],
+                               name=request.match_info["name"])
+
+    async def static_file(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        if name not in self.static:
+            raise web.HTTPNotFound()
+        kind = "application/javascript" if name.endswith(".js") else "text/css"
+        return web.Response(body=self.static[name], content_type=kind)
+
+
+async def serve(dashboard: Dashboard, address: str, port: int, say: Callable[[str], None]) -> None:
+    runner = web.AppRunner(dashboard.app(), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, address, port)
+    await site.start()
+    bound = site._server.sockets[0].getsockname()[1] if port == 0 else port  # type: ignore[union-attr]
+    dashboard.hosts = allowed_hosts(address, bound)
+    host = f"[{address}]" if ":" in address else address
+    say(f"Sextant dashboard for {dashboard.scope()} at http://{host}:{bound}/ (as the kubeconfig's user; "
+        "Ctrl-C stops it)")
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()
+
+
+def dashboard_cmd(ctx: Context) -> int:
+    a = ctx.args
+    namespace = None if ctx.all_namespaces else ctx.namespace
+    dashboard = Dashboard(ctx.conn, namespace, a)
+    if a.address not in ("127.0.0.1", "localhost", "::1"):
+        ctx.note(f"warning: serving on {a.address}: anyone who can reach it acts with your credentials")
+    try:
+        asyncio.run(serve(dashboard, a.address, a.port, ctx.say))
+    except OSError as exc:
+        raise CliError(f"cannot listen on {a.address}:{a.port}: {exc.strerror or exc}") from None
+    return 0
