@@ -79,16 +79,18 @@ class QueueNumbers:
     oldest_queued_at: datetime | None = None
 
 
-def count_unfinished(jobs: Iterable[tuple[dict[str, Any], bool]]) -> QueueNumbers:
-    """The numbers of one queue from its unfinished jobs, each with whether a pod of it is alive and unstarted.
+def count_unfinished(jobs: Iterable[tuple[dict[str, Any], bool, bool]]) -> QueueNumbers:
+    """The numbers of one queue from its unfinished jobs, each with whether a pod of it is alive and unstarted, and
+    whether the operator holds it queued without having written a state yet.
 
-    A job the operator has not written a state for yet but whose pod is starting (admitted on first sight) is
-    queued; one without any state and no pod is not counted (it is about to be looked at)."""
+    A job with no state yet is queued while the operator holds it so (its pod is starting, or it waits in line for
+    a slot: lifecycle.transitions.hold_first_write); one without any state otherwise is not counted (it is about to
+    be looked at)."""
     counts = {"running": 0, "queued": 0, "starting": 0, "scheduled": 0, "failed": 0}
     oldest: datetime | None = None
-    for job, starting in jobs:
+    for job, starting, held in jobs:
         state = (job.get("status") or {}).get("state")
-        if state is None and starting:
+        if state is None and (starting or held):
             state = "queued"
         if state not in counts:
             continue

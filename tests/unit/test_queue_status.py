@@ -14,12 +14,12 @@ def job(state: str | None, queued_at: str | None = None, created: str = "2026-03
 
 def test_counts_each_unfinished_state_and_the_starting_pods():
     numbers = count_unfinished([
-        (job("running"), False),
-        (job("running"), False),
-        (job("queued", "2026-03-01T12:00:30Z"), True),  # its pod is starting: queued, not running
-        (job("queued", "2026-03-01T12:00:10Z"), False),
-        (job("scheduled"), False),
-        (job("failed"), False),
+        (job("running"), False, False),
+        (job("running"), False, False),
+        (job("queued", "2026-03-01T12:00:30Z"), True, True),  # its pod is starting: queued, not running
+        (job("queued", "2026-03-01T12:00:10Z"), False, False),
+        (job("scheduled"), False, False),
+        (job("failed"), False, False),
     ])
     assert numbers == QueueNumbers(running=2, queued=2, starting=1, scheduled=1, failed=1,
                                    oldest_queued_at=numbers.oldest_queued_at)
@@ -27,8 +27,14 @@ def test_counts_each_unfinished_state_and_the_starting_pods():
 
 
 def test_a_job_without_a_state_counts_as_queued_only_while_its_pod_starts():
-    numbers = count_unfinished([(job(None, created="2026-03-01T11:00:00Z"), True), (job(None), False)])
+    numbers = count_unfinished([(job(None, created="2026-03-01T11:00:00Z"), True, False), (job(None), False, False)])
     assert (numbers.queued, numbers.starting) == (1, 1)
+    assert numbers.oldest_queued_at.isoformat() == "2026-03-01T11:00:00+00:00"
+
+
+def test_a_job_without_a_state_held_in_line_for_a_slot_counts_as_queued():
+    numbers = count_unfinished([(job(None, created="2026-03-01T11:00:00Z"), False, True)])
+    assert (numbers.queued, numbers.starting) == (1, 0)
     assert numbers.oldest_queued_at.isoformat() == "2026-03-01T11:00:00+00:00"
 
 
@@ -39,7 +45,7 @@ def test_an_empty_queue_has_zeros_and_no_oldest():
 
 
 def test_only_a_change_is_written():
-    body = status_body(count_unfinished([(job("running"), False)]), 1)
+    body = status_body(count_unfinished([(job("running"), False, False)]), 1)
     assert not same_status({}, body)  # never written
     stored = {k: v for k, v in body.items() if v is not None}  # the API server drops the nulls of a merge patch
     assert same_status(stored, body)

@@ -369,6 +369,25 @@ def test_a_new_job_admitted_at_once_is_not_written_while_its_pod_starts():
     assert T.reconcile(job.snap(), job.observe(), job.now).status.state == R
 
 
+def test_a_new_job_in_line_for_a_slot_is_not_written_queued_until_it_has_waited():
+    """No free slot yet: the queued write waits RECORD_QUEUED_AFTER from when the job became runnable, so a slot
+    that comes sooner makes the take its first write (create, take, finish)."""
+    job = Job(now=at(1))
+    decided = T.reconcile(job.snap(), job.observe(), job.now)
+    held = T.hold_first_write(job.snap(), decided, at(1), job.now)
+    assert held.status == JobStatus() and held.events == [] and held.wake_at == at(1) + T.RECORD_QUEUED_AFTER
+    job.advance(T.RECORD_QUEUED_AFTER.total_seconds())
+    later = T.reconcile(job.snap(), job.observe(), job.now)
+    assert T.hold_first_write(job.snap(), later, at(1), job.now) is later and later.status.state == Q
+
+
+def test_a_blocked_new_job_is_written_at_once():
+    job = Job(now=at(1))
+    decided = T.reconcile(job.snap(), T.Observations(None, None), job.now)  # no Queue, no Handler
+    assert any(c.type == T.COND_BLOCKED and c.status == "True" for c in decided.status.conditions)
+    assert T.hold_first_write(job.snap(), decided, at(1), job.now) is decided
+
+
 @pytest.mark.parametrize("pod_fields, later, message", [
     ({}, 5, f"runnable; its attempt's pod {JOB}-1 waits to start"),
     ({"unschedulable": True}, 0, f"runnable; its attempt's pod {JOB}-1 waits to start (Unschedulable)"),

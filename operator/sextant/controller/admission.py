@@ -84,6 +84,10 @@ class Admission:
         self._entry[job] = entry
         heapq.heappush(self._ready[queue], entry)
 
+    def in_line(self, job: Key) -> bool:
+        """job waits in its queue's line for a slot."""
+        return job in self._entry
+
     def withdraw(self, job: Key) -> None:
         self._entry.pop(job, None)
 

@@ -100,7 +100,7 @@ class JobController:
         self.queue, self.started = self.runtime.queue, self.runtime.started
         self.leading = self.runtime.leading  # only the leader reconciles; set at once without leader election
         # The Queues' status (their live numbers): the leader writes it, through the same fenced client.
-        self.queue_status = QueueStatusWriter(kube, view, timers, now, self.leading)
+        self.queue_status = QueueStatusWriter(kube, view, timers, now, self.leading, in_line=self.admission.in_line)
 
     # --- informer callbacks ---------------------------------------------------------------------------------
     def on_job(self, kind: str, obj: dict[str, Any]) -> None:
@@ -334,6 +334,10 @@ class JobController:
                 started.events[:0] = decision.events
                 # Pod mode: a job first seen now is not written queued while its pod starts (3 writes per job).
                 decision = started if worker is not None else T.hold_first_write(job, started, now, now)
+            elif key not in self.admission.reserved:
+                # In line for a slot: a job first seen now is not written queued if a slot comes soon (the take
+                # is then its first write: create, take, finish).
+                decision = T.hold_first_write(job, decision, parse_time(decision.status.queued_at) or now, now)
         else:
             self.admission.withdraw(key)
         retry = False

@@ -35,8 +35,9 @@ def queue_status_path(key: Key) -> str:
 
 class QueueStatusWriter:
     def __init__(self, kube: Kube, view: View, timers: Timers, now: Callable[[], datetime], leading: asyncio.Event,
-                 interval: timedelta = INTERVAL) -> None:
+                 interval: timedelta = INTERVAL, in_line: Callable[[Key], bool] = lambda job: False) -> None:
         self.kube, self.view, self.timers, self.now, self.leading = kube, view, timers, now, leading
+        self.in_line = in_line  # the job waits in its queue's line (Admission.in_line)
         self.interval = interval
         self.generation: dict[Key, int | None] = {}
         self.stored: dict[Key, dict[str, Any]] = {}  # each Queue's status as last seen (watch) or written
@@ -83,7 +84,7 @@ class QueueStatusWriter:
             run = (raw.get("status") or {}).get("run", 0)
             pods = self.view.pods_of(job_key)
             starting = any(p.run > run and p.alive and not p.started for p in pods.values())
-            jobs.append((raw, starting))
+            jobs.append((raw, starting, self.in_line(job_key)))
         return status_body(count_unfinished(jobs), self.generation.get(key))
 
     async def write(self, key: Key) -> bool:

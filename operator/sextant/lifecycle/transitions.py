@@ -264,12 +264,14 @@ def admit(job: JobSnapshot, obs: Observations, now: datetime, worker: str | None
     return s.decision
 
 
-def hold_first_write(job: JobSnapshot, decision: Decision, pod_created_at: datetime, now: datetime) -> Decision:
-    """A job without a state yet whose attempt's pod is starting: the decision without its status write (the
-    stored status, no events), for at most RECORD_QUEUED_AFTER after the pod's creation. The write that records
-    the pod's start says all; a slower start gets the `queued` write when this wakes."""
-    until = pod_created_at + RECORD_QUEUED_AFTER
-    if job.status.state is not None or decision.status.state != QUEUED or now >= until:
+def hold_first_write(job: JobSnapshot, decision: Decision, since: datetime, now: datetime) -> Decision:
+    """A job without a state yet that is about to start (its attempt's pod is starting, or it waits in line for a
+    slot): the decision without its status write (the stored status, no events), for at most RECORD_QUEUED_AFTER
+    after `since` (the pod's creation, or when it became runnable). The write that records the start says all; a
+    longer wait gets the `queued` write when this wakes. A job that is Blocked is written at once: it says why."""
+    until = since + RECORD_QUEUED_AFTER
+    blocked = any(c.type == COND_BLOCKED and c.status == "True" for c in decision.status.conditions)
+    if job.status.state is not None or decision.status.state != QUEUED or now >= until or blocked:
         return decision
     held = Decision(job.status.model_copy(deep=True), list(decision.actions), [], decision.wake_at)
     held.wake(until)
