@@ -222,8 +222,10 @@ def reconcile(job: JobSnapshot, obs: Observations, now: datetime) -> Decision:
     _blocked(s)
     _remove_strays(s)
     s.status.observed_generation = job.generation
-    set_health(s.status, now, job.generation)
-    return _starting(s)
+    decision = _starting(s)  # may set the message of a first write, which the health conditions repeat
+    if decision is s.decision:
+        set_health(decision.status, now, job.generation)
+    return decision
 
 
 def admit(job: JobSnapshot, obs: Observations, now: datetime, worker: str | None = None) -> Decision:
