@@ -156,6 +156,16 @@ def set_condition(status: JobStatus, type_: str, value: bool, reason: str, messa
                                        observed_generation=generation))
 
 
+def _keep_transition_times(stored: JobStatus, status: JobStatus) -> None:
+    """A condition cleared and set again within one reconcile (an attempt that started and ended at once while its
+    queue is missing: Blocked) has not changed: its lastTransitionTime stays the stored one."""
+    old = {c.type: c for c in stored.conditions}
+    for i, cond in enumerate(status.conditions):
+        before = old.get(cond.type)
+        if before is not None and before.status == cond.status and before.last_transition_time != cond.last_transition_time:
+            status.conditions[i] = cond.model_copy(update={"last_transition_time": before.last_transition_time})
+
+
 def set_health(status: JobStatus, now: datetime, generation: int) -> None:
     """Ready, Reconciling and Stalled for GitOps tools (lifecycle/health.py), from the rest of the status."""
     for h in health(status):
@@ -222,6 +232,7 @@ def reconcile(job: JobSnapshot, obs: Observations, now: datetime) -> Decision:
     _blocked(s)
     _remove_strays(s)
     s.status.observed_generation = job.generation
+    _keep_transition_times(job.status, s.status)
     decision = _starting(s)  # may set the message of a first write, which the health conditions repeat
     if decision is s.decision:
         set_health(decision.status, now, job.generation)
