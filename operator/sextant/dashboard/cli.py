@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from ..cli.args import port_or_zero
+
 if TYPE_CHECKING:
     from ..cli.context import Context
 
@@ -16,16 +18,6 @@ def _run(ctx: Context) -> int:
     return dashboard_cmd(ctx)
 
 
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"{value} is not a port (0 to 65535; 0 picks a free one)")
-    return value
-
-
 def register(sub: argparse._SubParsersAction, flags: argparse.ArgumentParser) -> None:
     cmd = sub.add_parser(
         "dashboard", parents=[flags], help="a live web view of queues, jobs, schedules and workers on localhost",
@@ -34,6 +26,6 @@ def register(sub: argparse._SubParsersAction, flags: argparse.ArgumentParser) ->
                     "namespace of -n (default: the kubeconfig context's), or every namespace with -A.")
     cmd.add_argument("--address", default="127.0.0.1", help="the address to listen on (default 127.0.0.1; "
                                                             "another one lets others act as you)")
-    cmd.add_argument("--port", type=_port, default=8800, help="the port (default 8800; 0 picks a free one)")
+    cmd.add_argument("--port", type=port_or_zero, default=8800, help="the port (default 8800; 0 picks a free one)")
     cmd.set_defaults(func=_run, cli=True)
 

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import inputs, kubeconfig
-from ..cli.args import positive_int
+from ..cli.args import port, positive_int
 from ..resources.common import parse_duration
 
 # The rest is imported when a worker starts, so that every other command of the CLI starts fast.
@@ -45,13 +45,6 @@ def _duration(text: str) -> float:
         return parse_duration(text).total_seconds()
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _port(text: str) -> int:
-    value = positive_int(text)
-    if value > 65535:
-        raise argparse.ArgumentTypeError(f"{value} is not a port (1-65535)")
-    return value
 
 
 def register(sub: argparse._SubParsersAction, flags: argparse.ArgumentParser) -> None:
@@ -76,7 +69,7 @@ def register(sub: argparse._SubParsersAction, flags: argparse.ArgumentParser) ->
     p.add_argument("--drain-grace", type=_duration, default=DEFAULT_DRAIN_GRACE, metavar="DURATION",
                    help=f"on SIGTERM, how long running handlers may finish before they are stopped and their "
                         f"attempts recorded failed, reason Drained (default {DEFAULT_DRAIN_GRACE})")
-    p.add_argument("--metrics-port", type=_port, metavar="PORT", help="serve Prometheus metrics on this port")
+    p.add_argument("--metrics-port", type=port, metavar="PORT", help="serve Prometheus metrics on this port")
     p.add_argument("--metrics-host", default="0.0.0.0", help="the metrics' address (default all)")
     p.add_argument("--no-events", action="store_true", help="post no Kubernetes Events for the attempts it records")
     p.add_argument("--log-level", default="info", help="debug, info (default), warning or error")
