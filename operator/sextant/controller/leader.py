@@ -55,20 +55,22 @@ def default_identity() -> str:
 
 class LeaderElector:
     def __init__(self, kube: Kube, settings: ElectionSettings, identity: str | None = None,
-                 on_change: Callable[[bool], None] = lambda leading: None) -> None:
+                 on_change: Callable[[bool], None] = lambda leading: None,
+                 monotonic: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> None:
         self.kube, self.settings = kube, settings
         self.identity = identity or default_identity()
         self.on_change = on_change
+        self.monotonic, self.wall = monotonic, wall  # the clocks, passed in so that tests can move them
         self.leader_identity: str | None = None  # who leads, as last seen
         self._renewed_at: float | None = None  # monotonic time of our last successful acquire/renew
         self._observed: tuple[str, float] | None = None  # (the lease's resourceVersion, monotonic time seen)
         self._leading = False
-        self.transitions = 0
         self._path = (f"/apis/coordination.k8s.io/v1/namespaces/{settings.namespace}/leases/{settings.name}")
 
     def is_leader(self) -> bool:
         return (self._renewed_at is not None
-                and time.monotonic() - self._renewed_at < self.settings.renew_deadline)
+                and self.monotonic() - self._renewed_at < self.settings.renew_deadline)
 
     async def run(self) -> None:
         try:
@@ -83,9 +85,13 @@ class LeaderElector:
                 self._set_leading(self.is_leader())
                 await asyncio.sleep(wait)
         finally:
-            if self._leading:
-                await self._release()
+            # Stop acting before handing over: once the lease is released a standby may lead at once, so this
+            # replica's fence must already refuse writes while the release is on its way.
+            held = self.leader_identity == self.identity
+            self._renewed_at = None
             self._set_leading(False)
+            if held:
+                await self._release()
 
     def _set_leading(self, leading: bool) -> None:
         if leading != self._leading:
@@ -96,7 +102,7 @@ class LeaderElector:
     async def _try(self) -> float:
         """One acquire-or-renew; returns how long to wait before the next."""
         s = self.settings
-        now = time.monotonic()
+        now = self.monotonic()
         try:
             lease = await self.kube.get(self._path)
         except ApiError as exc:
@@ -117,7 +123,7 @@ class LeaderElector:
             # The holder's own renewal time: we see the lease expire when it does, not up to a retry period
             # later. Safe while the replicas' clocks agree within lease duration − renew deadline (5 s by
             # default), as Kubernetes' node leases also assume; the observed time is the fallback.
-            expires = min(expires, now + (renewed.timestamp() + duration - time.time()))
+            expires = min(expires, now + (renewed - self.wall()).total_seconds() + duration)
         if holder and holder != self.identity and now < expires:
             self._renewed_at = None
             return max(0.05, min(s.retry_period, expires - now))  # try again the moment it would expire
@@ -125,14 +131,18 @@ class LeaderElector:
 
     async def _write(self, lease: dict | None, now: float) -> float:
         s = self.settings
-        stamp = _micro(datetime.now(timezone.utc))
-        ours = lease is not None and (lease.get("spec") or {}).get("holderIdentity") == self.identity
+        stamp = _micro(self.wall())
+        old = ((lease or {}).get("spec") or {})
+        ours = old.get("holderIdentity") == self.identity
+        transitions = old.get("leaseTransitions")
+        if isinstance(transitions, bool) or not isinstance(transitions, int) or not 0 <= transitions < 2**31:
+            transitions = 0  # an odd count is restarted rather than left to stop the election
         spec = {
             "holderIdentity": self.identity,
             "leaseDurationSeconds": int(s.lease_duration),
             "renewTime": stamp,
-            "acquireTime": (lease["spec"].get("acquireTime") if ours else stamp),
-            "leaseTransitions": int((lease or {}).get("spec", {}).get("leaseTransitions") or 0) + (0 if ours else 1),
+            "acquireTime": (old.get("acquireTime") if ours else stamp),
+            "leaseTransitions": transitions + (0 if ours else 1),
         }
         body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                 "metadata": {"name": s.name, "namespace": s.namespace}, "spec": spec}
@@ -148,8 +158,6 @@ class LeaderElector:
             return s.retry_period  # someone else wrote first: look again
         self._renewed_at = now
         self.leader_identity = self.identity
-        if not ours:
-            self.transitions += 1
         return s.retry_period
 
     async def _release(self) -> None:
@@ -162,5 +170,4 @@ class LeaderElector:
             await self.kube.request("PUT", self._path, body=lease, retry=False)
         except ApiError as exc:
             log.info("leader election: release: %s", exc)
-        finally:
-            self._renewed_at = None
+        self.leader_identity = None
