@@ -1,11 +1,12 @@
 """Idempotency keys (core-concepts: Jobs): a second job with the same key within 24 hours is the first one.
 
-Atomic without a lock: a job created with a key gets a name derived from (namespace, key, generation), so
-concurrent creates race for one name and the API server lets exactly one win. After 24 hours the key may be
-used again: the next generation's name is free. A job applied directly under another name that reuses a
-claimed key is caught by the operator with `duplicate_of`, and found by every create path (CLI, HTTP API, SDK)
-before it creates anything: `spec.idempotencyKey` is a selectable field of the Job CRD, so one field-selected
-list asks the API server for the jobs that carry a key (`holder` picks the one that holds it now).
+Atomic without a lock: a job created with a key gets a name derived from (namespace, key, generation) (the pure
+rule, lifecycle/idempotency.py, which names schedules' ticks too), so concurrent creates race for one name and the
+API server lets exactly one win. After 24 hours the key may be used again: the next generation's name is free.
+A job applied directly under another name that reuses a claimed key is caught by the operator with `duplicate_of`,
+and found by every create path (CLI, HTTP API, SDK) before it creates anything: `spec.idempotencyKey` is a
+selectable field of the Job CRD, so one field-selected list asks the API server for the jobs that carry a key
+(`holder` picks the one that holds it now).
 
 The window is 24 hours. The environment variable SEXTANT_IDEMPOTENCY_WINDOW (a duration, e.g. `10s`) shortens
 or lengthens it for tests and experiments; the operator and every client must then be given the same value.
@@ -13,35 +14,22 @@ or lengthens it for tests and experiments; the operator and every client must th
 
 from __future__ import annotations
 
-import hashlib
 import os
 import secrets
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from .lifecycle.idempotency import ALPHABET, ID_LENGTH, keyed_name  # the pure naming rule; clients find it here too
 from .resources.common import parse_duration, parse_time
 
 WINDOW = timedelta(hours=24)
 WINDOW_ENV = "SEXTANT_IDEMPOTENCY_WINDOW"
 _window_cache: tuple[str | None, timedelta] = (None, WINDOW)
-# Lower-case letters and digits that cannot be misread (no 0/o, 1/l/i): names are typed by people.
-ALPHABET = "23456789abcdefghjkmnpqrstuvwxyz"
-ID_LENGTH = 8
 
 
 def random_name() -> str:
     return "job-" + "".join(secrets.choice(ALPHABET) for _ in range(ID_LENGTH))
-
-
-def keyed_name(namespace: str, key: str, generation: int = 0) -> str:
-    """The name a job with this key gets in this namespace, for the n-th 24-hour use of the key."""
-    digest = int.from_bytes(hashlib.sha256(f"{namespace}\0{key}\0{generation}".encode()).digest()[:8], "big")
-    chars = []
-    for _ in range(ID_LENGTH):
-        digest, index = divmod(digest, len(ALPHABET))
-        chars.append(ALPHABET[index])
-    return "job-" + "".join(chars)
 
 
 def window(environ: Mapping[str, str] = os.environ) -> timedelta:

@@ -45,7 +45,7 @@ History
   is the proof that its tick fired until the status says so.
 
 Identity
-- A tick's job is named `idempotency.keyed_name(namespace, "schedule/<name>/<tick>")` (`job-` and 8
+- A tick's job is named `keyed_name(namespace, "schedule/<name>/<tick>")` (`job-` and 8
   characters, like every keyed job), carries that key as spec.idempotencyKey, the label sextant.dev/schedule
   and the annotation sextant.dev/scheduled-at (the tick, RFC 3339 in UTC), and is owned by the Schedule (so
   deleting the Schedule deletes its jobs). Two replicas, or one operator before and after a crash, race for
@@ -67,11 +67,11 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import croniter
 from croniter.croniter import CroniterError
 
-from ..idempotency import keyed_name
 from ..resources import API_VERSION, contract
 from ..resources.common import Condition, format_duration, format_time, parse_duration, parse_time, time_or_none
 from ..resources.job import State, payload_refusal
 from ..resources.schedule import KIND, ScheduleSpec, ScheduleStatus
+from .idempotency import keyed_name
 from .states import FINISHED
 from .transitions import Event
 
