@@ -1,5 +1,6 @@
-"""Per-queue numbers for `sextant queues list` and GET /v2/queues: jobs per state, running vs concurrency, and
-the age of the oldest queued job. Pure: raw Queue and Job objects in, numbers out."""
+"""Per-queue numbers counted from the jobs, for GET /v2/queues and the dashboard (jobs per state, running vs
+concurrency, the age of the oldest queued job), and the numbers of a Queue's status, which the operator writes from
+its view and `sextant queues list` reads. Pure: raw Queue and Job objects in, numbers out."""
 
 from __future__ import annotations
 

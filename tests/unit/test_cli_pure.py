@@ -1,4 +1,5 @@
-"""The pure parts of the CLI and the HTTP API: ages, tables, input checks, queue numbers, pagination, the
+"""The pure parts of the CLI and the HTTP API: ages, tables, input checks, queue numbers (`queues list` from the
+Queues' status; the HTTP API's from the jobs), pagination, the
 OpenAPI document, flag placement. No cluster."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pydantic import ValidationError
 
 from sextant import inputs
 from sextant.cli import output
+from sextant.cli import queues as Q
 from sextant.cli.main import build_parser
 from sextant.client import refusal_message
 from sextant.http import api, models
@@ -127,6 +129,77 @@ def test_queue_stats_count_states_running_and_oldest_queued():
                            "cancelled": 0}
     assert emails.oldest_queued_at == T0 + timedelta(seconds=1)  # c (created later, but queued earlier than b)
     assert (missing.name, missing.exists, missing.concurrency, missing.jobs["queued"]) == ("missing", False, None, 1)
+
+
+def squeue(name: str, status: object = None, *, ns: str = "ns", generation: int = 1, **spec: object) -> dict:
+    raw = {"metadata": {"name": name, "namespace": ns, "generation": generation,
+                        "creationTimestamp": "2026-05-01T09:00:00Z"}, "spec": spec}
+    if status is not None:
+        raw["status"] = status
+    return raw
+
+
+LIVE = {"observedGeneration": 1, "running": 2, "queued": 5, "starting": 1, "scheduled": 3, "failed": 0,
+        "oldestQueuedAt": "2026-05-01T09:59:30Z"}
+
+
+def test_queues_list_reads_each_queues_status_and_says_which_cannot_be_believed():
+    rows = Q.read_queues([
+        squeue("live", LIVE, concurrency=4),
+        squeue("edited", LIVE, generation=2),  # its spec changed after the operator last counted
+        squeue("new"),  # never counted: no operator, or one that does not watch this namespace
+        squeue("odd", {"running": True, "queued": -1, "observedGeneration": "1"}, concurrency=0),
+    ])
+    by_name = {q.name: q for q in rows}
+    assert [q.name for q in rows] == ["edited", "live", "new", "odd"]
+    assert {n: q.freshness for n, q in by_name.items()} == {"live": Q.CURRENT, "edited": Q.STALE, "new": Q.ABSENT,
+                                                            "odd": Q.ABSENT}
+    assert by_name["odd"].concurrency is None  # a spec the API server would refuse: no number rather than a guess
+    table = [line.split() for line in Q.render(rows, T0, all_namespaces=False).splitlines()]
+    assert table[0] == ["NAME", "RUNNING", "QUEUED", "STARTING", "SCHEDULED", "FAILED", "OLDEST-QUEUED", "AGE"]
+    assert table[2] == ["live", "2/4", "5", "1", "3", "0", "30s", "60m"]
+    assert table[3] == ["new", "-/10", "-", "-", "-", "-", "-", "60m"]  # no zeros for numbers nobody counted
+    assert Q.warnings(rows, all_namespaces=False) == [
+        "No numbers for new, odd: the operator has not written this queue's status yet (is the operator running, "
+        "and does it watch this namespace?).",
+        "Numbers for edited were counted for an older spec of the queue: the operator has not caught up with its "
+        "last change (is the operator running?).",
+    ]
+    assert Q.warnings([by_name["live"]], all_namespaces=False) == []
+    wide = [line.split() for line in Q.render(rows, T0, all_namespaces=True).splitlines()]
+    assert wide[0][:2] == ["NAMESPACE", "NAME"] and wide[2][:3] == ["ns", "live", "2/4"]
+    assert Q.as_dict(by_name["live"], T0) == {
+        "namespace": "ns", "name": "live", "concurrency": 4, "maxAttempts": 5, "running": 2, "queued": 5,
+        "starting": 1, "scheduled": 3, "failed": 0, "oldestQueuedAt": "2026-05-01T09:59:30Z",
+        "oldestQueuedSeconds": 30.0, "generation": 1, "observedGeneration": 1, "status": "current"}
+    assert Q.as_dict(by_name["new"], T0)["status"] == "absent" and Q.as_dict(by_name["new"], T0)["running"] is None
+
+
+class QueuesOnly:
+    """A client that can list Queues and nothing else: `queues list` must not list jobs."""
+
+    def __init__(self, queues: list[dict]) -> None:
+        self.queues, self.asked = queues, []
+
+    def list_queues(self, namespace: str | None) -> list[dict]:
+        self.asked.append(namespace)
+        return self.queues
+
+
+@pytest.mark.parametrize("argv", [["queues", "list", "-n", "ns"], ["queues", "list", "-A", "-o", "json"]])
+def test_queues_list_makes_one_list_of_queues(argv):
+    from sextant.cli.context import Context
+
+    out, err = io.StringIO(), io.StringIO()
+    ctx = Context(build_parser().parse_args(argv), out, err)
+    client = ctx.__dict__["client"] = QueuesOnly([squeue("live", LIVE), squeue("new")])
+    assert ctx.args.func(ctx) == 0
+    assert client.asked == (["ns"] if "-n" in argv else [None])
+    if "json" in argv:
+        assert [i["status"] for i in json.loads(out.getvalue())["items"]] == ["current", "absent"]
+    else:
+        assert out.getvalue().splitlines()[1].split()[:3] == ["live", "2/10", "5"]
+        assert "No numbers for new" in err.getvalue()
 
 
 @pytest.mark.parametrize("status, token, expected", [

@@ -1,62 +1,142 @@
-"""`sextant queues list`: jobs per state, running vs concurrency, and the age of the oldest queued job."""
+"""`sextant queues list`: each queue's live numbers as the operator keeps them in the Queue's status
+(controller/queuestatus.py: counted from its view, written on change, at most every 3 s per queue).
+
+One list of Queues and no list of jobs, so it costs the same at any number of jobs. The numbers are only as live as
+the operator: a queue whose status was never written (no operator running, or one that does not watch its
+namespace) or was written for an older spec (observedGeneration behind metadata.generation) is said to be so,
+rather than shown as zeros."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ..queuestats import QueueStats, queue_stats
-from ..resources.common import format_time
+from pydantic import ValidationError
+
+from ..resources.common import format_time, time_or_none
+from ..resources.queue import QueueSpec
 from . import output
 from .context import Context
 
-COLUMNS = ["NAME", "RUNNING", "QUEUED", "SCHEDULED", "FAILED", "SUCCEEDED", "DEAD", "CANCELLED", "OLDEST-QUEUED",
-           "AGE"]
+COLUMNS = ["NAME", "RUNNING", "QUEUED", "STARTING", "SCHEDULED", "FAILED", "OLDEST-QUEUED", "AGE"]
+COUNTS = ("running", "queued", "starting", "scheduled", "failed")
+CURRENT, STALE, ABSENT = "current", "stale", "absent"  # how far the status can be believed
 
 
 def register(sub: argparse._SubParsersAction, flags: argparse.ArgumentParser) -> None:
-    group = sub.add_parser("queues", parents=[flags], help="queues and their jobs")
+    group = sub.add_parser("queues", parents=[flags], help="queues and their live numbers")
     cmds = group.add_subparsers(dest="queues_command", required=True, metavar="COMMAND")
-    lst = cmds.add_parser("list", parents=[flags], help="jobs per state, running vs concurrency, oldest queued job",
-                          description="One row per queue: RUNNING is running attempts / concurrency; OLDEST-QUEUED "
-                                      "is how long the longest-waiting queued job has waited. A queue that jobs "
-                                      "name but that does not exist shows AGE <missing> (its jobs are Blocked).")
+    lst = cmds.add_parser("list", parents=[flags], help="running vs concurrency, queued, oldest queued job",
+                          description="One row per queue, read from the Queue's status, which the operator keeps "
+                                      "(updated within seconds of a change): RUNNING is running attempts / "
+                                      "concurrency; QUEUED includes STARTING (their pod is starting); FAILED waits "
+                                      "for a retry; OLDEST-QUEUED is how long the longest-waiting queued job has "
+                                      "waited. A queue without a status, or with one older than its spec, is "
+                                      "named on stderr (is the operator running?).")
     lst.add_argument("-o", "--output", choices=output.FORMATS, help="json or yaml instead of a table")
     lst.set_defaults(func=list_cmd, cli=True)
 
 
-def as_dict(stats: QueueStats, now: datetime) -> dict[str, Any]:
-    oldest = stats.oldest_queued_at
+def _count(value: object) -> int | None:
+    """A count of the status, read totally: what is not a whole number ≥ 0 is unknown."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    namespace: str
+    name: str
+    concurrency: int | None  # None: a spec the operator cannot read either
+    max_attempts: int | None
+    created_at: datetime | None
+    generation: int | None
+    observed_generation: int | None
+    counts: dict[str, int | None]
+    oldest_queued_at: datetime | None
+    freshness: str  # CURRENT, STALE (counted for an older spec) or ABSENT (never counted)
+
+
+def read_queue(raw: dict[str, Any]) -> QueueRow:
+    meta = raw.get("metadata") or {}
+    try:
+        spec: QueueSpec | None = QueueSpec.model_validate(raw.get("spec") or {})
+    except ValidationError:
+        spec = None
+    status = raw.get("status")
+    status = status if isinstance(status, dict) else {}
+    counts = {k: _count(status.get(k)) for k in COUNTS}
+    generation, observed = _count(meta.get("generation")), _count(status.get("observedGeneration"))
+    if all(v is None for v in counts.values()):
+        freshness = ABSENT
+    elif generation is not None and observed != generation:
+        freshness = STALE
+    else:
+        freshness = CURRENT
+    return QueueRow(meta.get("namespace", ""), meta.get("name", ""), spec.concurrency if spec else None,
+                    spec.max_attempts if spec else None, time_or_none(meta.get("creationTimestamp")), generation,
+                    observed, counts, time_or_none(status.get("oldestQueuedAt")), freshness)
+
+
+def read_queues(raws: Iterable[dict[str, Any]]) -> list[QueueRow]:
+    return sorted((read_queue(r) for r in raws), key=lambda q: (q.namespace, q.name))
+
+
+def as_dict(row: QueueRow, now: datetime) -> dict[str, Any]:
+    oldest = row.oldest_queued_at
     return {
-        "namespace": stats.namespace, "name": stats.name, "exists": stats.exists,
-        "concurrency": stats.concurrency, "maxAttempts": stats.max_attempts, "running": stats.running,
-        "jobs": dict(stats.jobs),
+        "namespace": row.namespace, "name": row.name, "concurrency": row.concurrency, "maxAttempts": row.max_attempts,
+        **row.counts,
         "oldestQueuedAt": format_time(oldest, precise=False) if oldest else None,
         "oldestQueuedSeconds": round((now - oldest).total_seconds(), 3) if oldest else None,
+        "generation": row.generation, "observedGeneration": row.observed_generation, "status": row.freshness,
     }
+
+
+def _cell(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def render(rows: Sequence[QueueRow], now: datetime, all_namespaces: bool) -> str:
+    lines = []
+    for q in rows:
+        c = q.counts
+        cells = [q.name, f"{_cell(c['running'])}/{_cell(q.concurrency)}", _cell(c["queued"]), _cell(c["starting"]),
+                 _cell(c["scheduled"]), _cell(c["failed"]),
+                 output.age(q.oldest_queued_at, now) if q.oldest_queued_at else "-", output.age(q.created_at, now)]
+        lines.append([q.namespace, *cells] if all_namespaces else cells)
+    return output.table(["NAMESPACE", *COLUMNS] if all_namespaces else COLUMNS, lines)
+
+
+def warnings(rows: Sequence[QueueRow], all_namespaces: bool) -> list[str]:
+    """What stderr says about numbers that cannot be believed: one line per kind, naming the queues."""
+    def names(freshness: str) -> str:
+        return ", ".join(f"{q.namespace}/{q.name}" if all_namespaces else q.name
+                         for q in rows if q.freshness == freshness)
+
+    out = []
+    if absent := names(ABSENT):
+        out.append(f"No numbers for {absent}: the operator has not written this queue's status yet "
+                   "(is the operator running, and does it watch this namespace?).")
+    if stale := names(STALE):
+        out.append(f"Numbers for {stale} were counted for an older spec of the queue: the operator has not "
+                   "caught up with its last change (is the operator running?).")
+    return out
 
 
 def list_cmd(ctx: Context) -> int:
     ns = ctx.list_namespace()
-    queues = ctx.client.list_queues(ns)
-    jobs, _ = ctx.client.list_jobs(ns)
-    stats = queue_stats(queues, jobs)
+    rows = read_queues(ctx.client.list_queues(ns))
     now = ctx.now()
     if ctx.args.output:
-        output.dump({"items": [as_dict(s, now) for s in stats]}, ctx.args.output, ctx.out)
+        output.dump({"items": [as_dict(q, now) for q in rows]}, ctx.args.output, ctx.out)
         return 0
-    if not stats:
+    if not rows:
         ctx.note(f"No queues found in namespace {ns}." if ns else "No queues found.")
         return 0
-    wide = ns is None
-    rows = []
-    for s in stats:
-        j = s.jobs
-        cells = [s.name, f"{s.running}/{s.concurrency if s.concurrency is not None else '-'}", j["queued"],
-                 j["scheduled"], j["failed"], j["succeeded"], j["dead"], j["cancelled"],
-                 output.age(s.oldest_queued_at, now) if s.oldest_queued_at else "-",
-                 output.age(s.created_at, now) if s.exists else "<missing>"]
-        rows.append([s.namespace, *cells] if wide else cells)
-    ctx.say(output.table(["NAMESPACE", *COLUMNS] if wide else COLUMNS, rows))
+    ctx.say(render(rows, now, ns is None))
+    for line in warnings(rows, ns is None):
+        ctx.note(line)
     return 0
