@@ -77,9 +77,9 @@ class ViewCollector:
 
     def __init__(self, jobs: Callable[[], Iterable[dict]], requests: Callable[[], Tally],
                  depths: Callable[[], dict[str, int]], leader: Callable[[], bool],
-                 api_requests: Callable[[], Tally] | None = None) -> None:
+                 api_requests: Callable[[], Tally] | None = None, fenced: Callable[[], int] | None = None) -> None:
         self._jobs, self._requests, self._depths, self._leader = jobs, requests, depths, leader
-        self._api_requests = api_requests
+        self._api_requests, self._fenced = api_requests, fenced
 
     def collect(self) -> Iterable[Metric]:
         by_state: Tally[tuple[str, str, str]] = Tally()
@@ -109,3 +109,6 @@ class ViewCollector:
         yield depth
         yield GaugeMetricFamily("sextant_leader", "1 when this replica leads (admits jobs, writes status).",
                                 value=1 if self._leader() else 0)
+        if self._fenced is not None:
+            yield CounterMetricFamily("sextant_writes_fenced", "Writes of the controllers refused before they were "
+                                      "sent because this replica did not lead (docs/ha.md).", value=self._fenced())

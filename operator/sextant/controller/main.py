@@ -161,6 +161,7 @@ class Operator:
                             "events": self.events.pending},
             leader=lambda: self.leading,
             api_requests=lambda: self.api_kube.requests,
+            fenced=lambda: self.kube.fenced,
         )
 
     async def start(self) -> None:

@@ -41,7 +41,6 @@ class QueueStatusWriter:
         self.interval = interval
         self.generation: dict[Key, int | None] = {}
         self.stored: dict[Key, dict[str, Any]] = {}  # each Queue's status as last seen (watch) or written
-        self.writes = 0
         self._task: asyncio.Task[None] | None = None
         self._started = False
 
@@ -100,7 +99,6 @@ class QueueStatusWriter:
             if exc.status != 404:  # gone: the watch brings the delete
                 log.warning("queue %s/%s: cannot write its status: %s", *key, exc)
             return False
-        self.writes += 1
         if key in self.generation:
             status = updated.get("status")
             self.stored[key] = status if isinstance(status, dict) else dict(body)

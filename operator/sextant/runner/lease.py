@@ -69,7 +69,6 @@ class LeaseKeeper:
         self.kube, self.env, self.now = kube, env, now
         self.period = env.lease_duration.total_seconds() / 3
         self.renewed_at: datetime | None = None
-        self.writes = 0
         self.lost = asyncio.Event()
         self._path = LEASES.format(namespace=env.namespace) + f"/{env.lease_name}"
 
@@ -102,7 +101,6 @@ class LeaseKeeper:
         except ApiError as exc:
             log.warning("sextant: cannot renew lease %s: %s", self.env.lease_name, exc)
             return False
-        self.writes += 1
         self.renewed_at = now
         return True
 

@@ -117,7 +117,6 @@ class Registration:
         self.lost = asyncio.Event()
         self.lost_reason = ""
         self.renewed_at: datetime | None = None
-        self.writes = 0
         self._acquired: datetime | None = None
         self._version: str | None = None
         self._nudge = asyncio.Event()
@@ -206,7 +205,6 @@ class Registration:
     def _stored(self, lease: dict[str, Any], now: datetime) -> None:
         self._version = lease["metadata"]["resourceVersion"]
         self.renewed_at = now
-        self.writes += 1
 
     def _lose(self, why: str) -> bool:
         self.lost_reason = why

@@ -100,14 +100,12 @@ def compute(raw: dict[str, Any], worker: str, holder: str, report: Report, specs
 
 
 class Recorder:
-    """Writes attempts' results; refused ones are counted, never recorded."""
+    """Writes attempts' results; refused ones are logged (and counted by the worker's metrics), never recorded."""
 
     def __init__(self, kube: Kube, namespace: str, worker: str, holder: str, specs: Callable[[str, str], Specs],
                  now: Callable[[], datetime], on_event: Callable[[dict[str, Any], Event], None] | None = None) -> None:
         self.kube, self.namespace, self.worker, self.holder = kube, namespace, worker, holder
         self.specs, self.now, self.on_event = specs, now, on_event
-        self.recorded = 0
-        self.refused = 0
 
     async def record(self, raw: dict[str, Any], report: Report) -> Decision | None:
         """Record the attempt at raw's version (re-read on conflict). The decision written, or None if refused."""
@@ -138,7 +136,6 @@ class Recorder:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
                 continue
-            self.recorded += 1
             if self.on_event is not None:
                 for event in decision.events:
                     self.on_event({"apiVersion": API_VERSION, "kind": "Job", **written}, event)
@@ -146,6 +143,5 @@ class Recorder:
         return self._refuse(name, report, f"{WRITE_ATTEMPTS} conflicting writes in a row")
 
     def _refuse(self, name: str, report: Report, why: str) -> None:
-        self.refused += 1
         log.warning("job %s: the result of run %d is refused: %s", name, report.run, why)
         return None

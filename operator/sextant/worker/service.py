@@ -93,7 +93,6 @@ class Worker:
         self.lingering = 0  # handlers given up on whose threads run on: slots not offered
         self.draining = False
         self.drain_expired = False
-        self.refused = 0  # results refused before any write: the job was no longer this worker's
         self.executor = ThreadPoolExecutor(max_workers=settings.concurrency, thread_name_prefix="handler")
         self.registration = Registration(kube, self.namespace, self.name, self.holder, self.offer, now)
         self.events = EventRecorder(kube, now, enabled=settings.events, qps=5.0, burst=20, normal_qps=1.0,
@@ -278,7 +277,6 @@ class Worker:
             current.ended.set()
 
     def _refuse(self, name: str, run: int, why: str) -> None:
-        self.refused += 1
         log.info("job %s: run %d not recorded (%s)", name, run, why)
         if self.metrics is not None:
             self.metrics.refused.labels(self.name).inc()
