@@ -363,7 +363,3 @@ def test_every_state_parses(state):
 def test_unknown_state_is_refused():
     with pytest.raises(ValidationError):
         JobStatus.model_validate({"state": "paused"})
-
-
-def test_idempotency_window_is_24_hours():
-    assert job_mod.IDEMPOTENCY_WINDOW_HOURS == 24

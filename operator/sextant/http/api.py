@@ -51,7 +51,8 @@ from .openapi import document
 log = logging.getLogger("sextant.http.api")
 
 DEFAULT_NAMESPACE = "default"
-# Writes are made with the operator's identity; the job says who asked (the API server's audit log cannot).
+# Writes are made with the caller's own token (the API server's audit log names the caller); a created job also
+# names its caller, as the authenticated user, for whoever reads the job rather than the audit log.
 ANNOTATION_REQUESTED_BY = contract.ANNOTATION_REQUESTED_BY
 DEFAULT_LIMIT, MAX_LIMIT = models.DEFAULT_LIMIT, models.MAX_LIMIT
 CONTINUE_MAX = models.CONTINUE_MAX

@@ -15,7 +15,6 @@ from .common import (MAX_TIME, MIN_TIME, TIME_RANGE_TEXT, Condition, Model, Time
 KIND = "Job"
 PLURAL = "jobs"
 SHORT_NAMES = ["sjob"]
-IDEMPOTENCY_WINDOW_HOURS = 24
 
 _REPLACE = "cancel this job and create a new one with a fresh idempotency key"
 
