@@ -1,4 +1,4 @@
-"""Pod mode, running = taken by a worker (DESIGN.md §3): a job is queued until its pod's handler starts, its
+"""Pod mode, running = taken by a worker: a job is queued until its pod's handler starts, its
 startedAt is the container's start, a pod that does not start in time fails the attempt with the reason; and the
 Queue's status shows its live numbers, written at a bounded rate."""
 

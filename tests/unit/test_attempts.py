@@ -1,4 +1,4 @@
-"""What an attempt's pod tells: still running, or the outcome (seeds: "What counts as a failed attempt"; DESIGN §7)."""
+"""What an attempt's pod tells: still running, or the outcome (the product docs: "What counts as a failed attempt")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""DESIGN §2's layering, read from the source: lifecycle/ (the pure rules) imports nothing of the project but
+"""The layering (README, Layout), read from the source: lifecycle/ (the pure rules) imports nothing of the project but
 resources/ (the public API's models) and itself, so that its rules stay testable without I/O, a clock or a cluster."""
 
 from __future__ import annotations

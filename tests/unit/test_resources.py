@@ -1,4 +1,4 @@
-"""The public API models (DESIGN.md §6–7): durations, ids, defaults of the seeds, validation."""
+"""The public API models: durations, ids, the product docs' defaults, validation."""
 
 from __future__ import annotations
 

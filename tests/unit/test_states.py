@@ -1,4 +1,4 @@
-"""The seven states and the transitions between them (seeds/job-lifecycle.txt, DESIGN.md §3)."""
+"""The seven states and the transitions between them (the product docs' job lifecycle)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from sextant.resources.job import State
 
 ALL = list(State)
 
-# (source, target): every move the seeds and DESIGN §3 draw, and nothing else.
+# (source, target): every move the job lifecycle draws, and nothing else.
 EXPECTED_MOVES = {
     (None, State.SCHEDULED): "created with a future runAt",
     (None, State.QUEUED): "created runnable",

@@ -1,4 +1,4 @@
-"""reconcile/admit on a fixed clock: every rule of seeds/job-lifecycle.txt and DESIGN.md §3 and §7.
+"""reconcile/admit on a fixed clock: every rule of the job lifecycle, pod mode's running = taken, and the timeline.
 
 Each test drives one job (see _builders.Job) through the pure core and checks one rule.
 """

@@ -6,7 +6,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 
-# Timeline reasons (DESIGN.md §7).
+# Timeline reasons: a contract (README, "Timeline reasons").
 ERROR = "Error"
 TIMEOUT = "Timeout"
 LEASE_EXPIRED = "LeaseExpired"

@@ -1,4 +1,4 @@
-"""A local Kubernetes control plane for tests, benchmarks and trying Sextant out (DESIGN.md §5).
+"""A local Kubernetes control plane for tests, benchmarks and trying Sextant out (`make run`, tests/harness).
 
 Real etcd, kube-apiserver, kube-controller-manager and kube-scheduler, started on loopback by kwokctl's
 binary runtime, plus kwok simulating the nodes and pod phases with the Stages in kwok-stages.yaml (next to this

@@ -1,4 +1,4 @@
-"""The public API: pydantic models of Sextant's custom resources (DESIGN.md §6).
+"""The public API: pydantic models of Sextant's custom resources (group sextant.dev).
 
 Field names here are a contract with users' YAML; crds.py generates the CRDs from these models.
 """
