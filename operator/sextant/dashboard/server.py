@@ -36,7 +36,6 @@ from .views import (PAGE_SIZE, SCAN_LIMIT, FilterError, JobFilter, allowed_hosts
                     queue_rows, request_refusal, schedule_rows, timeline)
 
 log = logging.getLogger(__name__)
-GROUP_PATH = "/apis/sextant.dev/v1alpha1"
 LOG_LIMIT = 512 * 1024  # the last this many bytes of a pod's log are shown
 
 

@@ -21,7 +21,6 @@ UNSCHEDULABLE = "Unschedulable"
 START_TIMEOUT = "StartTimeout"
 # Waiting reasons of a container that is simply on its way: not named as the cause of a start timeout.
 STARTING_REASONS = frozenset({"ContainerCreating", "PodInitializing"})
-STOP_REASONS = frozenset({CANCELLED, TIMEOUT, LEASE_EXPIRED})
 
 # Pod-level reasons for a pod the cluster took away rather than one whose handler failed.
 LOST_POD_REASONS = frozenset(
@@ -29,15 +28,12 @@ LOST_POD_REASONS = frozenset(
      "UnexpectedAdmissionError", "OutOfcpu", "OutOfmemory", "OutOfpods"}
 )
 
-# Kubernetes marks a pod it is about to take away with the condition DisruptionTarget=True; its reason says who.
+# Kubernetes marks a pod it is about to take away with the condition DisruptionTarget=True; its reason says who,
+# and any reason is a loss: DeletionByPodGC (its node was deleted, or it was orphaned), EvictionByEvictionAPI
+# (drained, or evicted through the Eviction API), PreemptionByScheduler (room for a higher-priority pod),
+# DeletionByTaintManager (a NoExecute taint of its node it does not tolerate), TerminationByKubelet (node-pressure
+# eviction or graceful node shutdown).
 DISRUPTION_TARGET = "DisruptionTarget"
-DISRUPTION_REASONS = frozenset(
-    {"DeletionByPodGC",  # its node was deleted (or it was orphaned): PodGC
-     "EvictionByEvictionAPI",  # drained, or evicted through the Eviction API
-     "PreemptionByScheduler",  # made room for a higher-priority pod
-     "DeletionByTaintManager",  # a NoExecute taint of its node (not-ready, unreachable) it does not tolerate
-     "TerminationByKubelet"}  # node-pressure eviction or graceful node shutdown
-)
 
 # The runner's exit code for the SDK's NonRetryableError (sextant.sdk.NON_RETRYABLE_EXIT_CODE).
 RUNNER_NON_RETRYABLE = 86
