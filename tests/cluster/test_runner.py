@@ -11,8 +11,6 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
-import yaml
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from kubernetes import watch as k8s_watch
