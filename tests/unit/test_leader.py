@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from sextant import metrics
 from sextant.controller.leader import ElectionSettings, LeaderElector
 from sextant.kube import ApiError, Kube, NotLeader
 from sextant.kubeconfig import Connection
@@ -295,6 +296,11 @@ async def test_the_controllers_writes_are_refused_unless_this_replica_leads():
         with pytest.raises(NotLeader):
             await kube.request("DELETE", "/apis/sextant.dev/v1alpha1/namespaces/ns/jobs/j")
         assert kube.fenced == 2
+    collector = metrics.ViewCollector(jobs=lambda: [], requests=lambda: kube.requests, depths=dict,
+                                      leader=a.is_leader, fenced=lambda: kube.fenced)
+    exposed = {m.name: m for m in collector.collect()}
+    assert exposed["sextant_writes_fenced"].samples[0].value == 2  # scraped as sextant_writes_fenced_total
+    assert exposed["sextant_leader"].samples[0].value == 0
 
 
 # ================================================================ release on stop
