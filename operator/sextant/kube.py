@@ -1,5 +1,5 @@
-"""The async Kubernetes client of the operator, the runner, `sextant dev` and the local node agent: JSON in, JSON out,
-retries, counters."""
+"""The async Kubernetes client of the operator, the runner, `sextant worker`, the dashboard, `sextant dev` and the local
+node agent: JSON in, JSON out, retries, counters (per verb, resource and code; writes refused by the fence)."""
 
 from __future__ import annotations
 
