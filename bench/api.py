@@ -22,6 +22,7 @@ from sextant.kubeconfig import Connection
 
 USER_AGENT = "sextant-bench"
 RETRYABLE = {429, 500, 502, 503, 504}
+LIST_TIMEOUT = 300.0  # the recorder's first lists: 100k jobs (scale) on a busy machine took over 60 s
 
 
 class ApiError(Exception):
@@ -189,7 +190,7 @@ class Recorder:
             asyncio.create_task(self._watch(self.kind.jobs_path(self.namespace), self._on_job, ready[0])),
             asyncio.create_task(self._watch(f"/api/v1/namespaces/{self.namespace}/pods", self._on_pod, ready[1])),
         ]
-        await asyncio.wait_for(asyncio.gather(*(e.wait() for e in ready)), 60)
+        await asyncio.wait_for(asyncio.gather(*(e.wait() for e in ready)), LIST_TIMEOUT)
 
     async def stop(self) -> None:
         for task in self._tasks:
