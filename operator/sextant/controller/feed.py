@@ -14,6 +14,10 @@ last applied for that object, whichever watch brought it first:
 
 resourceVersions are compared as integers (as the schedule controller does); one that is not an integer is
 "unknown" and never blocks a change.
+
+It also keeps the health of kopf's watches of the kind (one per watched namespace, or one cluster-wide), for
+readiness: a kopf watch is live once its list is in, and not live from a failure (which kopfapp.py contains and
+turns into a fresh list) until its next list is in.
 """
 
 from __future__ import annotations
@@ -52,6 +56,27 @@ class Feed:
         self._deleted_at: dict[Key, float] = {}
         self.applied = {"informer": 0, "kopf": 0}  # changes each watch brought first (tests, docs)
         self.skipped = 0
+        self._kopf: dict[str | None, str | None] = {}  # kopf's watch per namespace (None: cluster-wide) → why not live
+
+    # --- kopf's watches of the kind -------------------------------------------------------------------------
+    def expect_kopf(self, namespaces: list[str]) -> None:
+        """kopf watches the kind in these namespaces (none: cluster-wide); each is not live until it has listed."""
+        self._kopf = {ns: "its first list is not in" for ns in (namespaces or [None])}
+
+    def kopf_listed(self, namespace: str | None) -> None:
+        self._kopf[namespace] = None
+
+    def kopf_failed(self, namespace: str | None, why: str) -> None:
+        self._kopf[namespace] = why
+
+    @property
+    def healthy(self) -> bool:
+        """Every kopf watch of the kind is live (true when kopf watches none). The informer's health is its own."""
+        return all(why is None for why in self._kopf.values())
+
+    def unhealthy(self) -> dict[str | None, str]:
+        """kopf's watches of the kind that are not live, and why (for logs and tests)."""
+        return {ns: why for ns, why in self._kopf.items() if why is not None}
 
     def __call__(self, kind: str, obj: dict[str, Any]) -> None:
         """The informer's callback: raises when the controller's callback does (the informer isolates it)."""
