@@ -152,7 +152,6 @@ def test_kopfs_watch_failures_end_one_stream_and_kopf_lists_again(monkeypatch):
     outcomes = [json.JSONDecodeError("Expecting value", "{", 1), gone, RecursionError("maximum recursion depth"),
                 {"type": "ADDED", "object": {}}, None]
     feed = Feed("schedules", lambda kind, obj: None)
-    feed.expect_kopf(["ns"])
     before = failures("schedules")
     items, calls, waits = run_infinite_watch(monkeypatch, outcomes, {"schedules": feed})
     assert calls == ["ns"] * 5  # listed again after each failure, and after the server's own end
@@ -230,7 +229,6 @@ def test_kopfs_real_watch_survives_each_fault_and_the_next_change_arrives():
                             b'{"type": "MODIFIED", "object": {}}\n', after])
     seen: list[str] = []
     feed = Feed("schedules", lambda kind, obj: None)
-    feed.expect_kopf(["ns"])
     before = failures("schedules")
 
     async def main() -> None:
@@ -270,21 +268,41 @@ def test_kopfs_real_watch_survives_each_fault_and_the_next_change_arrives():
     assert feed.healthy
 
 
-def test_a_failed_kopf_watch_is_not_live_until_it_has_listed_again():
+def test_a_kopf_watch_is_not_live_from_its_start_or_a_failure_until_it_has_listed():
     feed = Feed("queues", lambda kind, obj: None)
-    assert feed.healthy  # kopf watches nothing of it (--no-kopf-watches)
-    feed.expect_kopf(["a", "b"])
-    assert not feed.healthy and set(feed.unhealthy()) == {"a", "b"}  # no first list yet
+    assert feed.healthy  # kopf watches nothing of it (--no-kopf-watches, or a kind kopf's discovery did not find)
+    feed.kopf_started("a")
+    feed.kopf_started("b")
+    assert not feed.healthy and feed.unhealthy() == {"a": "its first list is not in", "b": "its first list is not in"}
     feed.kopf_listed("a")
     feed.kopf_listed("b")
     assert feed.healthy
     feed.kopf_failed("b", "JSONDecodeError: Expecting value")
+    feed.kopf_started("b")  # kopf lists again: still the failure until the list is in
     assert not feed.healthy and feed.unhealthy() == {"b": "JSONDecodeError: Expecting value"}
     feed.kopf_listed("b")
     assert feed.healthy
-    cluster_wide = Feed("schedules", lambda kind, obj: None)
-    cluster_wide.expect_kopf([])
-    assert cluster_wide.unhealthy() == {None: "its first list is not in"}
+
+
+def test_the_guard_marks_kopfs_watch_not_live_while_it_lists():
+    from kopf._cogs.clients import watching
+    from kopf._cogs.structs import references
+
+    feed = Feed("schedules", lambda kind, obj: None)
+    health: list[bool] = []
+
+    async def listing(**_):
+        yield {"type": None, "object": {"metadata": {"name": "s1"}}}
+        yield watching.Bookmark.LISTED
+
+    async def main() -> None:
+        guard = kopfapp.WatchGuard({"schedules": feed})
+        resource = references.Resource(group=GROUP, version=VERSION, plural="schedules", namespaced=True)
+        async for _ in guard.stream(listing, resource=resource, namespace="ns"):
+            health.append(feed.healthy)
+
+    asyncio.run(main())
+    assert health == [False, True]
 
 
 def test_kopf_never_gives_up_on_an_api_server_that_is_away():
@@ -292,16 +310,6 @@ def test_kopf_never_gives_up_on_an_api_server_that_is_away():
     first, second = list(zip(range(50), backoffs)), list(zip(range(50), backoffs))
     assert len(first) == len(second) == 50  # infinite, and re-iterable (kopf calls iter() per request)
     assert all(0 < delay <= 3.0 for _, delay in first)
-
-
-def test_kopfs_watches_expect_one_list_per_watched_namespace():
-    conn = kubeconfig.Connection(server="http://127.0.0.1:1", ssl_context=False, _token="t")
-    operator = Operator(conn, Settings(http_port=None, namespaces=["a", "b", "a"]))
-    kopfapp.registry_for(operator, conn)
-    assert all(set(feed.unhealthy()) == {"a", "b"} for feed in operator.feeds.values())
-    off = Operator(conn, Settings(http_port=None, kopf_watches=False))
-    kopfapp.registry_for(off, conn)
-    assert all(feed.healthy for feed in off.feeds.values())
 
 
 def test_only_the_controller_imports_kopf():

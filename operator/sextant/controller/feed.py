@@ -16,8 +16,8 @@ resourceVersions are compared as integers (as the schedule controller does); one
 "unknown" and never blocks a change.
 
 It also keeps the health of kopf's watches of the kind (one per watched namespace, or one cluster-wide), for
-readiness: a kopf watch is live once its list is in, and not live from a failure (which kopfapp.py contains and
-turns into a fresh list) until its next list is in.
+readiness: a kopf watch is not live from its start, or from a failure (which kopfapp.py contains and turns into a
+fresh list), until its list is in.
 """
 
 from __future__ import annotations
@@ -59,9 +59,11 @@ class Feed:
         self._kopf: dict[str | None, str | None] = {}  # kopf's watch per namespace (None: cluster-wide) → why not live
 
     # --- kopf's watches of the kind -------------------------------------------------------------------------
-    def expect_kopf(self, namespaces: list[str]) -> None:
-        """kopf watches the kind in these namespaces (none: cluster-wide); each is not live until it has listed."""
-        self._kopf = {ns: "its first list is not in" for ns in (namespaces or [None])}
+    def kopf_started(self, namespace: str | None) -> None:
+        """kopf started a watch of the kind (in a namespace; None: cluster-wide): not live until it has listed.
+        Only started watches count: one kopf never starts (its CRD was unknown to kopf's discovery at start-up)
+        does not hold readiness down for ever; the informer carries the kind."""
+        self._kopf.setdefault(namespace, "its first list is not in")
 
     def kopf_listed(self, namespace: str | None) -> None:
         self._kopf[namespace] = None

@@ -142,6 +142,8 @@ class WatchGuard:
         plural = str(getattr(resource, "plural", resource))
         feed = self.feeds.get(plural) if getattr(resource, "group", None) == GROUP else None
         key = (plural, namespace)
+        if feed is not None:
+            feed.kopf_started(namespace)
         started, progressed, listed = time.monotonic(), False, False
         try:
             async for item in original(**kwargs):
@@ -288,7 +290,6 @@ def registry_for(operator: Operator, conn: Connection) -> kopf.OperatorRegistry:
         return registry  # --no-kopf-watches: kopf runs the process, the informers watch every kind
     for plural in KINDS:
         feed = operator.feeds[plural]
-        feed.expect_kopf(namespace_scope(operator.settings.namespaces)["namespaces"])
 
         async def on_event(event: dict[str, Any], _feed: Any = feed, **_: Any) -> None:
             _feed.from_kopf(event.get("type"), event.get("object") or {})

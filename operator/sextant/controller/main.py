@@ -88,8 +88,9 @@ class Operator:
             return Informer(self.kube, path, on_change, name=name, label_selector=label_selector,
                             on_error=self._reporter(kind, api_version), on_reconnect=self._reconnected)
 
-        # The low-rate kinds reach the controllers through a Feed each: their informer, and with kopf_watches kopf's
-        # on.event handler too (kopfapp.py); each version is applied once, whichever watch brings it first.
+        # The low-rate kinds reach the controllers through a Feed each: their informer, and (unless kopf_watches is
+        # off) kopf's on.event handler too (kopfapp.py); each version is applied once, whichever watch brings it
+        # first. The Feed also holds the health of kopf's watches of its kind, for readiness.
         self.feeds = {"queues": Feed("queues", c.on_queue), "handlers": Feed("handlers", c.on_handler),
                       "schedules": Feed("schedules", self.schedules.on_schedule)}
         self.informers = [
