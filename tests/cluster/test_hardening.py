@@ -8,6 +8,9 @@
   stays up (same process), all jobs succeed, one pod per attempt; the recovery time is measured and printed.
 - A proxy in front of the API server that cuts watches mid-chunk, slips malformed lines in, answers 429/503/410
   and loses answers to writes: no exit, no lost event, no job run twice.
+- kopf's own watches of Queues and Schedules (on by default) struck with what used to end kopf's process: a
+  malformed line, a watch answered 410, an object nested 9,900 levels deep. The process stays up, readiness
+  drops while kopf's watch is down and comes back, and a change made afterwards reaches kopf's handlers.
 """
 
 from __future__ import annotations
@@ -478,5 +481,75 @@ def test_cut_watches_and_refused_requests_lose_no_event(cluster, namespace, crds
             wait_for(lambda: ready(op), 60, message="the operator to be ready once the connection behaves")
             assert metric(op, "sextant_loop_restarts_total") == 0
             print(f"\nproxy faults injected: {dict(proxy.counts)}")
+        finally:
+            op.stop()
+
+
+# ================================================================ kopf's own watches struck
+def kind_metric(op: Operator, name: str, kind: str) -> float:
+    return sum(float(line.rsplit(" ", 1)[1]) for line in metric_lines(op, name) if f'kind="{kind}"' in line)
+
+
+def kopf_watch(kind: str):
+    """Which of the proxied watches are kopf's watches of this kind (kopf's client says who it is)."""
+    return lambda request: (request.headers.get("User-Agent", "").startswith("kopf/")
+                            and request.path.endswith(f"/{kind}"))
+
+
+def schedule_obj(name: str, **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "sextant.dev/v1alpha1", "kind": "Schedule", "metadata": {"name": name},
+            "spec": {"jobTemplate": {"queue": "q", "handler": "h"}, **spec}}
+
+
+@pytest.mark.parametrize("fault", ["garbage", "gone", "deep"])
+def test_kopfs_watch_faults_never_stop_the_operator(cluster, namespace, crds, tmp_path, fault):
+    """(a) a malformed watch line, (b) a watch answered 410 as an HTTP status, (c) an object nested deeper than the
+    json module decodes by default: kopf ended its process on each; now one kopf watch lists again."""
+    kinds = ("queues", "schedules")
+    upstream = kubeconfig.load(str(cluster.kubeconfig))
+    with FaultProxy(upstream, lifetime=400) as proxy:
+        proxy.faulty = False  # no rotating faults: only the strikes below
+        op = Operator(proxied_kubeconfig(cluster, proxy.url, tmp_path / "kubeconfig"), namespace, tmp_path)
+        op.start()
+        try:
+            wait_for(lambda: ready(op), 90, message="the operator to be ready through the proxy")
+            pid = op.proc.pid
+            apply(cluster, namespace, queue("q", backoff={"policy": "fixed", "initial": "200ms"}), handler("h"),
+                  schedule_obj("before", interval="1h"))
+            wait_for(lambda: all(kind_metric(op, "sextant_kopf_events_total", k) >= 1 for k in kinds), 30,
+                     message="kopf's handlers to see the queue and the schedule")
+            failed = {k: kind_metric(op, "sextant_kopf_watch_failures_total", k) for k in kinds}
+            if fault == "deep":
+                seen = kind_metric(op, "sextant_kopf_events_total", "schedules")
+                writer = Writer(cluster, namespace)
+                deep = {"jobTemplate": {"queue": "q", "handler": "h", "payload": {"x": DEEP}}, "interval": "1h"}
+                assert writer.create("schedules", "Schedule", "deep", deep, 9_900), writer.refused
+                wait_for(lambda: kind_metric(op, "sextant_kopf_events_total", "schedules") > seen, 30,
+                         message="kopf's handler to receive the deep schedule")
+                # CPython 3.11 with the raised recursion limit decodes it: kopf's watch does not even fail.
+                assert kind_metric(op, "sextant_kopf_watch_failures_total", "schedules") == failed["schedules"]
+            else:
+                for kind in kinds:
+                    proxy.strike(fault, 4, kopf_watch(kind))
+                wait_for(lambda: not ready(op), 30, interval=0.05,
+                         message="readiness to drop while kopf's watch is down")
+                wait_for(lambda: all(kind_metric(op, "sextant_kopf_watch_failures_total", k) >= failed[k] + 4
+                                     for k in kinds), 60,
+                         message=lambda: f"kopf's watches to be struck (proxy: {dict(proxy.counts)})")
+                assert proxy.counts[f"struck {fault}"] == 8, proxy.counts
+            assert alive(op) and op.proc.pid == pid, f"the operator exited: {op.log_tail()}"
+            wait_for(lambda: ready(op), 60, message="the operator to be ready again")
+
+            # A change made afterwards reaches kopf's handlers and the controllers.
+            seen = {k: kind_metric(op, "sextant_kopf_events_total", k) for k in kinds}
+            apply(cluster, namespace, queue("q", concurrency=3, backoff={"policy": "fixed", "initial": "200ms"}),
+                  schedule_obj("after", interval="1s"))
+            wait_for(lambda: all(kind_metric(op, "sextant_kopf_events_total", k) > seen[k] for k in kinds), 30,
+                     message="kopf's handlers to receive the changes made after the fault")
+            wait_for(lambda: (get_json(cluster, namespace, "schedules.sextant.dev/after").get("status") or {})
+                     .get("lastScheduleTime"), 30, message="the schedule created after the fault to fire")
+            assert alive(op) and op.proc.pid == pid and op.starts == 1
+            assert ready(op)
+            assert metric(op, "sextant_loop_restarts_total") == 0
         finally:
             op.stop()

@@ -8,6 +8,9 @@ rotation (so every kind of fault happens within the first few requests and watch
 - answers a watch 410 Gone, or ends it with an ERROR event of code 410 after some events;
 - cuts a watch mid-stream, in the middle of an event's line (a truncated chunk), or slips a malformed line in.
 
+A test may also strike the watches of one client and kind on demand (`strike`): the next few watches that match
+get the fault it names (a malformed line, a 410), and the matching watches open now are cut so that they ask again.
+
 Bounded: it listens on 127.0.0.1 only, in a thread of its own, and stops by itself after `lifetime` seconds (and
 at stop()). `counts` says which faults it injected, so a test can check that it was not vacuous.
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -45,6 +49,8 @@ class FaultProxy:
         self._ready = threading.Event()
         self._requests = self._writes = self._watches = 0
         self.faulty = True  # False: a plain proxy (to let the operator settle)
+        self._strikes: list[tuple[Callable[[web.Request], bool], str]] = []  # (which watches, fault), in order
+        self._struck = 0  # bumped by strike(): the matching watches open then are cut
 
     # --- lifecycle ------------------------------------------------------------------------------------------
     def start(self) -> str:
@@ -96,13 +102,32 @@ class FaultProxy:
             await runner.cleanup()
             await self.session.close()
 
+    def strike(self, fault: str, times: int, match: Callable[[web.Request], bool]) -> None:
+        """The next `times` watches that `match` get `fault` ("garbage": a malformed first line; "gone": answered
+        410), whatever `faulty` says; the matching watches open now are cut, so that their clients ask again."""
+        self._strikes.extend([(match, fault)] * times)
+        self._struck += 1
+
+    def _strike_for(self, request: web.Request) -> str | None:
+        for i, (match, fault) in enumerate(self._strikes):
+            if match(request):
+                del self._strikes[i]
+                self.counts[f"struck {fault}"] += 1
+                return fault
+        return None
+
+    def _cut_now(self, request: web.Request, struck: int) -> bool:
+        return struck != self._struck and any(match(request) for match, _ in self._strikes)
+
     # --- the faults -----------------------------------------------------------------------------------------
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         self.counts["requests"] += 1
         watch = request.query.get("watch") in ("true", "1")
         if watch:
             self._watches += 1
-            fault = self.WATCH_FAULTS[self._watches % len(self.WATCH_FAULTS)] if self.faulty else None
+            fault = self._strike_for(request)
+            if fault is None:
+                fault = self.WATCH_FAULTS[self._watches % len(self.WATCH_FAULTS)] if self.faulty else None
             if fault == "gone":
                 self.counts["watch 410"] += 1
                 return web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 410,
@@ -131,6 +156,7 @@ class FaultProxy:
     async def _watch(self, request: web.Request, fault: str | None, after: int) -> web.StreamResponse:
         """Pass a watch through; `fault` strikes after `after` events, or after a second without any (a quiet
         watch is struck too); a garbage line comes first."""
+        struck = self._struck
         async with self.session.get(self.upstream.server + request.path_qs, headers=self._headers(request),
                                     timeout=aiohttp.ClientTimeout(total=None, sock_read=None)) as upstream:
             if upstream.status != 200:
@@ -145,6 +171,11 @@ class FaultProxy:
             while True:
                 if fault is None and self.faulty:
                     fault, after, events = "cut", 0, 0  # a watch opened while calm is struck once faults start
+                if self._cut_now(request, struck):
+                    self.counts["watch cut for a strike"] += 1
+                    assert request.transport is not None
+                    request.transport.abort()
+                    return response
                 try:
                     line = await asyncio.wait_for(upstream.content.readline(), 1.0)
                 except asyncio.TimeoutError:

@@ -3,7 +3,9 @@ built from Sextant's Connection, the namespace scope, and how the two watches of
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import json
 import logging
 import re
 import subprocess
@@ -18,6 +20,7 @@ from sextant import kubeconfig
 from sextant.controller import kopfapp
 from sextant.controller.feed import TOMBSTONE_SECONDS, Feed
 from sextant.controller.main import Operator, Settings
+from sextant.resources import GROUP, VERSION
 
 OPERATOR_DIR = Path(__file__).resolve().parents[2] / "operator" / "sextant"
 
@@ -70,6 +73,243 @@ def test_kopfs_json_decoding_reads_the_deepest_object_the_api_server_stores():
     """One Schedule nested 10,000 levels deep must not end kopf's watch (and with it the process)."""
     done = subprocess.run([sys.executable, "-c", DEEP_DECODE], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "decoded", done.stderr[-2000:]
+
+
+def test_the_default_settings_watch_the_low_rate_kinds_with_kopf():
+    assert Settings().kopf_watches is True
+
+
+# ------------------------------------------------------------------------------------------------ kopf's watch failures
+def test_the_seam_sextant_contains_kopfs_watch_failures_at_is_where_it_was():
+    """If this fails after a kopf upgrade, kopf's watchers no longer get their streams the way kopfapp.WatchGuard
+    wraps (docs/operator.md, "Containing kopf's watch failures"): find the new seam before turning them on."""
+    from kopf._cogs.clients import watching
+    from kopf._core.reactor import queueing
+
+    assert kopfapp.seam_in_place()
+    assert "infinite_watch" in queueing.watcher.__code__.co_names  # the watcher streams through infinite_watch
+    assert "continuous_watch" in watching.infinite_watch.__code__.co_names  # which restarts continuous_watch
+    assert "reconnect_backoff" in watching.infinite_watch.__code__.co_names  # after a pause, for ever
+
+
+def fake_stream(outcomes: list):
+    """A continuous_watch of kopf's in miniature: each call lists (LISTED), brings one event, then ends as the next
+    outcome says (an exception, or None: the server closed the watch)."""
+    calls = []
+
+    async def continuous_watch(*, settings, resource, namespace, operator_pause_waiter):
+        from kopf._cogs.clients import watching
+
+        calls.append(namespace)
+        outcome = outcomes[len(calls) - 1]
+        yield watching.Bookmark.LISTED
+        yield {"type": "MODIFIED", "object": {"metadata": {"name": f"s{len(calls)}", "resourceVersion": "1"}}}
+        if isinstance(outcome, BaseException):
+            raise outcome
+        if outcome is not None:
+            yield outcome  # an event to check, then the stream ends
+
+    return continuous_watch, calls
+
+
+def run_infinite_watch(monkeypatch, outcomes: list, feeds: dict[str, Feed]) -> tuple[list, list, list[float]]:
+    """kopf's own infinite_watch over a fake continuous_watch, contained by Sextant's guard as in the operator."""
+    from kopf._cogs.clients import watching
+    from kopf._cogs.structs import references
+
+    fake, calls = fake_stream(outcomes)
+    monkeypatch.setattr(watching, "continuous_watch", fake)
+    assert kopfapp.contain_watch_failures() and watching.continuous_watch is not fake
+    waits: list[float] = []
+
+    async def sleep(delay: float) -> None:
+        waits.append(delay)
+
+    async def main() -> list:
+        kopfapp._GUARD.set(kopfapp.WatchGuard(feeds, sleep=sleep))
+        settings = kopfapp.operator_settings()
+        settings.watching.reconnect_backoff = 0
+        resource = references.Resource(group=GROUP, version=VERSION, plural="schedules", namespaced=True)
+        return [item async for item in watching.infinite_watch(settings=settings, resource=resource,
+                                                                namespace="ns", _iterations=len(outcomes))]
+
+    return asyncio.run(main()), calls, waits
+
+
+def failures(kind: str) -> float:
+    from sextant import metrics
+
+    return sum(sample.value for metric in metrics.KOPF_WATCH_FAILURES.collect() for sample in metric.samples
+               if sample.name.endswith("_total") and sample.labels["kind"] == kind)
+
+
+def test_kopfs_watch_failures_end_one_stream_and_kopf_lists_again(monkeypatch):
+    """(a) a malformed watch line, (b) a watch answered 410, (c) an object too deep to decode, and an event kopf's
+    watcher could not key: each ends one stream, kopf lists again, every event of every list comes through."""
+    from kopf._cogs.clients import errors, watching
+
+    gone = errors.APIClientError({"code": 410, "message": "too old resource version"}, status=410, headers={})
+    outcomes = [json.JSONDecodeError("Expecting value", "{", 1), gone, RecursionError("maximum recursion depth"),
+                {"type": "ADDED", "object": {}}, None]
+    feed = Feed("schedules", lambda kind, obj: None)
+    before = failures("schedules")
+    items, calls, waits = run_infinite_watch(monkeypatch, outcomes, {"schedules": feed})
+    assert calls == ["ns"] * 5  # listed again after each failure, and after the server's own end
+    names = [i["object"]["metadata"]["name"] for i in items if isinstance(i, dict)]
+    assert names == ["s1", "s2", "s3", "s4", "s5"]
+    assert sum(1 for i in items if i is watching.Bookmark.LISTED) == 5
+    assert failures("schedules") - before == 4
+    assert len(waits) == 4 and all(0 < w <= 3.0 for w in waits)  # the informers' backoff, never a hot loop
+    assert feed.healthy  # the last list is in
+
+
+class FakeAPIServer:
+    """Just enough of an API server for kopf: discovery, lists, and watches of Schedules that go wrong in turn."""
+
+    def __init__(self, schedule_watches: list) -> None:
+        self.schedule_watches = schedule_watches  # per watch: bytes to stream, or an HTTP status to answer
+        self.lists: dict[str, int] = {}
+        self.watches: dict[str, int] = {}
+
+    def app(self):
+        from aiohttp import web
+
+        api = "/apis/sextant.dev/v1alpha1"
+
+        def resource(name: str, kind: str, namespaced: bool = True) -> dict:
+            return {"name": name, "singularName": kind.lower(), "namespaced": namespaced, "kind": kind,
+                    "verbs": ["get", "list", "watch"]}
+
+        async def discovery(request):
+            return web.json_response({
+                "/api": {"versions": ["v1"]},
+                "/api/v1": {"resources": [resource("namespaces", "Namespace", False), resource("events", "Event")]},
+                "/apis": {"groups": [{"name": "sextant.dev", "versions": [{"version": "v1alpha1"}],
+                                      "preferredVersion": {"version": "v1alpha1"}}]},
+                api: {"resources": [resource("queues", "Queue"), resource("handlers", "Handler"),
+                                    resource("schedules", "Schedule")]},
+            }[request.path])
+
+        async def objects(request):
+            plural = request.match_info["plural"]
+            if request.query.get("watch") != "true":
+                self.lists[plural] = self.lists.get(plural, 0) + 1
+                return web.json_response({"apiVersion": "sextant.dev/v1alpha1", "kind": "List", "items": [],
+                                          "metadata": {"resourceVersion": "10"}})
+            n = self.watches[plural] = self.watches.get(plural, 0) + 1
+            script = self.schedule_watches[n - 1] if plural == "schedules" and n <= len(self.schedule_watches) else b""
+            if isinstance(script, int):
+                return web.json_response({"kind": "Status", "code": script, "message": "too old resource version"},
+                                         status=script)
+            response = web.StreamResponse(headers={"Content-Type": "application/json"})
+            await response.prepare(request)
+            await response.write(script)
+            await asyncio.sleep(3600)  # held open, as a quiet watch is
+            return response
+
+        app = web.Application()
+        for path in ("/api", "/api/v1", "/apis", api):
+            app.router.add_get(path, discovery)
+        app.router.add_get(api + "/namespaces/ns/{plural}", objects)
+        return app
+
+
+def test_kopfs_real_watch_survives_each_fault_and_the_next_change_arrives():
+    """kopf.operator, as Sextant runs it, against an API server whose Schedule watches bring in turn (a) a malformed
+    line, (b) a 410 status, (c) an object too deep to decode and an event without metadata: kopf ended its process on
+    each; now each ends one stream, kopf lists again, and the event of the fifth watch reaches the handler."""
+    from aiohttp import web
+
+    deep = b'{"type": "ADDED", "object": {"metadata": {"name": "deep"}, "spec": ' + b'{"a": ' * 20_000 + b"{}" \
+        + b"}" * 20_001 + b"}\n"
+    after = json.dumps({"type": "ADDED", "object": {"apiVersion": "sextant.dev/v1alpha1", "kind": "Schedule",
+                                                    "metadata": {"name": "after", "namespace": "ns", "uid": "u1",
+                                                                 "resourceVersion": "11"}}}).encode() + b"\n"
+    server = FakeAPIServer([b'{"type":"MODIFIED","object":{"metadata":\n', 410, deep,
+                            b'{"type": "MODIFIED", "object": {}}\n', after])
+    seen: list[str] = []
+    feed = Feed("schedules", lambda kind, obj: None)
+    before = failures("schedules")
+
+    async def main() -> None:
+        runner = web.AppRunner(server.app(), handler_cancellation=True)  # no handler outlives its watch
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+        stop = asyncio.Event()
+        registry = kopf.OperatorRegistry()
+
+        @kopf.on.login(registry=registry)
+        async def login(**_):
+            return kopf.ConnectionInfo(server=url)
+
+        @kopf.on.event("sextant.dev", "v1alpha1", "schedules", registry=registry)
+        async def on_event(event, **_):
+            seen.append(event["object"]["metadata"]["name"])
+            stop.set()
+
+        assert kopfapp.contain_watch_failures()
+
+        async def no_wait(_: float) -> None:
+            await asyncio.sleep(0)
+
+        kopfapp._GUARD.set(kopfapp.WatchGuard({"schedules": feed}, sleep=no_wait))
+        try:
+            await asyncio.wait_for(kopf.operator(registry=registry, settings=kopfapp.operator_settings(),
+                                                 standalone=True, namespaces=["ns"], stop_flag=stop), 60)
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(main())
+    assert seen == ["after"]
+    assert server.watches["schedules"] == 5 and server.lists["schedules"] == 5  # listed again after each fault
+    assert failures("schedules") - before == 4
+    assert feed.healthy
+
+
+def test_a_kopf_watch_is_not_live_from_its_start_or_a_failure_until_it_has_listed():
+    feed = Feed("queues", lambda kind, obj: None)
+    assert feed.healthy  # kopf watches nothing of it (--no-kopf-watches, or a kind kopf's discovery did not find)
+    feed.kopf_started("a")
+    feed.kopf_started("b")
+    assert not feed.healthy and feed.unhealthy() == {"a": "its first list is not in", "b": "its first list is not in"}
+    feed.kopf_listed("a")
+    feed.kopf_listed("b")
+    assert feed.healthy
+    feed.kopf_failed("b", "JSONDecodeError: Expecting value")
+    feed.kopf_started("b")  # kopf lists again: still the failure until the list is in
+    assert not feed.healthy and feed.unhealthy() == {"b": "JSONDecodeError: Expecting value"}
+    feed.kopf_listed("b")
+    assert feed.healthy
+
+
+def test_the_guard_marks_kopfs_watch_not_live_while_it_lists():
+    from kopf._cogs.clients import watching
+    from kopf._cogs.structs import references
+
+    feed = Feed("schedules", lambda kind, obj: None)
+    health: list[bool] = []
+
+    async def listing(**_):
+        yield {"type": None, "object": {"metadata": {"name": "s1"}}}
+        yield watching.Bookmark.LISTED
+
+    async def main() -> None:
+        guard = kopfapp.WatchGuard({"schedules": feed})
+        resource = references.Resource(group=GROUP, version=VERSION, plural="schedules", namespaced=True)
+        async for _ in guard.stream(listing, resource=resource, namespace="ns"):
+            health.append(feed.healthy)
+
+    asyncio.run(main())
+    assert health == [False, True]
+
+
+def test_kopf_never_gives_up_on_an_api_server_that_is_away():
+    backoffs = kopfapp.operator_settings().networking.error_backoffs
+    first, second = list(zip(range(50), backoffs)), list(zip(range(50), backoffs))
+    assert len(first) == len(second) == 50  # infinite, and re-iterable (kopf calls iter() per request)
+    assert all(0 < delay <= 3.0 for _, delay in first)
 
 
 def test_only_the_controller_imports_kopf():
@@ -261,12 +501,14 @@ def test_operator_flags_reach_kopf():
     conn = kubeconfig.Connection(server="http://127.0.0.1:1", ssl_context=False)
     args = build_parser().parse_args(["operator", "--watch-namespace", "a", "--watch-namespace", "b"])
     settings = _settings(args, conn)
-    assert (settings.kopf_watches, settings.kopf_liveness) == (False, None)
+    assert (settings.kopf_watches, settings.kopf_liveness) == (True, None)  # kopf's watches are on by default
     assert kopfapp.namespace_scope(settings.namespaces) == {"namespaces": ["a", "b"], "clusterwide": False}
-    args = build_parser().parse_args(["operator", "--kopf-watches", "--kopf-liveness", "http://0.0.0.0:8081/healthz"])
+    args = build_parser().parse_args(["operator", "--no-kopf-watches", "--kopf-liveness",
+                                      "http://0.0.0.0:8081/healthz"])
     settings = _settings(args, conn)
-    assert (settings.kopf_watches, settings.kopf_liveness) == (True, "http://0.0.0.0:8081/healthz")
+    assert (settings.kopf_watches, settings.kopf_liveness) == (False, "http://0.0.0.0:8081/healthz")
     assert kopfapp.namespace_scope(settings.namespaces)["clusterwide"] is True
+    assert _settings(build_parser().parse_args(["operator", "--kopf-watches"]), conn).kopf_watches is True
 
 
 def test_operator_help_says_it_is_a_kopf_operator(capsys):
@@ -275,4 +517,4 @@ def test_operator_help_says_it_is_a_kopf_operator(capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(["operator", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "kopf operator" in text and "Queue, Handler and Schedule" in text and "--kopf-watches" in text
+    assert "kopf operator" in text and "Queue, Handler and Schedule" in text and "--no-kopf-watches" in text

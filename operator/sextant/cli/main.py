@@ -68,10 +68,11 @@ def _dev(args: argparse.Namespace) -> int:
 
 OPERATOR_DESCRIPTION = (
     "Run Sextant's operator in the foreground until SIGINT/SIGTERM. It is a kopf operator: kopf runs the process "
-    "(start-up, clean-up, login with this kubeconfig, probes, signals). Every kind (Job, Queue, Handler, Schedule, "
-    "and the Pods and Leases of jobs) is watched by lean informers in the same process and event loop; with "
-    "--kopf-watches kopf's handlers watch Queue, Handler and Schedule as well (docs/operator.md). kopf writes "
-    "nothing to Sextant's objects.")
+    "(start-up, clean-up, login with this kubeconfig, probes, signals) and its handlers watch Queue, Handler and "
+    "Schedule; Jobs and the Pods and Leases of jobs are watched by lean informers in the same process and event "
+    "loop, which also watch the three low-rate kinds for the admission gate (docs/operator.md). A malformed watch "
+    "line, a watch answered 410 or an object nested too deep fails one kopf watch, never the process: it lists "
+    "again. kopf writes nothing to Sextant's objects.")
 
 
 def _operator_flags(op: argparse.ArgumentParser) -> None:
@@ -102,10 +103,10 @@ def _operator_flags(op: argparse.ArgumentParser) -> None:
     op.add_argument("--leader-election-lease-duration", default="15s", help="default 15s")
     op.add_argument("--leader-election-renew-deadline", default="10s", help="default 10s")
     op.add_argument("--leader-election-retry-period", default="2s", help="default 2s")
-    op.add_argument("--kopf-watches", action="store_true",
-                    help="also watch Queues, Handlers and Schedules with kopf's on.event handlers (experimental: "
-                         "kopf ends the process on a malformed watch line, a watch answered 410 or an object nested "
-                         "beyond the json module's reach; see docs/operator.md)")
+    op.add_argument("--kopf-watches", action=argparse.BooleanOptionalAction, default=True,
+                    help="kopf's handlers watch Queues, Handlers and Schedules beside their informers (default); "
+                         "--no-kopf-watches leaves them to the informers alone, e.g. to spare kopf's CPU per event "
+                         "or to rule kopf out when debugging (docs/operator.md)")
     op.add_argument("--kopf-liveness", metavar="URL",
                     help="also serve kopf's liveness endpoint, with the probes ready and role, e.g. "
                          "http://0.0.0.0:8081/healthz (default: none; /healthz and /readyz are on --http-port)")

@@ -14,6 +14,10 @@ last applied for that object, whichever watch brought it first:
 
 resourceVersions are compared as integers (as the schedule controller does); one that is not an integer is
 "unknown" and never blocks a change.
+
+It also keeps the health of kopf's watches of the kind (one per watched namespace, or one cluster-wide), for
+readiness: a kopf watch is not live from its start, or from a failure (which kopfapp.py contains and turns into a
+fresh list), until its list is in.
 """
 
 from __future__ import annotations
@@ -52,6 +56,29 @@ class Feed:
         self._deleted_at: dict[Key, float] = {}
         self.applied = {"informer": 0, "kopf": 0}  # changes each watch brought first (tests, docs)
         self.skipped = 0
+        self._kopf: dict[str | None, str | None] = {}  # kopf's watch per namespace (None: cluster-wide) → why not live
+
+    # --- kopf's watches of the kind -------------------------------------------------------------------------
+    def kopf_started(self, namespace: str | None) -> None:
+        """kopf started a watch of the kind (in a namespace; None: cluster-wide): not live until it has listed.
+        Only started watches count: one kopf never starts (its CRD was unknown to kopf's discovery at start-up)
+        does not hold readiness down for ever; the informer carries the kind."""
+        self._kopf.setdefault(namespace, "its first list is not in")
+
+    def kopf_listed(self, namespace: str | None) -> None:
+        self._kopf[namespace] = None
+
+    def kopf_failed(self, namespace: str | None, why: str) -> None:
+        self._kopf[namespace] = why
+
+    @property
+    def healthy(self) -> bool:
+        """Every kopf watch of the kind is live (true when kopf watches none). The informer's health is its own."""
+        return all(why is None for why in self._kopf.values())
+
+    def unhealthy(self) -> dict[str | None, str]:
+        """kopf's watches of the kind that are not live, and why (for logs and tests)."""
+        return {ns: why for ns, why in self._kopf.items() if why is not None}
 
     def __call__(self, kind: str, obj: dict[str, Any]) -> None:
         """The informer's callback: raises when the controller's callback does (the informer isolates it)."""

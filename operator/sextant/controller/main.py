@@ -41,7 +41,8 @@ class Settings:
     http_max_in_flight: int = 100  # /v2 requests served at once; more are answered 429
     http_request_timeout: float = 30.0  # seconds a /v2 request may take; then 503
     leader_election: ElectionSettings | None = None  # None: this replica acts alone
-    kopf_watches: bool = False  # kopf's on.event handlers for Queue/Handler/Schedule as well (docs/operator.md)
+    kopf_watches: bool = True  # kopf's on.event handlers for Queue/Handler/Schedule, beside their informers
+                               # (docs/operator.md); False: the informers alone
     kopf_liveness: str | None = None  # kopf's liveness endpoint with its probes (ready, role), e.g. :8081/healthz
 
 
@@ -87,8 +88,9 @@ class Operator:
             return Informer(self.kube, path, on_change, name=name, label_selector=label_selector,
                             on_error=self._reporter(kind, api_version), on_reconnect=self._reconnected)
 
-        # The low-rate kinds reach the controllers through a Feed each: their informer, and with kopf_watches kopf's
-        # on.event handler too (kopfapp.py); each version is applied once, whichever watch brings it first.
+        # The low-rate kinds reach the controllers through a Feed each: their informer, and (unless kopf_watches is
+        # off) kopf's on.event handler too (kopfapp.py); each version is applied once, whichever watch brings it
+        # first. The Feed also holds the health of kopf's watches of its kind, for readiness.
         self.feeds = {"queues": Feed("queues", c.on_queue), "handlers": Feed("handlers", c.on_handler),
                       "schedules": Feed("schedules", self.schedules.on_schedule)}
         self.informers = [
@@ -146,7 +148,7 @@ class Operator:
     @property
     def ready(self) -> bool:
         return (self.jobs.started.is_set() and self.schedules.started.is_set()
-                and all(i.healthy for i in self.informers))
+                and all(i.healthy for i in self.informers) and all(f.healthy for f in self.feeds.values()))
 
     def metrics(self) -> tuple[bytes, str]:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
