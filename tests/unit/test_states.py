@@ -18,6 +18,8 @@ EXPECTED_MOVES = {
     (State.SCHEDULED, State.CANCELLED): "cancel a scheduled job",
     (State.QUEUED, State.RUNNING): "a worker leases it",
     (State.QUEUED, State.CANCELLED): "cancel a queued job",
+    (State.QUEUED, State.FAILED): "its attempt's pod did not start within startTimeout",
+    (State.QUEUED, State.DEAD): "the same, on the last attempt",
     (State.RUNNING, State.SUCCEEDED): "the handler returns",
     (State.RUNNING, State.FAILED): "the handler throws, times out, or the lease expires",
     (State.RUNNING, State.DEAD): "the last attempt fails",

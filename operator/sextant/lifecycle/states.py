@@ -21,7 +21,10 @@ RETRYABLE = frozenset({FAILED, DEAD})
 ALLOWED: dict[State | None, frozenset[State]] = {
     None: frozenset({SCHEDULED, QUEUED, CANCELLED}),
     SCHEDULED: frozenset({QUEUED, CANCELLED}),
-    QUEUED: frozenset({RUNNING, CANCELLED}),
+    # failed/dead without running: the attempt's pod never started its handler (startTimeout: unschedulable, an
+    # image that cannot be pulled). No worker took the job, yet the attempt counts, so that a pod that can never
+    # start ends the job dead instead of holding a slot for ever.
+    QUEUED: frozenset({RUNNING, CANCELLED, FAILED, DEAD}),
     RUNNING: frozenset({SUCCEEDED, FAILED, DEAD, CANCELLED}),
     FAILED: frozenset({QUEUED, DEAD, CANCELLED}),  # dead: the queue's maxAttempts was lowered meanwhile
     DEAD: frozenset({QUEUED}),
