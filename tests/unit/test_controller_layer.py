@@ -666,3 +666,33 @@ async def test_a_workers_slot_picked_for_a_job_is_given_back_when_the_assigning_
     await controller.reconcile((NS, "job-w"))
     assert api.objects[f"{JOBS}/job-w"]["status"]["worker"] == "w1"
     assert controller.slots.busy(NS) == {"w1": 1}
+
+
+async def test_regaining_leadership_keeps_the_reservation_of_a_reconcile_still_running():
+    """Deposed and leading again while a reconcile waits on its pod create: that grant stays counted until the
+    reconcile ends, so no second job gets the queue's only slot meanwhile."""
+    clock = Clock()
+    api = JobsApi(clock)
+    api.job("job-a")
+    controller = job_controller(api, clock)
+    answer, create = asyncio.Event(), api.create
+
+    async def slow_create(path: str, body: dict[str, Any]) -> dict[str, Any]:
+        await answer.wait()
+        return await create(path, body)
+
+    api.create = slow_create
+    clock.to(0.1)
+    running = asyncio.create_task(controller.reconcile((NS, "job-a")))
+    await _until(lambda: controller.slots.reserved((NS, "job-a")))
+    urgent = copy.deepcopy(api.job("job-b"))  # more urgent: first in line, were the slot free
+    urgent["spec"]["priority"] = 9
+    controller.on_job("add", urgent)
+    controller.leading.clear()
+    controller.leading.set()
+    controller.resync()
+    controller.slots.pump((NS, QUEUE))
+    assert controller.slots.reserved((NS, "job-a")) and not controller.slots.reserved((NS, "job-b"))
+    answer.set()
+    await running
+    assert controller.slots.holds((NS, "job-a")) and controller.slots.holders((NS, QUEUE)) == 1

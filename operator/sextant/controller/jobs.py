@@ -83,6 +83,7 @@ class JobController:
         # scheduler is behind (0: no limit). A job it grants a slot is reconciled to act on it.
         self.slots = Slots(view, timers, now, pending_limit=pending_pods or None, granted=self.queue.add,
                            active=lambda: self.started.is_set() and self.leading.is_set())
+        self._acting: set[Key] = set()  # jobs being reconciled now: their reservations are theirs to give back
         # The Queues' status (their live numbers): the leader writes it, through the same fenced client.
         self.queue_status = QueueStatusWriter(kube, view, timers, now, self.leading, in_line=self.slots.in_line)
 
@@ -185,7 +186,7 @@ class JobController:
     def resync(self) -> None:
         """Start from the whole view: at start, and when this replica becomes the leader. A job that fails here is
         reconciled (and so reported, and retried with its backoff) instead of stopping the others."""
-        self.slots.drop_reservations()
+        self.slots.drop_reservations(keep=self._acting)
         for key in list(self.view.jobs):  # slots first: nothing is admitted before every holder is counted
             try:
                 self.slots.update(key, pump=False)
@@ -213,9 +214,11 @@ class JobController:
             self.events.record({"apiVersion": API_VERSION, "kind": "Job", **raw}, event)
 
     async def reconcile(self, key: Key) -> None:
+        self._acting.add(key)
         try:
             await self._reconcile(key)
         finally:
+            self._acting.discard(key)
             # Whatever the path (acted, refused, conflict, error, deposed): a slot or worker reserved for the job,
             # by this reconcile or a pump (by a standby, say), is given back; its pod or status holds it now.
             self.slots.release(key)

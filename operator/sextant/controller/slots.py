@@ -8,8 +8,8 @@ re-derived from the objects, so the counts are rebuilt from the cluster on start
 A slot holder is a job that is running, has a pod still alive, or has just been granted a slot (reserved) and is
 starting its pod or being assigned to a worker. A reservation lasts from the grant until the reconcile that acts on
 it ends (`release`, on every path): by then the pod or the assigning status write is in the View and holds the
-slot by itself. Only the leader grants, and it drops every reservation when it starts to lead (a deposed
-reconcile's writes were refused). The worker-mode counterpart: a worker's slot is held from the moment it is picked until that
+slot by itself. Only the leader grants, and when it starts to lead it drops the reservations no running
+reconcile of it holds (made before it was deposed). The worker-mode counterpart: a worker's slot is held from the moment it is picked until that
 status write is in the View (then the job's status.worker counts it), so two reconciles at once never give one
 worker more jobs than it has slots.
 
@@ -27,7 +27,7 @@ from __future__ import annotations
 import enum
 import heapq
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
@@ -307,10 +307,10 @@ class Slots:
         if queue is not None and self._hold(job, queue, Standing(False, Placement.BOUND)) and pump:
             self.pump(queue)
 
-    def drop_reservations(self) -> None:
-        """This replica starts to lead: no reconcile of it acts on a grant made before (a deposed reconcile's writes
-        were refused), so every slot is counted from the objects alone and the line decides again."""
-        for job in list(self._reserved):
+    def drop_reservations(self, keep: Collection[Key] = ()) -> None:
+        """This replica starts to lead: grants made before it was deposed (by pumps, for reconciles that have not
+        run) are dropped, so the line decides again; those of reconciles still running (`keep`) end with them."""
+        for job in [job for job in self._reserved if job not in keep]:
             self.release(job)
             self.update(job, pump=False)
 
