@@ -329,6 +329,7 @@ def test_no_pending_limit_grants_up_to_the_concurrency():
     for key in c.granted:
         c.started(key, unschedulable=True)
     assert len(c.granted) == 4 and c.slots.holders(Q) == 4 and not c.slots.full(Q)
+    assert len(c.timers) == 0  # no gate: no wake-ups either
 
 
 # ================================================================ worker slots

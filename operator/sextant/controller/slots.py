@@ -222,7 +222,7 @@ class Slots:
             self._behind[previous].discard(job)
             del self._holder_queue[job]
         late = False
-        if unbound:
+        if unbound and self.pending_limit is not None:  # without a limit there is no gate to close
             now = self.now()
             since = self._since.get(job)
             if since is None:
