@@ -431,3 +431,268 @@ async def test_the_schedule_wakes_when_one_of_its_jobs_finishes_or_goes_not_for_
     controller.queue.done(key)
     controller.view.delete_job(job)
     assert len(controller.queue) == 1 and controller.jobs_of(key) == []
+
+
+# ================================================================ the job controller, on an API double
+# Only its ordering, adoption and fencing rules, and that a slot reserved for a job is given back on every path.
+QUEUE, POD_HANDLER, WORK_HANDLER = "emails", "send", "work"
+PODS = f"/api/v1/namespaces/{NS}/pods"
+
+
+class JobsApi(FakeApi):
+    """FakeApi with pods, a log of writes in order, refusals on demand, and the write fence: while `leader` is False
+    every write raises NotLeader before it is sent, as the fenced client does (controller/leader.py)."""
+
+    def __init__(self, clock: Clock) -> None:
+        super().__init__(clock)
+        self.leader = True
+        self.writes: list[tuple[str, str]] = []  # (verb, name) of every write that landed, in order
+        self.refuse_pods: int | None = None  # answer pod creates with this status
+        self.fail_pods: Exception | None = None  # or raise this (a defect, a dropped connection)
+
+    def _fence(self, verb: str, path: str) -> None:
+        if not self.leader:
+            raise NotLeader(verb, path)
+
+    async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        self._fence("POST", path)
+        if path == PODS and self.fail_pods is not None:
+            raise self.fail_pods
+        if path == PODS and self.refuse_pods is not None:
+            raise ApiError(self.refuse_pods, {"reason": "Forbidden", "message": "exceeded quota"}, "POST", path)
+        created = await super().create(path, body)
+        self.writes.append(("create", body["metadata"]["name"]))
+        return created
+
+    async def replace_status(self, path: str, obj: dict[str, Any], status: dict[str, Any]) -> dict[str, Any] | None:
+        self._fence("PUT", path)
+        updated = await super().replace_status(path, obj, status)
+        if updated is not None:
+            self.writes.append(("status", obj["metadata"]["name"]))
+        return updated
+
+    async def merge_patch(self, path: str, body: dict[str, Any], *, retry: bool = True) -> dict[str, Any]:
+        self._fence("PATCH", path)
+        return await super().merge_patch(path, body, retry=retry)
+
+    async def delete(self, path: str, grace_seconds: int | None = None,
+                     preconditions: dict[str, str] | None = None) -> dict[str, Any]:
+        self._fence("DELETE", path)
+        return await super().delete(path, grace_seconds, preconditions)
+
+    def job(self, name: str, handler: str = POD_HANDLER, **status: Any) -> dict[str, Any]:
+        return self.put(f"{JOBS}/{name}", {"apiVersion": "sextant.dev/v1alpha1", "kind": "Job",
+                                           "metadata": {"name": name, "namespace": NS},
+                                           "spec": {"queue": QUEUE, "handler": handler}, "status": status})
+
+    def pod(self, name: str) -> dict[str, Any] | None:
+        return copy.deepcopy(self.objects.get(f"{PODS}/{name}"))
+
+    def start_pod(self, name: str) -> dict[str, Any]:
+        """The kubelet started the pod's handler container."""
+        pod = self.objects[f"{PODS}/{name}"]
+        pod["spec"]["nodeName"] = "node-1"
+        pod["status"] = {"phase": "Running", "containerStatuses": [
+            {"name": "handler", "state": {"running": {"startedAt": format_time(self.clock())}}}]}
+        return self.put(f"{PODS}/{name}", pod)
+
+
+def job_controller(api: JobsApi, clock: Clock, concurrency: int = 1) -> Any:
+    """A fresh operator over the API double's objects (as its informers' first lists fill its view), started."""
+    from sextant.controller.jobs import JobController
+
+    controller = JobController(api, View(now=clock), NoEvents(), Timers(clock), workers=1, pending_pods=200,
+                               now=clock)
+    controller.on_queue("upsert", {"metadata": {"name": QUEUE, "namespace": NS, "generation": 1},
+                                   "spec": {"concurrency": concurrency}})
+    controller.on_handler("upsert", {"metadata": {"name": POD_HANDLER, "namespace": NS}, "spec": {"template": {
+        "spec": {"containers": [{"name": "handler", "image": "registry.example/h:1"}]}}}})
+    controller.on_handler("upsert", {"metadata": {"name": WORK_HANDLER, "namespace": NS}, "spec": {"worker": {}}})
+    for path, obj in list(api.objects.items()):
+        (controller.on_pod if path.startswith(PODS) else controller.on_job)("upsert", copy.deepcopy(obj))
+    controller._start()
+    controller.started.set()
+    return controller
+
+
+def pod_of(name: str) -> str:
+    from sextant.lifecycle.transitions import pod_name
+
+    return pod_name(name, 1)
+
+
+async def test_the_attempts_pod_is_created_before_the_status_records_it():
+    clock = Clock()
+    api = JobsApi(clock)
+    api.job("job-a")
+    controller = job_controller(api, clock)
+    clock.to(0.1)
+    await controller.reconcile((NS, "job-a"))
+    assert api.writes == [("create", pod_of("job-a"))]  # admission writes nothing: the pod is its record
+    clock.to(1)
+    controller.on_pod("modify", api.start_pod(pod_of("job-a")))
+    await controller.reconcile((NS, "job-a"))
+    assert api.writes == [("create", pod_of("job-a")), ("status", "job-a")]
+    assert api.objects[f"{JOBS}/job-a"]["status"]["state"] == "running"
+
+
+async def test_a_restarted_operator_adopts_its_own_pod_on_already_exists_and_never_makes_a_second():
+    clock = Clock()
+    api = JobsApi(clock)
+    api.job("job-a")
+    first = job_controller(api, clock)
+    clock.to(0.1)
+    await first.reconcile((NS, "job-a"))
+    # The operator stops before the watch showed the pod; the next starts from a list that misses it (a relist
+    # racing the create): its reconcile tries the same name again.
+    mine = api.objects.pop(f"{PODS}/{pod_of('job-a')}")
+    second = job_controller(api, clock)
+    api.objects[f"{PODS}/{pod_of('job-a')}"] = mine
+    clock.to(1)
+    await second.reconcile((NS, "job-a"))
+    assert [w for w in api.writes if w[0] == "create"] == [("create", pod_of("job-a"))]  # 409, then adopted
+    assert list(second.view.pods_of((NS, "job-a"))) == [1]
+    assert second.slots.holders((NS, QUEUE)) == 1 and not second.slots.reserved((NS, "job-a"))
+
+
+async def test_a_pod_of_that_name_that_is_not_the_jobs_is_never_adopted():
+    clock = Clock()
+    api = JobsApi(clock)
+    api.job("job-a")
+    api.put(f"{PODS}/{pod_of('job-a')}", {"metadata": {"name": pod_of("job-a"), "namespace": NS}, "spec": {}})
+    controller = job_controller(api, clock)
+    controller.view.pods.clear()  # not an attempt's pod by its labels: the view never shows it anyway
+    clock.to(0.1)
+    await controller.reconcile((NS, "job-a"))
+    assert controller.view.pods_of((NS, "job-a")) == {}
+    assert "PodNameTaken" in [e.reason for e in controller.events.recorded]
+    assert not controller.slots.holds((NS, "job-a"))
+
+
+async def test_a_deposed_leaders_writes_are_refused_and_its_key_waits_for_the_next_leader():
+    clock = Clock()
+    api = JobsApi(clock)
+    api.job("job-a")
+    api.job("job-b")
+    controller = job_controller(api, clock)
+    api.leader = False  # another replica took the Lease; this one has not noticed yet
+    clock.to(0.1)
+    key = await controller.queue.get()
+    await controller.runtime.process(key)
+    assert api.writes == [] and api.pod(pod_of(key[1])) is None
+    assert key in controller.queue._dirty  # put back for the next leader (maybe this replica again)
+    assert not controller.slots.holds(key)
+    controller.leading.clear()  # it notices: a standby now, it grants nothing
+    controller.on_job("modify", api.put(f"{JOBS}/job-c", {"metadata": {"name": "job-c", "namespace": NS},
+                                                          "spec": {"queue": QUEUE, "handler": POD_HANDLER}}))
+    assert not controller.slots.reserved((NS, "job-c"))
+    api.leader = True  # and later leads again (controller/main.py: leading set, then resync)
+    controller.leading.set()
+    controller.resync()
+    while len(controller.queue):
+        key = await controller.queue.get()
+        await controller.runtime.process(key)
+    assert [w for w in api.writes if w[0] == "create"] == [("create", pod_of("job-a"))]  # concurrency 1, in order
+
+
+class Boom(Exception):
+    pass
+
+
+@pytest.mark.parametrize("path", ["created", "refused", "name taken", "deposed", "defect", "gone", "cancelled",
+                                  "settled", "invalid"])
+async def test_a_slot_reserved_for_a_job_is_given_back_on_every_path(path):
+    clock = Clock()
+    api = JobsApi(clock)
+    api.job("job-a")
+    api.job("job-b")
+    controller = job_controller(api, clock)
+    key, queue = (NS, "job-a"), (NS, QUEUE)
+    controller.slots.pump(queue)  # a pump (another job's event, or a standby's) granted job-a its slot
+    assert controller.slots.reserved(key) and controller.slots.holders(queue) == 1
+    raw = controller.view.jobs[key]
+    if path == "refused":
+        api.refuse_pods = 403
+    elif path == "name taken":
+        api.put(f"{PODS}/{pod_of('job-a')}", {"metadata": {"name": pod_of("job-a"), "namespace": NS}, "spec": {}})
+    elif path == "deposed":
+        api.leader = False
+    elif path == "defect":
+        api.fail_pods = Boom("a defect")
+    elif path == "gone":
+        controller.on_job("delete", raw)
+    elif path in ("cancelled", "settled", "invalid"):
+        status = {"cancelled": {"state": "queued"}, "settled": {"state": "cancelled", "observedGeneration": 1},
+                  "invalid": {"state": "queued"}}[path]
+        spec = {"queue": QUEUE, "handler": POD_HANDLER, **({"cancel": True} if path == "cancelled" else {}),
+                **({"priority": "high"} if path == "invalid" else {})}
+        changed = api.put(f"{JOBS}/job-a", {**copy.deepcopy(api.objects[f"{JOBS}/job-a"]), "spec": spec,
+                                            "status": status})
+        controller.on_job("modify", changed)
+    clock.to(0.1)
+    try:
+        await controller.reconcile(key)
+    except (NotLeader, Boom):
+        assert path in ("deposed", "defect")
+    assert not controller.slots.reserved(key)
+    stored = api.objects.get(f"{JOBS}/job-a", {}).get("status", {})
+    if path == "cancelled":
+        assert stored["state"] == "cancelled"
+    if path == "invalid":
+        assert [c["status"] for c in stored["conditions"] if c["type"] == "Invalid"] == ["True"]
+    holds = path == "created"  # its pod holds the slot now; on every other path nothing does
+    assert controller.slots.holds(key) == holds and controller.slots.holders(queue) == 1
+    assert (api.pod(pod_of("job-a")) is not None) == (path in ("created", "name taken"))
+    if not holds:  # the slot went to the next in line at once, to be reconciled
+        assert controller.slots.reserved((NS, "job-b")) and (NS, "job-b") in controller.queue._dirty
+
+
+async def test_a_workers_slot_picked_for_a_job_is_given_back_when_the_assigning_write_loses_a_conflict():
+    clock = Clock()
+    api = JobsApi(clock)
+    api.job("job-w", handler=WORK_HANDLER)
+    controller = job_controller(api, clock, concurrency=5)
+    controller.on_worker("upsert", {"metadata": {"name": "sextant-worker-w1", "namespace": NS, "labels": {
+        "sextant.dev/worker": "w1"}, "annotations": {"sextant.dev/queues": QUEUE, "sextant.dev/handlers": WORK_HANDLER,
+                                                     "sextant.dev/slots": "1"}},
+        "spec": {"holderIdentity": "w1/1", "renewTime": format_time(clock(), precise=True),
+                 "leaseDurationSeconds": 30}})
+    assert controller.view.workers[NS], "the worker's Lease is read"
+    clock.to(0.1)
+    api.lose_status_writes = True  # someone else changed the job meanwhile: the PUT meets a 409
+    await controller.reconcile((NS, "job-w"))
+    assert controller.slots.busy(NS) == {"w1": 0} and controller.slots.worker_of((NS, "job-w")) is None
+    api.lose_status_writes = False
+    await controller.reconcile((NS, "job-w"))
+    assert api.objects[f"{JOBS}/job-w"]["status"]["worker"] == "w1"
+    assert controller.slots.busy(NS) == {"w1": 1}
+
+
+async def test_regaining_leadership_keeps_the_reservation_of_a_reconcile_still_running():
+    """Deposed and leading again while a reconcile waits on its pod create: that grant stays counted until the
+    reconcile ends, so no second job gets the queue's only slot meanwhile."""
+    clock = Clock()
+    api = JobsApi(clock)
+    api.job("job-a")
+    controller = job_controller(api, clock)
+    answer, create = asyncio.Event(), api.create
+
+    async def slow_create(path: str, body: dict[str, Any]) -> dict[str, Any]:
+        await answer.wait()
+        return await create(path, body)
+
+    api.create = slow_create
+    clock.to(0.1)
+    running = asyncio.create_task(controller.reconcile((NS, "job-a")))
+    await _until(lambda: controller.slots.reserved((NS, "job-a")))
+    urgent = copy.deepcopy(api.job("job-b"))  # more urgent: first in line, were the slot free
+    urgent["spec"]["priority"] = 9
+    controller.on_job("add", urgent)
+    controller.leading.clear()
+    controller.leading.set()
+    controller.resync()
+    controller.slots.pump((NS, QUEUE))
+    assert controller.slots.reserved((NS, "job-a")) and not controller.slots.reserved((NS, "job-b"))
+    answer.set()
+    await running
+    assert controller.slots.holds((NS, "job-a")) and controller.slots.holders((NS, QUEUE)) == 1

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from sextant import jsontext
 from sextant.controller.informer import Informer
 from sextant.controller.invalid import COND_INVALID, invalid_conditions
-from sextant.controller.jobs import _line_position
+from sextant.controller.slots import line_position
 from sextant.controller.main import supervise
 from sextant.controller.view import InvalidJob, View
 from sextant.controller.workqueue import RETRY_CAP, Backoff, WorkQueue, describe, failed
@@ -303,7 +303,7 @@ def test_a_job_that_cannot_be_read_is_invalid_naming_the_field(spec_, status, fi
     assert str(caught.value).startswith(field), str(caught.value)
     view = View()
     assert view.upsert_job(raw)  # taking it in never fails
-    assert _line_position(raw) is None or spec_.get("runAt") is None
+    assert line_position(raw) is None or spec_.get("runAt") is None
 
 
 def test_the_invalid_condition_is_written_once_and_keeps_the_others():

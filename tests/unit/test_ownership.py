@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from _builders import at, handler, queue
-from sextant.controller.admission import Placement
+from sextant.controller.slots import Placement, standing
 from sextant.controller.pods import LABEL_JOB, LABEL_RUN
 from sextant.controller.view import View
 from sextant.lifecycle import transitions as T
@@ -82,8 +82,8 @@ def test_a_pod_that_is_not_the_jobs_is_not_its_attempt(foreign):
     raw = view.jobs[KEY]
     assert view.pods_of(KEY) == {}
     assert not view.has_strays(KEY, raw)  # so never adopted, nor force-deleted as a stray
-    assert not view.holds_slot(KEY)  # nor holding the queue's slot
-    assert view.placement(KEY) is Placement.BOUND
+    seen = standing(False, view.pods_of(KEY).values())
+    assert not seen.holds and seen.placement is Placement.BOUND  # nor holding the queue's slot
     assert view.observations(KEY, View.snapshot(KEY, raw)).pods == ()
 
 
@@ -92,7 +92,8 @@ def test_the_jobs_own_pod_counts_even_when_seen_before_the_job():
     view.upsert_pod(pod(1))  # a relist may deliver pods first
     assert view.pods_of(KEY) == {}
     view.upsert_job(job("queued"))
-    assert list(view.pods_of(KEY)) == [1] and view.has_strays(KEY, view.jobs[KEY]) and view.holds_slot(KEY)
+    assert list(view.pods_of(KEY)) == [1] and view.has_strays(KEY, view.jobs[KEY])
+    assert standing(False, view.pods_of(KEY).values()).holds
 
 
 def test_a_foreign_pod_never_replaces_the_attempts_own_pod():

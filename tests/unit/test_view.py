@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sextant.controller.admission import Placement
+from sextant.controller.slots import Placement, standing
 from sextant.controller.pods import LABEL_JOB, LABEL_RUN
 from sextant.controller.view import View, is_slim, settled, slim, state_of
 from sextant.resources.job import State
@@ -130,14 +130,15 @@ def test_placement_reads_the_schedulers_verdict(node, unschedulable, expected):
     view = View()
     view.upsert_job(job("running"))
     view.upsert_pod(scheduled(pod("job-a", 2), node, unschedulable))
-    assert view.placement(("shop", "job-a")) is expected
+    assert standing(True, view.pods_of(("shop", "job-a")).values()).placement is expected
 
 
 def test_a_job_without_live_pods_waits_for_no_node():
     view = View()
     view.upsert_job(job("succeeded"))
     view.upsert_pod(pod("job-a", 2))  # Succeeded, never bound (as a pod can fail admission)
-    assert view.placement(("shop", "job-a")) is Placement.BOUND
+    seen = standing(False, view.pods_of(("shop", "job-a")).values())
+    assert not seen.holds and seen.placement is Placement.BOUND
 
 
 def test_of_two_jobs_created_in_the_same_second_the_one_already_run_keeps_its_key():

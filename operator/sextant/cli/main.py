@@ -79,9 +79,9 @@ def _operator_flags(op: argparse.ArgumentParser) -> None:
     op.add_argument("--watch-namespace", action="append", help="watch only this namespace (repeatable)")
     op.add_argument("--workers", type=int, default=64, help="parallel reconciles (default 64)")
     op.add_argument("--max-pending-pods", type=int, default=200,
-                    help="once the scheduler finds no node for a queue's pods (a full cluster), at most this "
-                         "many of them wait for a node; the rest of the queue waits queued, in priority order "
-                         "(default 200; 0: no limit)")
+                    help="while the scheduler is behind (it finds no node for one of a queue's pods, or one stays "
+                         "unbound over 2 s), at most this many of the queue's pods wait for a node; the rest of the "
+                         "queue waits queued, in priority order (default 200; 0: no limit)")
     op.add_argument("--no-events", action="store_true", help="post no Kubernetes Events")
     op.add_argument("--log-level", default="warning", help="debug, info, warning (default) or error")
     op.add_argument("--http-port", type=int, default=8080,

@@ -19,19 +19,18 @@ from ..lifecycle import transitions as T
 from ..lifecycle import workers as W
 from ..lifecycle.states import FINISHED
 from ..resources import API_VERSION, GROUP, VERSION, contract
-from ..resources.job import JobStatus, State
+from ..resources.job import JobStatus
 from ..resources.queue import QueueSpec
 from ..resources.common import parse_time
-from .admission import Admission
 from .events import EventRecorder
 from .informer import Key, key_of
 from .invalid import COND_INVALID, invalid_conditions, read_spec
 from ..kube import ApiError, Kube
 from .pods import build_pod, controller_uid
 from .queuestatus import QueueStatusWriter
+from .slots import Slots
 from .timers import Timers
-from .view import InvalidJob, View, assigned_worker, is_slim, settled, state_of
-from .workers import Assignments
+from .view import InvalidJob, View, is_slim, settled, state_of
 from .runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -39,22 +38,6 @@ log = logging.getLogger(__name__)
 RETRY_AFTER_ERROR = timedelta(seconds=5)  # a pod that could not be created: try again this soon
 
 JOBS = f"/apis/{GROUP}/{VERSION}/jobs"
-
-
-def _line_position(raw: dict[str, Any]) -> datetime | None:
-    """When the job became runnable, as lifecycle.transitions records it in status.queuedAt; None when a time
-    cannot be read (the reconcile then holds the job as Invalid)."""
-    status, spec = raw.get("status") or {}, raw.get("spec") or {}
-    try:
-        if status.get("state") == "queued" and status.get("queuedAt"):
-            return parse_time(status["queuedAt"])
-        created = parse_time(raw["metadata"]["creationTimestamp"])
-        run_at = parse_time(spec.get("runAt"))
-    except (ValueError, KeyError):
-        return None
-    if created is None:
-        return None
-    return max(created, run_at) if run_at else created
 
 
 def _same_offer(before: W.WorkerLease, after: W.WorkerLease, now: datetime) -> bool:
@@ -91,40 +74,34 @@ class JobController:
         self.view = view
         self.events = events
         self.now = now
-        self.admission = Admission()
-        self.assignments = Assignments(view)
         self.timers = timers
-        self.pending_pods = pending_pods or None  # per queue: attempt pods waiting for a node (None: no limit)
         self.runtime = Runtime("job", self.reconcile, workers=workers, log=log, report=lambda key, message: self._report(
             key, T.Event("ReconcileFailed", f"the operator failed to reconcile this job: {message}", "Warning")))
         self.queue, self.started = self.runtime.queue, self.runtime.started
         self.leading = self.runtime.leading  # only the leader reconciles; set at once without leader election
+        # Admission: who holds a slot, who is next; pending_pods per queue limits pods waiting for a node while the
+        # scheduler is behind (0: no limit). A job it grants a slot is reconciled to act on it.
+        self.slots = Slots(view, timers, now, pending_limit=pending_pods or None, granted=self.queue.add,
+                           active=lambda: self.started.is_set() and self.leading.is_set())
+        self._acting: set[Key] = set()  # jobs being reconciled now: their reservations are theirs to give back
         # The Queues' status (their live numbers): the leader writes it, through the same fenced client.
-        self.queue_status = QueueStatusWriter(kube, view, timers, now, self.leading, in_line=self.admission.in_line)
+        self.queue_status = QueueStatusWriter(kube, view, timers, now, self.leading, in_line=self.slots.in_line)
 
     # --- informer callbacks ---------------------------------------------------------------------------------
     def on_job(self, kind: str, obj: dict[str, Any]) -> None:
         if kind == "delete":
-            worker = assigned_worker(self.view.jobs.get(key_of(obj)) or {})
             key = self.view.delete_job(obj)
-            if worker:
-                self._pump_worker(key[0], worker)
-        elif self._store(obj):
+        elif self.view.upsert_job(obj):
             key = key_of(obj)
-            self._line_up(key)
+            self.slots.line_up(key)
         else:
             return
         self._touch(key)
 
-    def _store(self, raw: dict[str, Any]) -> bool:
-        """upsert_job, and when that frees a worker's slot, offer it to every queue the worker serves."""
-        key = key_of(raw)
-        before = assigned_worker(self.view.jobs.get(key) or {})
-        if not self.view.upsert_job(raw):
-            return False
-        if before and before != assigned_worker(self.view.jobs.get(key) or {}):
-            self._pump_worker(key[0], before)
-        return True
+    def _store(self, raw: dict[str, Any]) -> None:
+        """Our own write's response: into the view (unless the watch already brought newer), and to the slots."""
+        if self.view.upsert_job(raw):
+            self.slots.update(key_of(raw))
 
     def on_worker(self, kind: str, obj: dict[str, Any]) -> None:
         """A worker's registration Lease changed (docs/workers.md §1)."""
@@ -139,29 +116,14 @@ class JobController:
         now = self.now()
         if before is not None and after is not None and _same_offer(before, after, now):
             return  # a renewal: the attempts' timers already know when its lease would expire
-        for job in list(self.view.assigned.get(key, ())):  # a restart (new incarnation) or a lost lease
+        for job in list(self.slots.claims(key)):  # a restart (new incarnation) or a lost lease
             self._touch(job)
         for lease in (before, after):
             for handler in (lease.handlers if lease else ()):
                 for job in list(self.view.unfinished_by_handler.get((ns, handler), ())):
-                    self._line_up(job)
+                    self.slots.line_up(job)
                     self._touch(job)  # NoWorker comes or goes
-        self._pump_worker(ns, name)
-
-    def _pump_worker(self, ns: str, worker: str) -> None:
-        lease = self.view.workers.get(ns, {}).get(worker)
-        if lease is not None and self.started.is_set():
-            for queue in lease.queues:
-                self._pump((ns, queue))
-
-    def _startable(self, job: Key) -> bool:
-        """A pod-mode job can always start once it has a slot; a worker-mode job needs a worker with room."""
-        raw = self.view.jobs.get(job)
-        spec = (raw or {}).get("spec") or {}
-        handler = self.view.handlers.get((job[0], spec.get("handler", "")))
-        if handler is None or not handler.on_workers:
-            return True
-        return self.assignments.reserve(job, spec.get("queue", ""), spec.get("handler", ""), self.now())
+        self.slots.pump_worker(key)
 
     def on_pod(self, kind: str, obj: dict[str, Any]) -> None:
         job = self.view.delete_pod(obj) if kind == "delete" else self.view.upsert_pod(obj)
@@ -184,10 +146,10 @@ class JobController:
                 return  # only its status changed (our own numbers): nothing for its jobs
             self.view.queues[key] = spec
         for job in list(self.view.unfinished_by_queue.get(key, ())):
-            self._line_up(job)
+            self.slots.line_up(job)
             self._touch(job)
         if kind != "delete" and self.started.is_set():
-            self._pump(key)
+            self.slots.pump(key)
             for job_key, raw in self.view.jobs.items():  # retention may have changed (rare: a scan is fine)
                 if job_key[0] == key[0] and (raw.get("spec") or {}).get("queue") == key[1]:
                     self.schedule_retention(job_key)
@@ -201,54 +163,14 @@ class JobController:
         else:
             self.view.handlers[key] = read_spec(HandlerSpec, obj)
         for job in list(self.view.unfinished_by_handler.get(key, ())):
-            self._line_up(job)
+            self.slots.line_up(job)
             self._touch(job)
 
     def _touch(self, key: Key) -> None:
-        """A job or its pods changed: refresh its slot, and reconcile it (once the view is complete)."""
-        self._refresh_slot(key)
+        """A job or its pods changed: tell the slots, and reconcile it (once the view is complete)."""
+        self.slots.update(key)
         if self.started.is_set():
             self.queue.add(key)
-
-    def _line_up(self, key: Key) -> None:
-        """Put a runnable job in its queue's line as soon as it is seen, before any reconcile takes a slot:
-        jobs that become runnable together (a burst, a Handler that appears, a restart) are then admitted by
-        priority and age, not in whatever order their reconciles happen to run. The reconcile confirms it."""
-        raw = self.view.jobs.get(key)
-        if raw is None or state_of(raw) not in (None, State.QUEUED):
-            return
-        spec = raw.get("spec") or {}
-        ns = key[0]
-        if (ns, spec.get("queue")) not in self.view.queues or (ns, spec.get("handler")) not in self.view.handlers:
-            return
-        if any(p.alive for p in self.view.pods_of(key).values()):
-            return
-        position, priority = _line_position(raw), spec.get("priority", 0)
-        if position is None or not isinstance(priority, int):
-            return  # unreadable: the reconcile says why, and never admits it
-        self.admission.offer(key, (ns, spec["queue"]), priority, position.timestamp(), self.view.seen[key])
-
-    def _queue_of(self, key: Key) -> Key | None:
-        raw = self.view.jobs.get(key)
-        return (key[0], (raw.get("spec") or {}).get("queue", "")) if raw else None
-
-    def _refresh_slot(self, key: Key) -> None:
-        queue = self._queue_of(key)
-        if queue is None:
-            if key not in self.view.pods:
-                self.admission.forget(key)
-                self.assignments.release(key)
-            return
-        if self.admission.hold(key, queue, self.view.holds_slot(key), self.view.placement(key)) \
-                and self.started.is_set():
-            self._pump(queue)
-
-    def _pump(self, queue: Key) -> None:
-        spec = self.view.queues.get(queue)
-        if spec is None:
-            return
-        for granted in self.admission.take(queue, spec.concurrency, self.pending_pods, self._startable):
-            self.queue.add(granted)
 
     # --- running --------------------------------------------------------------------------------------------
     async def run(self, synced: list[asyncio.Event]) -> None:
@@ -264,10 +186,11 @@ class JobController:
     def resync(self) -> None:
         """Start from the whole view: at start, and when this replica becomes the leader. A job that fails here is
         reconciled (and so reported, and retried with its backoff) instead of stopping the others."""
+        self.slots.drop_reservations(keep=self._acting)
         for key in list(self.view.jobs):  # slots first: nothing is admitted before every holder is counted
             try:
-                self._refresh_slot(key)
-                self._line_up(key)
+                self.slots.update(key, pump=False)
+                self.slots.line_up(key)
             except Exception:  # noqa: BLE001
                 log.exception("job %s/%s: cannot line it up", *key)
                 self.queue.add(key)
@@ -291,14 +214,23 @@ class JobController:
             self.events.record({"apiVersion": API_VERSION, "kind": "Job", **raw}, event)
 
     async def reconcile(self, key: Key) -> None:
+        self._acting.add(key)
+        try:
+            await self._reconcile(key)
+        finally:
+            self._acting.discard(key)
+            # Whatever the path (acted, refused, conflict, error, deposed): a slot or worker reserved for the job,
+            # by this reconcile or a pump (by a standby, say), is given back; its pod or status holds it now.
+            self.slots.release(key)
+            self.slots.update(key)
+
+    async def _reconcile(self, key: Key) -> None:
         raw = self.view.jobs.get(key)
         if raw is not None and is_slim(raw):
             if not self.view.has_strays(key, raw):
                 # Settled: the lifecycle rules have nothing left to decide (T.reconcile would change nothing);
-                # only retention runs. A slot reserved for it meanwhile (by a standby, say) is given back.
-                self.admission.withdraw(key)
-                self._release(key)
-                self._refresh_slot(key)
+                # only retention runs.
+                self.slots.withdraw(key)
                 self.timers.schedule(key, await self._retain(key, self.now()), self.queue.add)
                 return
             raw = await self._full(key, raw)
@@ -307,8 +239,7 @@ class JobController:
         except InvalidJob as exc:
             return await self._hold_invalid(key, raw, str(exc))
         if job is None:
-            self.admission.forget(key)
-            self.assignments.release(key)
+            self.slots.forget(key)
             self.timers.schedule(key, None, self.queue.add)
             return
         now = self.now()
@@ -319,39 +250,28 @@ class JobController:
         queue = (key[0], job.spec.queue)
         admissible = decision.wants_admission and obs.queue and obs.handler and not obs.alive_pods
         if admissible:
-            if key not in self.admission.reserved:
-                qtime = parse_time(decision.status.queued_at) or now
-                self.admission.offer(key, queue, job.spec.priority, qtime.timestamp(),
-                                     self.view.seen[key])  # a no-op when _line_up did it
-                for granted in self.admission.take(queue, obs.queue.concurrency, self.pending_pods,
-                                                   self._startable):
-                    if granted != key:
-                        self.queue.add(granted)
-            worker = self.assignments.holder(key) if obs.handler.on_workers else None
-            if key in self.admission.reserved and (worker is not None or not obs.handler.on_workers):
+            granted = self.slots.request(key, queue, job.spec.priority, parse_time(decision.status.queued_at) or now)
+            worker = self.slots.worker_of(key) if obs.handler.on_workers else None
+            if granted and (worker is not None or not obs.handler.on_workers):
                 snapshot = T.JobSnapshot(job.name, job.uid, job.generation, job.created_at, job.spec, decision.status)
                 started = T.admit(snapshot, obs, now, worker=worker)
                 started.events[:0] = decision.events
                 # Pod mode: a job first seen now is not written queued while its pod starts (3 writes per job).
                 decision = started if worker is not None else T.hold_first_write(job, started, now, now)
-            elif key not in self.admission.reserved:
+            elif not granted:
                 # In line for a slot: a job first seen now is not written queued if a slot comes soon (the take
                 # is then its first write: create, take, finish).
                 decision = T.hold_first_write(job, decision, parse_time(decision.status.queued_at) or now, now)
         else:
-            self.admission.withdraw(key)
+            self.slots.withdraw(key)
         retry = False
         try:
-            try:
-                applied = await self._apply(key, raw, job, decision)
-            except _PodNotCreated:
-                # Refused (quota, admission) or its name taken by someone else's pod: record what was decided
-                # without the slot (a new job is queued all the same), and try again soon.
-                decision, retry = before, True
-                applied = await self._apply(key, raw, job, decision)
-        finally:
-            self._release(key)
-            self._refresh_slot(key)
+            applied = await self._apply(key, raw, job, decision)
+        except _PodNotCreated:
+            # Refused (quota, admission) or its name taken by someone else's pod: record what was decided without
+            # the slot (a new job is queued all the same), and try again soon.
+            decision, retry = before, True
+            applied = await self._apply(key, raw, job, decision)
         wake = decision.wake_at
         if retry:
             wake = _earliest(wake, now + RETRY_AFTER_ERROR)
@@ -359,16 +279,11 @@ class JobController:
             wake = _earliest(wake, await self._retain(key, now))
         self.timers.schedule(key, wake, self.queue.add)
 
-    def _release(self, key: Key) -> None:
-        """The reservations of a reconcile end: the queue's slot and the worker's (the view counts them now)."""
-        self.admission.release(key)
-        self.assignments.release(key)
-
     async def _hold_invalid(self, key: Key, raw: dict[str, Any], message: str) -> None:
         """A job the lifecycle cannot read is never run: it holds (state unchanged, no slot, no wake-up) with the
         condition Invalid naming the fields, and a Warning Event when that is new. Only status.conditions is
         written, by a merge patch guarded by the resourceVersion, since the rest of the status may be unreadable."""
-        self.admission.forget(key)
+        self.slots.forget(key)
         self.timers.schedule(key, None, self.queue.add)
         status = raw.get("status") if isinstance(raw.get("status"), dict) else {}
         conditions = invalid_conditions(status.get("conditions"), message, self.now(), raw["metadata"].get("generation"))

@@ -33,7 +33,7 @@ log = logging.getLogger("sextant.operator")
 class Settings:
     namespaces: list[str] = field(default_factory=list)  # empty: all namespaces
     workers: int = 64  # an admission is 2 sequential writes; completions must not wait behind them
-    pending_pods: int = 200  # per queue, attempt pods waiting for a node (0: no limit); see admission.py
+    pending_pods: int = 200  # per queue, attempt pods waiting for a node (0: no limit); see slots.py
     events: bool = True
     http_host: str = "0.0.0.0"
     http_port: int | None = 8080  # health, readiness, metrics and the /v2 API; None: no server

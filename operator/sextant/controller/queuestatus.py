@@ -37,7 +37,7 @@ class QueueStatusWriter:
     def __init__(self, kube: Kube, view: View, timers: Timers, now: Callable[[], datetime], leading: asyncio.Event,
                  interval: timedelta = INTERVAL, in_line: Callable[[Key], bool] = lambda job: False) -> None:
         self.kube, self.view, self.timers, self.now, self.leading = kube, view, timers, now, leading
-        self.in_line = in_line  # the job waits in its queue's line (Admission.in_line)
+        self.in_line = in_line  # the job waits in its queue's line (Slots.in_line)
         self.interval = interval
         self.generation: dict[Key, int | None] = {}
         self.stored: dict[Key, dict[str, Any]] = {}  # each Queue's status as last seen (watch) or written

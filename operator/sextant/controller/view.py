@@ -23,7 +23,6 @@ from ..resources.common import parse_duration, parse_time, problems, time_or_non
 from ..resources.handler import HandlerSpec
 from ..resources.job import JobSpec, JobStatus, State
 from ..resources.queue import QueueSpec
-from .admission import Placement
 from .informer import Key, key_of
 from .pods import LABEL_JOB, LABEL_RUN, controller_uid, observe
 
@@ -128,12 +127,6 @@ def schedule_of(raw: dict[str, Any] | None) -> Key | None:
     return (meta.get("namespace", ""), name) if name else None
 
 
-def assigned_worker(raw: dict[str, Any]) -> str | None:
-    """The worker a running job is assigned to (status.worker), if any."""
-    status = raw.get("status") or {}
-    return status.get("worker") if status.get("state") == "running" else None
-
-
 def read_worker_lease(lease: dict[str, Any]) -> W.WorkerLease | None:
     """A worker's registration Lease (docs/workers.md §1); None when it is not one. Whatever is odd in it makes a
     worker that is not live rather than an error."""
@@ -215,9 +208,8 @@ class View:
         self.unfinished_by_queue: dict[Key, set[Key]] = defaultdict(set)
         self.unfinished_by_handler: dict[Key, set[Key]] = defaultdict(set)
         self.by_idempotency_key: dict[Key, dict[str, datetime]] = defaultdict(dict)  # (ns, key) → name → created
-        # Worker mode (docs/workers.md): the workers' Leases per namespace, and the jobs each worker runs now.
+        # Worker mode (docs/workers.md): the workers' Leases per namespace.
         self.workers: dict[str, dict[str, W.WorkerLease]] = defaultdict(dict)
-        self.assigned: dict[Key, set[Key]] = defaultdict(set)  # (namespace, worker) → its running jobs
         self.seen: dict[Key, int] = {}  # the order jobs were first seen in: creation order, from the watch
         self._seen_order = itertools.count()
         self._job_versions = Versions()
@@ -249,9 +241,6 @@ class View:
             spec = raw.get("spec") or {}
             self.unfinished_by_queue[(ns, spec.get("queue", ""))].add(key)
             self.unfinished_by_handler[(ns, spec.get("handler", ""))].add(key)
-            worker = assigned_worker(raw)
-            if worker:
-                self.assigned[(ns, worker)].add(key)
         return True
 
     def delete_job(self, raw: dict[str, Any]) -> Key:
@@ -289,13 +278,6 @@ class View:
         ns, spec = key[0], raw.get("spec") or {}
         self.unfinished_by_queue.get((ns, spec.get("queue", "")), set()).discard(key)
         self.unfinished_by_handler.get((ns, spec.get("handler", "")), set()).discard(key)
-        worker = assigned_worker(raw)
-        if worker:
-            jobs = self.assigned.get((ns, worker))
-            if jobs is not None:
-                jobs.discard(key)
-                if not jobs:
-                    del self.assigned[(ns, worker)]
 
     def upsert_pod(self, pod: dict[str, Any]) -> Key | None:
         """Store an attempt pod (unless a newer version is known); returns its job's key."""
@@ -375,10 +357,6 @@ class View:
         """The jobs labelled sextant.dev/schedule=NAME in the schedule's namespace (finished ones as slim copies)."""
         ns = schedule[0]
         return [self.jobs[(ns, name)] for name in self.by_schedule.get(schedule, ())]
-
-    def busy(self, ns: str) -> dict[str, int]:
-        """Per worker of the namespace: the jobs assigned to it and still running."""
-        return {name: len(self.assigned.get((ns, name), ())) for name in self.workers.get(ns, {})}
 
     @staticmethod
     def job_of_pod(pod: dict[str, Any]) -> Key | None:
@@ -492,15 +470,3 @@ class View:
         """Pods of runs the status does not know (an operator stopped between creating a pod and recording it)."""
         run = (raw.get("status") or {}).get("run", 0)
         return any(r > run for r in self.pods_of(key))
-
-    def holds_slot(self, key: Key) -> bool:
-        raw = self.jobs.get(key)
-        running = raw is not None and state_of(raw) == State.RUNNING
-        return running or any(p.alive for p in self.pods_of(key).values())
-
-    def placement(self, key: Key) -> Placement:
-        """Whether the job's live pod waits for a node: BOUND (or no such pod), PENDING, or UNSCHEDULABLE."""
-        waiting = [p for p in self.pods_of(key).values() if p.node is None and not p.finished and not p.deleting]
-        if not waiting:
-            return Placement.BOUND
-        return Placement.UNSCHEDULABLE if any(p.unschedulable for p in waiting) else Placement.PENDING

@@ -1,0 +1,396 @@
+"""Slots: the one owner of admission. Which jobs hold a slot in which queue, who is next in line, whether a queue
+may admit more, and which worker has room for a worker-mode job.
+
+It is told about jobs and their pods as the watch delivers them (`update(key)`, reading the objects from the View,
+which only stores them) and about what the reconciler does with a grant (`release`). Everything it knows is
+re-derived from the objects, so the counts are rebuilt from the cluster on start and hold across operator restarts.
+
+A slot holder is a job that is running, has a pod still alive, or has just been granted a slot (reserved) and is
+starting its pod or being assigned to a worker. A reservation lasts from the grant until the reconcile that acts on
+it ends (`release`, on every path): by then the pod or the assigning status write is in the View and holds the
+slot by itself. Only the leader grants, and when it starts to lead it drops the reservations no running
+reconcile of it holds (made before it was deposed). The worker-mode counterpart: a worker's slot is held from the moment it is picked until that
+status write is in the View (then the job's status.worker counts it), so two reconciles at once never give one
+worker more jobs than it has slots.
+
+The full-cluster gate (`pending_limit` per queue, `--max-pending-pods`): while the scheduler is behind, a queue
+has at most `pending_limit` holders whose pod waits for a node (or is still being created). The scheduler is
+behind when it reports one of the queue's pods Unschedulable, or when one of them stays unbound longer than
+`UNBOUND_AFTER` (a timer on the operator's one heap looks again then: no polling). The backlog then stays in the
+queue, in priority order, instead of as thousands of Pending pods that the scheduler retries over and over (each
+retry a status patch and an Event) and that a later, more urgent job could not overtake. While pods find nodes
+within that time, nothing is held back: a cluster with room pays neither latency nor extra writes.
+"""
+
+from __future__ import annotations
+
+import enum
+import heapq
+from collections import Counter, defaultdict
+from collections.abc import Callable, Collection, Iterable
+from datetime import datetime, timedelta
+from typing import Any, NamedTuple
+
+from ..lifecycle import workers as W
+from ..lifecycle.attempts import PodObservation
+from ..resources.common import parse_time
+from ..resources.job import State
+from .informer import Key
+from .timers import Timers
+from .view import View, state_of
+
+Entry = tuple[int, float, int, Key]  # (-priority, queued_at, order first seen, job)
+# How many jobs in line one take passes over that cannot start yet (a worker-mode job no worker has a free slot
+# for), so that a pod-mode job behind them still starts, without scanning a long backlog on every change.
+SKIP_LIMIT = 16
+# A pod unbound this long means the scheduler is behind (a cluster with room binds a pod in well under a second,
+# even in a burst); creationTimestamp has one-second resolution, so a pod's age is never overestimated (`since`).
+UNBOUND_AFTER = timedelta(seconds=2)
+_TIMESTAMP_RESOLUTION = timedelta(seconds=1)
+
+
+class Placement(enum.Enum):
+    BOUND = "bound"  # on a node, or no live pod
+    PENDING = "pending"  # waiting for the scheduler
+    UNSCHEDULABLE = "unschedulable"  # the scheduler found no node for it (yet)
+
+
+class Standing(NamedTuple):  # a tuple: made on every watch event of a job or its pods
+    """What a job's own objects say about its slot."""
+
+    holds: bool  # running, or a pod of it is alive
+    placement: Placement
+    waiting_since: datetime | None = None  # the earliest creation of its pods waiting for a node, if known
+
+
+def standing(running: bool, pods: Iterable[PodObservation]) -> Standing:
+    """A job holds a slot while it runs or a pod of it is alive; its pod waits for a node while alive and unbound."""
+    holds, placement, since = running, Placement.BOUND, None
+    for pod in pods:
+        if not pod.alive:
+            continue
+        holds = True
+        if pod.node is None and not pod.finished and not pod.deleting:
+            if pod.unschedulable:
+                placement = Placement.UNSCHEDULABLE
+            elif placement is Placement.BOUND:
+                placement = Placement.PENDING
+            if pod.created_at is not None and (since is None or pod.created_at < since):
+                since = pod.created_at
+    return Standing(holds, placement, since)
+
+
+def unbound_since(first_seen: datetime, created_at: datetime | None) -> datetime:
+    """When a pod began to wait for a node, as late as it can have been: it was created before the operator first
+    saw it unbound, and within a second of its (truncated) creationTimestamp. After a restart the latter counts."""
+    return first_seen if created_at is None else min(first_seen, created_at + _TIMESTAMP_RESOLUTION)
+
+
+def behind(placement: Placement, since: datetime | None, now: datetime, unbound_after: timedelta) -> bool:
+    """A holder's pod shows the scheduler is behind: it reported the pod Unschedulable, or the pod has waited for a
+    node (since `since`) for unbound_after or longer."""
+    if placement is Placement.UNSCHEDULABLE:
+        return True
+    return placement is Placement.PENDING and since is not None and now - since >= unbound_after
+
+
+def gate_closed(pending_limit: int | None, waiting: int, scheduler_behind: bool) -> bool:
+    """The full-cluster gate: while the scheduler is behind (for one of the queue's pods), at most pending_limit of
+    the queue's holders wait for a node. None: no limit."""
+    return pending_limit is not None and scheduler_behind and waiting >= pending_limit
+
+
+class Slots:
+    def __init__(self, view: View, timers: Timers, now: Callable[[], datetime], *, pending_limit: int | None,
+                 granted: Callable[[Key], None] = lambda job: None, active: Callable[[], bool] = lambda: True,
+                 unbound_after: timedelta = UNBOUND_AFTER) -> None:
+        self.view, self.timers, self.now = view, timers, now
+        self.pending_limit = pending_limit  # per queue; None: no limit
+        self.unbound_after = unbound_after
+        self.granted = granted  # told about every job granted a slot by a pump, to reconcile it
+        # Pumps grant only while this is true: the View is complete and this replica leads (a standby's grants
+        # would be reservations no reconcile of its own acts on).
+        self.active = active
+        # Holders: queue → jobs holding a slot there; job → its queue.
+        self._holders: dict[Key, set[Key]] = defaultdict(set)
+        self._holder_queue: dict[Key, Key] = {}
+        # The gate: queue → holders whose pod waits for a node (or is being created), and those of them that show
+        # the scheduler is behind (`behind`); job → when its pod began to wait for a node (`unbound_since`).
+        self._waiting: dict[Key, set[Key]] = defaultdict(set)
+        self._behind: dict[Key, set[Key]] = defaultdict(set)
+        self._since: dict[Key, datetime] = {}
+        # The line: queue → heap of entries (stale ones skipped lazily); job → its live entry.
+        self._ready: dict[Key, list[Entry]] = defaultdict(list)
+        self._entry: dict[Key, Entry] = {}
+        self._reserved: set[Key] = set()
+        # Workers: job → the worker it was granted (picked, not yet in the View); (namespace, worker) → how many of
+        # those; job → (namespace, worker) running it by its status; (namespace, worker) → those jobs.
+        self._picked: dict[Key, tuple[str, W.WorkerLease]] = {}
+        self._inflight: Counter[Key] = Counter()
+        self._claim: dict[Key, Key] = {}
+        self._claims: dict[Key, set[Key]] = defaultdict(set)
+
+    # --- answers --------------------------------------------------------------------------------------------
+    def holders(self, queue: Key) -> int:
+        return len(self._holders.get(queue, ()))
+
+    def holds(self, job: Key) -> bool:
+        """job holds a slot: it runs, a pod of it is alive, or it is reserved."""
+        return job in self._holder_queue
+
+    def waiting(self, queue: Key) -> int:
+        """The queue's holders whose pod waits for a node (or is still being created)."""
+        return len(self._waiting.get(queue, ()))
+
+    def full(self, queue: Key) -> bool:
+        """The full-cluster gate is closed for the queue (gate_closed)."""
+        return gate_closed(self.pending_limit, self.waiting(queue), bool(self._behind.get(queue)))
+
+    def in_line(self, job: Key) -> bool:
+        """job waits in its queue's line for a slot."""
+        return job in self._entry
+
+    def reserved(self, job: Key) -> bool:
+        return job in self._reserved
+
+    def worker_of(self, job: Key) -> str | None:
+        """The worker (<name>/<incarnation>) picked for a granted worker-mode job, if any."""
+        picked = self._picked.get(job)
+        return picked[1].holder if picked else None
+
+    def claims(self, worker: Key) -> set[Key]:
+        """The running jobs (namespace, worker) is assigned by their status."""
+        return self._claims.get(worker, set())
+
+    def busy(self, ns: str) -> dict[str, int]:
+        """Per worker of the namespace: its running jobs and those granted to it and not yet recorded."""
+        busy = {name: len(self._claims.get((ns, name), ())) for name in self.view.workers.get(ns, {})}
+        for (namespace, worker), count in self._inflight.items():
+            if namespace == ns:
+                busy[worker] = busy.get(worker, 0) + count
+        return busy
+
+    # --- being told -----------------------------------------------------------------------------------------
+    def update(self, key: Key, pump: bool = True) -> None:
+        """The job or its pods changed, or it is gone: re-derive its slot and its worker's; a freed slot (or a pod
+        that got its node) is offered to the next in line at once (unless not `pump`)."""
+        raw = self.view.jobs.get(key)
+        freed_worker = self._set_claim(key, raw)
+        if raw is None:
+            if key not in self.view.pods:
+                self.forget(key, pump)
+        else:
+            queue = (key[0], (raw.get("spec") or {}).get("queue", ""))
+            running = (raw.get("status") or {}).get("state") == State.RUNNING.value
+            if self._hold(key, queue, standing(running, self.view.pods_of(key).values())) and pump:
+                self.pump(queue)
+        if freed_worker is not None and pump:
+            self.pump_worker(freed_worker)
+
+    def _set_claim(self, key: Key, raw: dict[str, Any] | None) -> Key | None:
+        """Index the worker the job's status assigns it to; the worker it left, if any."""
+        worker = assigned_worker(raw) if raw is not None else None
+        claim = (key[0], worker) if worker else None
+        before = self._claim.get(key)
+        if before == claim:
+            return None
+        if before is not None:
+            jobs = self._claims[before]
+            jobs.discard(key)
+            if not jobs:
+                del self._claims[before]
+        if claim is None:
+            del self._claim[key]
+        else:
+            self._claim[key] = claim
+            self._claims[claim].add(key)
+        return before
+
+    def _hold(self, job: Key, queue: Key, seen: Standing) -> bool:
+        """Record whether job holds a slot in queue and whether its pod waits for a node. True when room was freed:
+        a slot, a waiting pod that got its node, or the last sign of a backlog that went."""
+        reserved = job in self._reserved
+        holds = seen.holds or reserved
+        waiting = holds and (seen.placement is not Placement.BOUND or reserved)
+        unbound = holds and seen.placement is not Placement.BOUND
+        previous = self._holder_queue.get(job)
+        was_waiting = previous is not None and job in self._waiting[previous]
+        was_behind = previous is not None and job in self._behind[previous]
+        if previous is not None and (not holds or previous != queue):
+            self._holders[previous].discard(job)
+            self._waiting[previous].discard(job)
+            self._behind[previous].discard(job)
+            del self._holder_queue[job]
+        late = False
+        if unbound and self.pending_limit is not None:  # without a limit there is no gate to close
+            now = self.now()
+            since = self._since.get(job)
+            if since is None:
+                since = self._since[job] = unbound_since(now, seen.waiting_since)
+                if now < since + self.unbound_after:  # look again when it crosses the threshold
+                    self.timers.schedule(("unbound", *job), since + self.unbound_after, self._recheck)
+            late = behind(seen.placement, since, now, self.unbound_after)
+        elif job in self._since:
+            del self._since[job]
+            self.timers.schedule(("unbound", *job), None, self._recheck)
+        if holds:
+            self._holders[queue].add(job)
+            self._holder_queue[job] = queue
+            (self._waiting[queue].add if waiting else self._waiting[queue].discard)(job)
+            (self._behind[queue].add if late else self._behind[queue].discard)(job)
+        return ((previous is not None and not holds) or (was_waiting and not waiting)
+                or (was_behind and not late and previous is not None and not self._behind[previous]))
+
+    def _recheck(self, timer: Any) -> None:
+        """A pod crossed UNBOUND_AFTER: judge it again (still unbound, it closes the gate; that frees nothing)."""
+        job = (timer[1], timer[2])
+        if job in self._since:
+            self.update(job, pump=False)
+
+    def line_up(self, key: Key) -> None:
+        """Put a runnable job in its queue's line as soon as it is seen, before any reconcile takes a slot: jobs that
+        become runnable together (a burst, a Handler that appears, a restart) are then admitted by priority and
+        age, not in whatever order their reconciles happen to run. The reconcile confirms it (`request`)."""
+        raw = self.view.jobs.get(key)
+        if raw is None or state_of(raw) not in (None, State.QUEUED):
+            return
+        spec = raw.get("spec") or {}
+        ns = key[0]
+        if (ns, spec.get("queue")) not in self.view.queues or (ns, spec.get("handler")) not in self.view.handlers:
+            return
+        if any(p.alive for p in self.view.pods_of(key).values()):
+            return
+        position, priority = line_position(raw), spec.get("priority", 0)
+        if position is None or not isinstance(priority, int):
+            return  # unreadable: the reconcile says why, and never admits it
+        self._offer(key, (ns, spec["queue"]), priority, position.timestamp())
+
+    def _offer(self, job: Key, queue: Key, priority: int, queued_at: float) -> None:
+        """Put job in line (once; a changed position replaces the old one). Ties of queued_at (one-second resolution
+        for new jobs) go by the order the watch delivered them, which is the order they were created in."""
+        entry = (-priority, queued_at, self.view.seen[job], job)
+        if self._entry.get(job) == entry:
+            return
+        self._entry[job] = entry
+        heapq.heappush(self._ready[queue], entry)
+
+    def request(self, job: Key, queue: Key, priority: int, queued_at: datetime) -> bool:
+        """The reconcile found job admissible: keep it in line and grant what is free (others granted are handed
+        to `granted`); True when job itself holds a reservation now."""
+        if job not in self._reserved:
+            self._offer(job, queue, priority, queued_at.timestamp())
+            for other in self._take(queue):
+                if other != job:
+                    self.granted(other)
+        return job in self._reserved
+
+    def withdraw(self, job: Key) -> None:
+        """job no longer wants a slot (not runnable, or its pod alive)."""
+        self._entry.pop(job, None)
+
+    def release(self, job: Key) -> None:
+        """The reconcile that acted on a grant ends: job now holds its slot by its pod or status, or not at all, and
+        its worker's slot by its status.worker. Called on every path of a reconcile."""
+        self._reserved.discard(job)
+        picked = self._picked.pop(job, None)
+        if picked is not None:
+            worker = (picked[0], picked[1].name)
+            self._inflight[worker] -= 1
+            if self._inflight[worker] <= 0:
+                del self._inflight[worker]
+
+    def forget(self, job: Key, pump: bool = True) -> None:
+        """job is gone, or will not run (invalid): it neither holds nor waits."""
+        self.release(job)
+        self.withdraw(job)
+        queue = self._holder_queue.get(job)
+        if queue is not None and self._hold(job, queue, Standing(False, Placement.BOUND)) and pump:
+            self.pump(queue)
+
+    def drop_reservations(self, keep: Collection[Key] = ()) -> None:
+        """This replica starts to lead: grants made before it was deposed (by pumps, for reconciles that have not
+        run) are dropped, so the line decides again; those of reconciles still running (`keep`) end with them."""
+        for job in [job for job in self._reserved if job not in keep]:
+            self.release(job)
+            self.update(job, pump=False)
+
+    # --- granting -------------------------------------------------------------------------------------------
+    def pump(self, queue: Key) -> None:
+        """Grant the queue's free slots (once the View is complete); each granted job goes to `granted`."""
+        if self.active():
+            for job in self._take(queue):
+                self.granted(job)
+
+    def pump_worker(self, worker: Key) -> None:
+        """A worker may have room: offer it to every queue it serves."""
+        lease = self.view.workers.get(worker[0], {}).get(worker[1])
+        if lease is not None:
+            for queue in lease.queues:
+                self.pump((worker[0], queue))
+
+    def _take(self, queue: Key) -> list[Key]:
+        """Grant free slots to the first in line that can start; those passed over keep their place."""
+        spec = self.view.queues.get(queue)
+        line = self._ready.get(queue)
+        if spec is None or not line:
+            return []
+        granted: list[Key] = []
+        skipped: list[Entry] = []
+        holders = self._holders[queue]
+        while line and len(holders) < spec.concurrency and not self.full(queue):
+            entry = heapq.heappop(line)
+            job = entry[3]
+            if self._entry.get(job) is not entry:
+                continue  # stale: withdrawn or re-offered
+            if not self._startable(job):
+                skipped.append(entry)
+                if len(skipped) >= SKIP_LIMIT:
+                    break
+                continue
+            del self._entry[job]
+            self._reserved.add(job)
+            self._hold(job, queue, Standing(True, Placement.BOUND))
+            granted.append(job)
+        for entry in skipped:
+            heapq.heappush(line, entry)
+        return granted
+
+    def _startable(self, job: Key) -> bool:
+        """A pod-mode job can always start once it has a slot; a worker-mode job needs a worker with room (picked
+        now, held until release)."""
+        raw = self.view.jobs.get(job)
+        spec = (raw or {}).get("spec") or {}
+        handler = self.view.handlers.get((job[0], spec.get("handler", "")))
+        if handler is None or not handler.on_workers:
+            return True
+        if job in self._picked:
+            return True
+        lease = W.pick(self.view.workers.get(job[0], {}).values(), spec.get("queue", ""), spec.get("handler", ""),
+                       self.now(), self.busy(job[0]))
+        if lease is None:
+            return False
+        self._picked[job] = (job[0], lease)
+        self._inflight[(job[0], lease.name)] += 1
+        return True
+
+
+def assigned_worker(raw: dict[str, Any]) -> str | None:
+    """The worker a running job is assigned to (status.worker), if any."""
+    status = raw.get("status") or {}
+    return status.get("worker") if status.get("state") == "running" else None
+
+
+def line_position(raw: dict[str, Any]) -> datetime | None:
+    """When the job became runnable, as lifecycle.transitions records it in status.queuedAt; None when a time
+    cannot be read (the reconcile then holds the job as Invalid)."""
+    status, spec = raw.get("status") or {}, raw.get("spec") or {}
+    try:
+        if status.get("state") == "queued" and status.get("queuedAt"):
+            return parse_time(status["queuedAt"])
+        created = parse_time(raw["metadata"]["creationTimestamp"])
+        run_at = parse_time(spec.get("runAt"))
+    except (ValueError, KeyError):
+        return None
+    if created is None:
+        return None
+    return max(created, run_at) if run_at else created
