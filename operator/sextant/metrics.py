@@ -20,7 +20,7 @@ REGISTRY = CollectorRegistry(auto_describe=True)
 
 _DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 
-ATTEMPTS = Counter("sextant_attempts_total", "Attempts (runs) finished, by queue, handler and result.",
+ATTEMPTS = Counter("sextant_attempts_total", "Attempts finished, by queue, handler and result.",
                    ["namespace", "queue", "handler", "result"], registry=REGISTRY)
 ATTEMPT_DURATION = Histogram("sextant_attempt_duration_seconds", "How long attempts ran, start to finish.",
                              ["namespace", "queue", "handler"], buckets=_DURATION_BUCKETS, registry=REGISTRY)
@@ -58,9 +58,9 @@ HTTP_IN_FLIGHT = Gauge("sextant_http_in_flight", "/v2 requests being served now 
 
 def record_transition(namespace: str, spec: JobSpec, before: JobStatus, after: JobStatus, now: datetime) -> None:
     """Count what a successful status write recorded: attempts that started and attempts that finished."""
-    ran = {a.run: a for a in before.attempts}
+    ran = {a.sequence: a for a in before.attempts}
     for attempt in after.attempts:
-        previous = ran.get(attempt.run)
+        previous = ran.get(attempt.sequence)
         if previous is None and attempt.result == "running":
             queued = parse_time(after.queued_at)
             if queued is not None:

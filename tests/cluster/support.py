@@ -311,7 +311,7 @@ class JobRecord:
     name: str
     state: str
     worker: str | None
-    run: int
+    sequence: int
     priority: int
     created: int  # the order the recorder first saw it in
 
@@ -351,7 +351,7 @@ class JobRecorder:
                     name, st = obj["metadata"]["name"], obj.get("status") or {}
                     order.setdefault(name, len(order))
                     self.records.append(JobRecord(time.monotonic(), event["type"], name, st.get("state") or "new",
-                                                  st.get("worker"), st.get("run", 0),
+                                                  st.get("worker"), st.get("sequence", 0),
                                                   (obj.get("spec") or {}).get("priority", 0), order[name]))
                     if self._stop.is_set():
                         break

@@ -48,9 +48,9 @@ def test_workers_lists_leases_with_busy_slots_and_state(cluster, namespace, crds
     started = format_time(now)
     for name, worker, state in (("job-a", "alpha", "running"), ("job-b", "alpha", "running"),
                                 ("job-c", "beta", "running"), ("job-d", None, "succeeded"), ("job-e", None, "queued")):
-        status: dict[str, Any] = {"state": state, "run": 1, "attempt": 1}
+        status: dict[str, Any] = {"state": state, "sequence": 1, "attempt": 1}
         if worker:
-            status.update(worker=worker, attempts=[{"attempt": 1, "run": 1, "worker": f"{worker}/i{len(worker)}",
+            status.update(worker=worker, attempts=[{"attempt": 1, "sequence": 1, "worker": f"{worker}/i{len(worker)}",
                                                     "node": worker, "startedAt": started, "result": "running"}])
         set_status(cluster, namespace, name, status)
 

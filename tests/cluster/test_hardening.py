@@ -209,10 +209,10 @@ def adversarial(draw: st.DrawFn, kind: str) -> dict[str, Any]:
 
 JOB_STATUS = st.fixed_dictionaries({}, optional={
     "state": st.sampled_from(["scheduled", "queued", "running", "succeeded", "failed", "dead", "cancelled"]),
-    "attempt": SANE_INTS | WILD_INTS, "run": SANE_INTS | WILD_INTS, "maxAttempts": WILD_INTS,
+    "attempt": SANE_INTS | WILD_INTS, "sequence": SANE_INTS | WILD_INTS, "maxAttempts": WILD_INTS,
     "queuedAt": SANE_TIMES | WILD_TIMES, "nextAttemptAt": SANE_TIMES | WILD_TIMES, "timeoutAt": WILD_TIMES,
     "finishedAt": WILD_TIMES, "stopReason": TEXT, "stopRequestedAt": WILD_TIMES, "cancelRequested": TEXT,
-    "attempts": st.lists(st.fixed_dictionaries({"attempt": SANE_INTS, "run": SANE_INTS, "pod": TEXT,
+    "attempts": st.lists(st.fixed_dictionaries({"attempt": SANE_INTS, "sequence": SANE_INTS, "pod": TEXT,
                                                 "result": TEXT}, optional={"startedAt": WILD_TIMES,
                                                                            "exitCode": WILD_INTS}), max_size=3),
     "conditions": st.lists(st.fixed_dictionaries({"type": TEXT, "status": TEXT, "reason": TEXT},
@@ -305,10 +305,10 @@ def test_adversarial_objects_never_stop_the_operator(cluster, namespace, operato
                     writer.job_status(name, status, depth)
         if case["schedule"] is not None:
             writer.create("schedules", "Schedule", f"adv-{n}", case["schedule"], depth)
-        for i, (for_a_job, run, spec) in enumerate(case["leases"]):
+        for i, (for_a_job, sequence, spec) in enumerate(case["leases"]):
             job_name = writer.jobs[-1] if for_a_job and writer.jobs else "adv-nobody"
             writer.create("leases", "Lease", f"adv-{n}-lease-{i}", spec, depth, api="/apis/coordination.k8s.io/v1",
-                          labels={"sextant.dev/job": job_name, "sextant.dev/run": run})
+                          labels={"sextant.dev/job": job_name, "sextant.dev/sequence": sequence})
         assert alive(operator), f"the operator exited with {operator.proc.returncode}"
         assert ready(operator), "the operator is not ready"
         if examples % 10 == 0:

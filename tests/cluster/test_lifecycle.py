@@ -44,7 +44,7 @@ def test_success(cluster, namespace, operator):
     # A slim pod: the runner reads the rest of the identity, and the payload, from the Job (never E2BIG).
     assert set(env) == {"SEXTANT_ATTEMPT_REF", "SEXTANT_NODE_NAME", "SEXTANT_POD_UID"}
     ref = json.loads(env["SEXTANT_ATTEMPT_REF"])
-    assert (ref["job"], ref["run"], ref["pod"]) == ("job-ok", 1, "job-ok-1") and ref["uid"] == get_json(
+    assert (ref["job"], ref["sequence"], ref["pod"]) == ("job-ok", 1, "job-ok-1") and ref["uid"] == get_json(
         cluster, namespace, "jobs.sextant.dev", "job-ok")["metadata"]["uid"]
     events = get_json(cluster, namespace, "events", "--field-selector", "involvedObject.name=job-ok")["items"]
     reasons = {e["reason"] for e in events}
@@ -134,9 +134,10 @@ def test_retry_from_failed_and_dead_but_not_from_succeeded(cluster, namespace, o
     apply(cluster, namespace, handler("fails"))  # the bug is fixed: attempts succeed from now on
     cluster.kubectl("patch", "-n", namespace, "jobs.sextant.dev", "job-dead", "--type=merge", "-p",
                     '{"spec":{"retryToken":"first"}}')
-    # After retry the attempt counter restarts (attempt 1 again); the pod name does not (run 2).
+    # After retry the attempt counter restarts (attempt 1 again); the sequence number, which names the pod, does
+    # not (2).
     final = wait_state(cluster, namespace, "job-dead", "succeeded", timeout=30)
-    assert final["attempt"] == 1 and final["run"] == 2
+    assert final["attempt"] == 1 and final["sequence"] == 2
     assert [a["pod"] for a in final["attempts"]] == ["job-dead-1", "job-dead-2"]
     assert [a["attempt"] for a in final["attempts"]] == [1, 1]
     refused = cluster.kubectl("patch", "-n", namespace, "jobs.sextant.dev", "job-done", "--type=merge", "-p",
@@ -156,7 +157,7 @@ def test_retry_from_failed(cluster, namespace, operator):
     cluster.kubectl("patch", "-n", namespace, "jobs.sextant.dev", "job-waiting-retry", "--type=merge", "-p",
                     '{"spec":{"retryToken":"now"}}')
     final = wait_state(cluster, namespace, "job-waiting-retry", "succeeded", timeout=30)
-    assert final["run"] == 2 and final["attempt"] == 1
+    assert final["sequence"] == 2 and final["attempt"] == 1
 
 
 def test_missing_queue_and_handler_block_until_created(cluster, namespace, operator):
@@ -184,7 +185,7 @@ def test_pod_deleted_by_hand_is_pod_lost_and_retried(cluster, namespace, operato
 
     def retried() -> bool:
         st = status(cluster, namespace, "job-lost")
-        return st.get("state") == "running" and st.get("run") == 2
+        return st.get("state") == "running" and st.get("sequence") == 2
 
     wait_for(retried, 30, message="a second attempt")
     assert timeline_of(status(cluster, namespace, "job-lost"))[0] == ("failed", "PodLost")

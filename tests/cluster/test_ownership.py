@@ -1,6 +1,6 @@
 """Ownership, not labels; disruptions are not handler errors (issue 16), on the real control plane.
 
-- Pods someone else labels as a job's next run (sextant.dev/job, sextant.dev/run) are never adopted nor deleted,
+- Pods someone else labels as a job's next run (sextant.dev/job, sextant.dev/sequence) are never adopted nor deleted,
   and a pod squatting on an attempt's name is waited out, never taken over.
 - A Lease written by another job's service account, labelled as an attempt's, neither prolongs nor fails it.
 - A node deleted under a running attempt, and an eviction: the attempt is PodLost, the next one runs.
@@ -42,10 +42,10 @@ def uid_of(cluster, namespace: str, *what: str) -> str:
     return get_json(cluster, namespace, *what)["metadata"]["uid"]
 
 
-def foreign_pod(name: str, job_name: str, run: int, owner: dict[str, Any] | None = None) -> dict[str, Any]:
+def foreign_pod(name: str, job_name: str, sequence: int, owner: dict[str, Any] | None = None) -> dict[str, Any]:
     """Someone else's pod on a kwok node, running for ever, carrying the labels of a job's attempt."""
     meta: dict[str, Any] = {"name": name, "annotations": dict(FOREVER),
-                            "labels": {"sextant.dev/job": job_name, "sextant.dev/run": str(run),
+                            "labels": {"sextant.dev/job": job_name, "sextant.dev/sequence": str(sequence),
                                        "sextant.dev/attempt": "1", "sextant.dev/queue": "q", "sextant.dev/handler": "h"}}
     if owner:
         meta["ownerReferences"] = [owner]
@@ -146,12 +146,12 @@ def runner_account(cluster, namespace: str) -> str:
     return f"--as=system:serviceaccount:{namespace}:{RUNNER_SA}"
 
 
-def other_lease(name: str, job_name: str, run: int, renewed: datetime, owner_uid: str,
+def other_lease(name: str, job_name: str, sequence: int, renewed: datetime, owner_uid: str,
                 owner_name: str = "job-other-1") -> dict[str, Any]:
     """A Lease another job's runner could write, labelled as `job_name`'s attempt `run`, owned by its pod (an
     existing one: the garbage collector deletes a Lease whose owner is gone)."""
     return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-            "metadata": {"name": name, "labels": {"sextant.dev/job": job_name, "sextant.dev/run": str(run)},
+            "metadata": {"name": name, "labels": {"sextant.dev/job": job_name, "sextant.dev/sequence": str(sequence)},
                          "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": owner_name,
                                               "uid": owner_uid, "controller": True}]},
             "spec": {"holderIdentity": name, "leaseDurationSeconds": 3600, "renewTime": micro(renewed)}}

@@ -25,11 +25,11 @@ def restrict(cluster, namespace: str) -> None:
                     *(f"pod-security.kubernetes.io/{level}=restricted" for level in LEVELS))
 
 
-def attempt_pod(namespace: str, handler_obj: dict[str, Any], run: int) -> dict[str, Any]:
+def attempt_pod(namespace: str, handler_obj: dict[str, Any], number: int) -> dict[str, Any]:
     """The pod the operator would create for the first attempt of a job of this Handler."""
-    name = f"job-pss{run}"
+    name = f"job-pss{number}"
     raw = {"metadata": {"name": name, "namespace": namespace, "creationTimestamp": "2026-01-01T00:00:00Z"}}
-    snapshot = JobSnapshot(name, f"uid-{run}", 1, parse_time("2026-01-01T00:00:00Z"),
+    snapshot = JobSnapshot(name, f"uid-{number}", 1, parse_time("2026-01-01T00:00:00Z"),
                            JobSpec(queue="q", handler="h"), JobStatus())
     pod = build_pod(raw, snapshot, HandlerSpec.model_validate(handler_obj["spec"]), QueueSpec(),
                     CreatePod(f"{name}-1", 1, 1))

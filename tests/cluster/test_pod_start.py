@@ -34,14 +34,14 @@ def test_an_unschedulable_pod_keeps_the_job_queued_then_fails_unschedulable(clus
     apply(cluster, namespace, queue("q", maxAttempts=1, startTimeout="6s"), nowhere_handler(), job("job-stuck"))
     seen = wait_state(cluster, namespace, "job-stuck", "queued", "dead", timeout=30)
     assert seen["state"] == "queued", seen  # written queued once the scheduler said Unschedulable
-    assert seen.get("run", 0) == 0 and not seen.get("attempts"), seen
+    assert seen.get("sequence", 0) == 0 and not seen.get("attempts"), seen
     assert "job-stuck-1" in seen.get("message", ""), seen
     assert get_json(cluster, namespace, "pod", "job-stuck-1")["status"]["phase"] == "Pending"
     final = wait_state(cluster, namespace, "job-stuck", "dead", timeout=40)
     assert timeline_of(final) == [("failed", "Unschedulable")]
     entry = final["attempts"][0]
     assert entry["message"].startswith("pod job-stuck-1 did not start within startTimeout 6s"), entry
-    assert "startedAt" not in entry and final["attempt"] == 1 and final["run"] == 1
+    assert "startedAt" not in entry and final["attempt"] == 1 and final["sequence"] == 1
     wait_for(lambda: not get_json(cluster, namespace, "pods")["items"], 20, message="the stuck pod to be gone")
 
 

@@ -132,7 +132,7 @@ def test_a_killed_worker_loses_its_attempt_and_another_worker_runs_the_retry(clu
         async with Kube(kubeconfig.load(str(cluster.kubeconfig))) as kube:
             specs = (QueueSpec.model_validate(FAST), HandlerSpec.model_validate({"worker": {}}))
             recorder = Recorder(kube, namespace, "wa", final["attempts"][0]["worker"], lambda q, h: specs, utcnow)
-            return await recorder.record(stale, Report(run=1, exit_code=0)), recorder.refused
+            return await recorder.record(stale, Report(sequence=1, exit_code=0)), recorder.refused
 
     before = status(cluster, namespace, "job-k")
     assert asyncio.run(late()) == (None, 1)
@@ -239,9 +239,11 @@ def test_a_command_handler_gets_the_payload_on_stdin_and_the_sextant_environment
     assert json.loads(out.read_text()) == payload
     seen = dict(line.split("=", 1) for line in env.read_text().splitlines())
     assert {k: seen[k] for k in ("SEXTANT_JOB_ID", "SEXTANT_JOB_NAME", "SEXTANT_NAMESPACE", "SEXTANT_QUEUE",
-                                 "SEXTANT_HANDLER", "SEXTANT_ATTEMPT", "SEXTANT_RUN", "SEXTANT_NODE_NAME")} == {
+                                 "SEXTANT_HANDLER", "SEXTANT_ATTEMPT", "SEXTANT_SEQUENCE", "SEXTANT_RUN",
+                                 "SEXTANT_NODE_NAME")} == {
         "SEXTANT_JOB_ID": "job_stdin", "SEXTANT_JOB_NAME": "job-stdin", "SEXTANT_NAMESPACE": namespace,
-        "SEXTANT_QUEUE": "q", "SEXTANT_HANDLER": "h", "SEXTANT_ATTEMPT": "1", "SEXTANT_RUN": "1",
+        "SEXTANT_QUEUE": "q", "SEXTANT_HANDLER": "h", "SEXTANT_ATTEMPT": "1", "SEXTANT_SEQUENCE": "1",
+        "SEXTANT_RUN": "1",  # the deprecated alias of SEXTANT_SEQUENCE, for one more version
         "SEXTANT_NODE_NAME": "w"}
     assert json.loads(seen["SEXTANT_PAYLOAD"]) == payload
     from sextant.runner.env import AttemptEnv  # what `sextant run` reads in a pod reads the same here

@@ -112,8 +112,9 @@ class ScriptedWorker:
         q = self.objects.get_namespaced_custom_object(GROUP, VERSION, self.namespace, "queues", spec.queue)
         h = self.objects.get_namespaced_custom_object(GROUP, VERSION, self.namespace, "handlers", spec.handler)
         now = datetime.now(timezone.utc)
-        seen = PodObservation(name=self.name, run=snapshot.status.run, phase="Succeeded" if exit_code == 0 else "Failed",
-                              node=self.name, exit_code=exit_code, message=message)
+        seen = PodObservation(name=self.name, sequence=snapshot.status.sequence,
+                              phase="Succeeded" if exit_code == 0 else "Failed", node=self.name, exit_code=exit_code,
+                              message=message)
         obs = T.Observations(queue=QueueSpec.model_validate(q["spec"]), handler=HandlerSpec.model_validate(h["spec"]),
                              pods=(seen,), lease_renewed_at=now)
         decision = T.reconcile(snapshot, obs, now)

@@ -51,8 +51,8 @@ def snapshot(status: JobStatus | None = None, job_spec: JobSpec | None = None, *
     return T.JobSnapshot(name, uid, generation, created_at, job_spec or spec(), status or JobStatus())
 
 
-def pod(run: int, phase: str = "Running", *, name: str | None = None, **fields: Any) -> PodObservation:
-    return PodObservation(name=name or T.pod_name(JOB, run), run=run, phase=phase, **fields)
+def pod(sequence: int, phase: str = "Running", *, name: str | None = None, **fields: Any) -> PodObservation:
+    return PodObservation(name=name or T.pod_name(JOB, sequence), sequence=sequence, phase=phase, **fields)
 
 
 _DEFAULT = object()
@@ -119,7 +119,7 @@ class Job:
         self.last = T.admit(self.snap(), self.observe(), self.now)
         self.status = self.last.status
         for action in creates(self.last):
-            self.pods[action.run] = PodObservation(action.name, action.run, "Pending", created_at=self.now)
+            self.pods[action.sequence] = PodObservation(action.name, action.sequence, "Pending", created_at=self.now)
         return self.last
 
     def advance(self, seconds: float) -> None:
@@ -137,8 +137,8 @@ class Job:
 
     def set_pod(self, phase: str, **fields: Any) -> None:
         """Change the newest pod (the one admit created, before the status records it)."""
-        run = max(self.pods)
-        self.pods[run] = replace(self.pods[run], phase=phase, **fields)
+        sequence = max(self.pods)
+        self.pods[sequence] = replace(self.pods[sequence], phase=phase, **fields)
 
     def update_spec(self, **fields: Any) -> None:
         """Change spec fields (camelCase or snake_case), as kubectl patch would; bumps the generation."""

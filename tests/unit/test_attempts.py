@@ -9,7 +9,7 @@ from sextant.lifecycle.attempts import Outcome, PodObservation, outcome_of
 
 
 def pod(phase: str, **fields) -> PodObservation:
-    return PodObservation(name="job-x-1", run=1, phase=phase, node=fields.pop("node", "node-a"), **fields)
+    return PodObservation(name="job-x-1", sequence=1, phase=phase, node=fields.pop("node", "node-a"), **fields)
 
 
 def test_timeline_reasons_are_the_documented_names():

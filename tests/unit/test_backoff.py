@@ -130,23 +130,23 @@ def test_huge_attempt_numbers_neither_overflow_nor_hang(initial, factor, max_, w
     assert seconds(delay) == pytest.approx(want)
 
 
-@pytest.mark.parametrize("uid,run", [("uid-1", 1), ("uid-1", 2), ("another", 1), ("", 0)])
-def test_jitter_sample_is_fixed_per_job_and_run(uid, run):
-    assert jitter_sample(uid, run) == jitter_sample(uid, run)
+@pytest.mark.parametrize("uid,sequence", [("uid-1", 1), ("uid-1", 2), ("another", 1), ("", 0)])
+def test_jitter_sample_is_fixed_per_job_and_sequence(uid, sequence):
+    assert jitter_sample(uid, sequence) == jitter_sample(uid, sequence)
 
 
 def test_jitter_sample_differs_between_runs_and_jobs():
-    samples = {jitter_sample(uid, run) for uid in ("a", "b", "c") for run in range(1, 11)}
+    samples = {jitter_sample(uid, sequence) for uid in ("a", "b", "c") for sequence in range(1, 11)}
     assert len(samples) == 30
 
 
 @settings(max_examples=500, deadline=None)
-@given(uid=st.text(max_size=40), run=st.integers(0, 2**40))
-def test_jitter_sample_in_unit_interval(uid, run):
-    assert 0.0 <= jitter_sample(uid, run) < 1.0
+@given(uid=st.text(max_size=40), sequence=st.integers(0, 2**40))
+def test_jitter_sample_in_unit_interval(uid, sequence):
+    assert 0.0 <= jitter_sample(uid, sequence) < 1.0
 
 
 def test_jitter_samples_spread_over_the_interval():
-    samples = [jitter_sample("uid", run) for run in range(1, 1001)]
+    samples = [jitter_sample("uid", sequence) for sequence in range(1, 1001)]
     assert min(samples) < 0.05 and max(samples) > 0.95
     assert 0.4 < sum(samples) / len(samples) < 0.6

@@ -145,15 +145,15 @@ def retried_for_ever(failures: int, message: str = "boom") -> Job:
 def test_the_timeline_keeps_the_first_attempt_and_the_most_recent_ones():
     job = retried_for_ever(50)
     st = job.status
-    assert st.run == 50 and len(st.attempts) == T.TIMELINE_MAX == 20
-    assert [a.run for a in st.attempts] == [1, *range(32, 51)]
+    assert st.sequence == 50 and len(st.attempts) == T.TIMELINE_MAX == 20
+    assert [a.sequence for a in st.attempts] == [1, *range(32, 51)]
     assert st.dropped_attempts == 30
     assert st.attempts[-1].result == "failed" and st.attempts[-1].reason == "Error"
 
 
 def test_a_short_timeline_is_whole_and_counts_nothing():
     st = retried_for_ever(T.TIMELINE_MAX).status
-    assert [a.run for a in st.attempts] == list(range(1, 21)) and st.dropped_attempts is None
+    assert [a.sequence for a in st.attempts] == list(range(1, 21)) and st.dropped_attempts is None
 
 
 def test_a_long_message_is_cut_to_1_kib_keeping_its_start_and_its_end():

@@ -245,8 +245,8 @@ def test_job_out_speaks_the_docs_words():
                         "labels": {"sextant.dev/schedule": "nightly"}},
            "spec": {"queue": "emails", "handler": "send", "payload": {"orderId": 42}, "idempotencyKey": "k"},
            "status": {"state": "dead", "attempt": 1, "duplicateOf": "job-aaaaaaaa",
-                      "attempts": [{"attempt": 1, "run": 1, "pod": "job-8f3k2m9q-1", "node": "n", "result": "failed",
-                                    "exitCode": 3, "reason": "Error"}]}}
+                      "attempts": [{"attempt": 1, "sequence": 1, "pod": "job-8f3k2m9q-1", "node": "n",
+                                    "result": "failed", "exitCode": 3, "reason": "Error"}]}}
     out = models.dump(models.job_out(raw))
     assert out["id"] == "job_8f3k2m9q" and out["idempotency_key"] == "k" and out["schedule"] == "nightly"
     assert out["duplicate_of"] == "job_aaaaaaaa" and out["attempts"][0]["exit_code"] == 3

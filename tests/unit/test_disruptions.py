@@ -20,7 +20,7 @@ REASONS = ["DeletionByPodGC", "EvictionByEvictionAPI", "PreemptionByScheduler", 
 
 
 def disrupted(reason: str, phase: str = "Failed", **fields) -> PodObservation:
-    return PodObservation(name="job-x-1", run=1, phase=phase, node="node-a", disruption=reason,
+    return PodObservation(name="job-x-1", sequence=1, phase=phase, node="node-a", disruption=reason,
                           disruption_message=f"{reason} took it", **fields)
 
 
@@ -57,7 +57,7 @@ def test_without_a_message_the_reason_is_enough():
 
 
 def pod_object(conditions: list[dict], phase: str = "Failed") -> dict:
-    return {"metadata": {"name": "job-x-1", "uid": "p-1", "labels": {"sextant.dev/run": "1"}},
+    return {"metadata": {"name": "job-x-1", "uid": "p-1", "labels": {"sextant.dev/sequence": "1"}},
             "spec": {"nodeName": "gone", "containers": [{"name": "handler"}]},
             "status": {"phase": phase, "conditions": conditions}}
 
@@ -92,7 +92,7 @@ def test_a_node_deleted_under_a_running_attempt_is_lost_and_the_next_attempt_run
     job.admit()
     job.set_pod("Running")
     job.reconcile()
-    assert job.status.attempts[-1].run == 2
+    assert job.status.attempts[-1].sequence == 2
 
 
 def test_a_disrupted_pod_seen_only_once_deleted_is_lost_with_its_last_state():
@@ -113,11 +113,11 @@ def test_the_view_keeps_the_last_state_of_a_disrupted_pod_of_the_job():
     raw = {"apiVersion": "sextant.dev/v1alpha1", "kind": "Job",
            "metadata": {"name": "job-x", "namespace": "shop", "uid": "u-1", "resourceVersion": "3",
                         "creationTimestamp": "2026-03-01T12:00:00Z"},
-           "spec": {"queue": "q", "handler": "h"}, "status": {"state": "running", "run": 1, "attempt": 1}}
+           "spec": {"queue": "q", "handler": "h"}, "status": {"state": "running", "sequence": 1, "attempt": 1}}
     view.upsert_job(raw)
     final = pod_object([{"type": "DisruptionTarget", "status": "True", "reason": "DeletionByPodGC",
                          "message": "PodGC: node no longer exists"}])
-    final["metadata"].update(namespace="shop", labels={"sextant.dev/job": "job-x", "sextant.dev/run": "1"},
+    final["metadata"].update(namespace="shop", labels={"sextant.dev/job": "job-x", "sextant.dev/sequence": "1"},
                              ownerReferences=[{"apiVersion": "sextant.dev/v1alpha1", "kind": "Job", "name": "job-x",
                                                "uid": "u-1", "controller": True}])
     view.upsert_pod(final)

@@ -221,7 +221,7 @@ MODEL_FIELDS = {
     QueueSpec: ["concurrency", "maxAttempts", "backoff", "timeout", "leaseDuration", "cancelGrace", "retention"],
     HandlerSpec: ["template", "heartbeat", "nonRetryableExitCodes"],
     ScheduleSpec: ["cron", "interval", "timeZone", "jitter", "jobTemplate", "startingDeadline", "suspend"],
-    JobStatus: ["state", "attempt", "run", "nextAttemptAt", "queuedAt", "attempts", "conditions"],
+    JobStatus: ["state", "attempt", "sequence", "run", "nextAttemptAt", "queuedAt", "attempts", "conditions"],
 }
 ODD = st.one_of(JSON, st.sampled_from(["9999-12-31T23:59:59-01:00", "0000-01-01T00:00:00Z", "99999999999h",
                                        "1e400", 2**64, -2**63, 1e308, "\ud7ff\U0001f600", nested(300)]))
@@ -328,7 +328,7 @@ def test_the_invalid_condition_is_written_once_and_keeps_the_others():
 def test_a_lease_with_an_odd_renewal_is_no_sign_of_life(renew):
     view = View()
     lease = {"metadata": {"name": "job-a-1", "namespace": "ns", "labels": {"sextant.dev/job": "job-a",
-                                                                          "sextant.dev/run": "1"}},
+                                                                          "sextant.dev/sequence": "1"}},
              "spec": {"renewTime": renew, "leaseDurationSeconds": 2**31 - 1}}
     assert view.upsert_lease(lease) is None
     assert not view.leases
@@ -649,7 +649,7 @@ def test_every_handler_that_is_read_builds_a_pod(container, pod):
     assert {"SEXTANT_ATTEMPT_REF", "SEXTANT_POD_UID"} <= {e["name"] for e in pod_["spec"]["containers"][0]["env"][-3:]}
 
 
-@pytest.mark.parametrize("field,value", [("attempt", -1), ("run", -5), ("maxAttempts", 0)])
+@pytest.mark.parametrize("field,value", [("attempt", -1), ("sequence", -5), ("maxAttempts", 0)])
 def test_status_counters_are_not_negative(field, value):
     with pytest.raises(ValidationError, match=field):
         JobStatus.model_validate({field: value})

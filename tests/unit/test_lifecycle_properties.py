@@ -193,8 +193,8 @@ class World:
 
     @property
     def current(self) -> PodObservation | None:
-        """The queued job's starting pod (run + 1), else the recorded attempt's."""
-        return self.pods.get(self.status.run + 1) or self.pods.get(self.status.run)
+        """The queued job's starting pod (sequence + 1), else the recorded attempt's."""
+        return self.pods.get(self.status.sequence + 1) or self.pods.get(self.status.sequence)
 
     def alive(self) -> list[PodObservation]:
         return [p for p in self.pods.values() if p.alive]
@@ -209,7 +209,7 @@ class World:
         self.check(before, decision, admitted=True)
         for action in decision.actions:
             assert isinstance(action, T.CreatePod)
-            self.pods[action.run] = PodObservation(action.name, action.run, "Pending", created_at=self.now)
+            self.pods[action.sequence] = PodObservation(action.name, action.sequence, "Pending", created_at=self.now)
             self.created.append(action.name)
         self.lease_renewed_at = None
         event("admitted, then the operator crashed" if crash else "admitted" + ("" if self.draining else " in the history"))
@@ -227,7 +227,7 @@ class World:
             event("several events in one decision")
         for a in decision.actions:
             event(f"action {type(a).__name__} grace={a.grace_seconds}")
-        if decision.status.run != before.run:
+        if decision.status.sequence != before.sequence:
             event("a pod took the job" if decision.status.attempts[-1].started_at else "a pod never started")
         self.status = decision.status
         self.recorded.update(a.pod for a in self.status.attempts if a.pod)
@@ -238,12 +238,12 @@ class World:
 
     def carry_out(self, action: T.Action) -> None:
         assert isinstance(action, T.DeletePod), "only admit creates pods"
-        run = next(r for r, p in self.pods.items() if p.name == action.name)
-        target = self.pods[run]
+        sequence = next(r for r, p in self.pods.items() if p.name == action.name)
+        target = self.pods[sequence]
         if action.grace_seconds == 0 or target.finished:
-            del self.pods[run]
+            del self.pods[sequence]
         else:
-            self.pods[run] = replace(target, deleting=True)
+            self.pods[sequence] = replace(target, deleting=True)
 
     # -- the cluster and the users
 
@@ -260,24 +260,24 @@ class World:
                 self.admit(crash)
                 new = self.pods.get(max(self.pods, default=0))
                 if starts and new is not None and new.phase == "Pending":
-                    self.pods[new.run] = replace(new, phase="Running", node="node-1")
+                    self.pods[new.sequence] = replace(new, phase="Running", node="node-1")
                     self.lease_renewed_at = self.now
             case PodStarts() if running and current.phase == "Pending":
-                self.pods[current.run] = replace(current, phase="Running", node="node-1")
+                self.pods[current.sequence] = replace(current, phase="Running", node="node-1")
                 self.lease_renewed_at = self.now  # the runner takes the attempt's lease
             case PodExits(code) if running:
                 phase = "Succeeded" if code == 0 else "Failed"
-                self.pods[current.run] = replace(current, phase=phase, exit_code=code)
+                self.pods[current.sequence] = replace(current, phase=phase, exit_code=code)
             case PodEvicted(reason) if running:
-                self.pods[current.run] = replace(current, phase="Failed", reason=reason, message="taken away")
+                self.pods[current.sequence] = replace(current, phase="Failed", reason=reason, message="taken away")
             case PodVanishes() if current is not None:
-                del self.pods[current.run]
+                del self.pods[current.sequence]
             case Terminate():
-                for run, p in list(self.pods.items()):
+                for sequence, p in list(self.pods.items()):
                     if p.deleting and p.finished:
-                        del self.pods[run]
+                        del self.pods[sequence]
                     elif p.deleting:
-                        self.pods[run] = replace(p, phase="Failed", exit_code=137)
+                        self.pods[sequence] = replace(p, phase="Failed", exit_code=137)
             case CollectGarbage():
                 self.pods = {r: p for r, p in self.pods.items() if not (p.finished and not p.deleting)}
             case Heartbeat() if running and current.phase == "Running":
@@ -324,17 +324,17 @@ class World:
         # Retry resets the attempt counter, never the run sequence.
         if "Retried" in [e.reason for e in decision.events]:
             assert after.attempt == 0
-            assert after.run >= before.run
+            assert after.sequence >= before.sequence
 
         # Attempts never exceed maxAttempts; runs only grow.
         assert 0 <= after.attempt <= max_attempts
-        assert after.run >= before.run
+        assert after.sequence >= before.sequence
 
         # Only admit creates a pod, always the next run's deterministic name.
         made = creates(decision)
         if admitted:
-            assert made == [T.CreatePod(T.pod_name(JOB, before.run + 1), before.run + 1, before.attempt + 1)]
-            assert T.pod_name(JOB, before.run + 1) not in self.recorded, "a pod name is reused"
+            assert made == [T.CreatePod(T.pod_name(JOB, before.sequence + 1), before.sequence + 1, before.attempt + 1)]
+            assert T.pod_name(JOB, before.sequence + 1) not in self.recorded, "a pod name is reused"
         else:
             assert made == []
 
@@ -359,8 +359,8 @@ class World:
         max_attempts = status.max_attempts or self.queue_spec.max_attempts
 
         # The timeline: one entry per run, in order, named after the run; finished except a running last one.
-        assert [a.run for a in entries] == list(range(1, status.run + 1))
-        assert all(a.pod == T.pod_name(JOB, a.run) for a in entries)
+        assert [a.sequence for a in entries] == list(range(1, status.sequence + 1))
+        assert all(a.pod == T.pod_name(JOB, a.sequence) for a in entries)
         for previous, entry in zip(entries, entries[1:]):
             assert entry.attempt in (1, previous.attempt + 1)
         for entry in entries[:-1]:
@@ -418,11 +418,11 @@ class World:
         # its pod went before it ever started (it never ran), and at most the newest, starting pod is unrecorded.
         distinct = list(dict.fromkeys(self.created))
         named = [a.pod for a in self.status.attempts]
-        assert self.status.run == len(named) and named == distinct[:len(named)]
+        assert self.status.sequence == len(named) and named == distinct[:len(named)]
         assert len(distinct) - len(named) in (0, 1)
         if len(distinct) > len(named):  # still starting, or cancelled while it was (then it is on its way out)
             assert self.status.state in (State.QUEUED, State.CANCELLED)
-            starting = self.pods.get(self.status.run + 1)
+            starting = self.pods.get(self.status.sequence + 1)
             assert starting is None or not starting.started or starting.deleting
         # Never two live attempts: no replacement while the previous pod is still terminating.
         assert len(self.alive()) <= 1
@@ -446,7 +446,7 @@ class World:
                 self.admit(crash=False)
             elif current is not None and current.alive and not current.deleting and not current.finished:
                 phase = "Succeeded" if exit_code == 0 else "Failed"
-                self.pods[current.run] = replace(current, phase=phase, exit_code=exit_code)
+                self.pods[current.sequence] = replace(current, phase=phase, exit_code=exit_code)
             elif any(p.deleting for p in self.pods.values()):
                 self.play(Terminate())
             else:
@@ -536,5 +536,5 @@ def test_retries_never_reuse_a_pod_name(q, retries):
         assert world.status.state == State.DEAD
         world.play(Retry(f"token-{n}"))
         assert (world.status.state, world.status.attempt) == (State.QUEUED, 0)
-    assert world.status.run == len(world.created) == len(set(world.created)) == (retries + 1) * q.max_attempts
+    assert world.status.sequence == len(world.created) == len(set(world.created)) == (retries + 1) * q.max_attempts
 

@@ -2,7 +2,7 @@
 
 A pod: named as the attempt (<job>-<run>) and controlled (ownerReference, controller: true) by the job's uid.
 A Lease: named as the attempt's pod, held by it (holderIdentity) and owned by it (the pod's uid). Anyone can put
-the labels sextant.dev/job and sextant.dev/run on an object; such an object is never adopted, waited for,
+the labels sextant.dev/job and sextant.dev/sequence on an object; such an object is never adopted, waited for,
 deleted, or read as a heartbeat. The renewal of a Lease counts within [attempt start, now].
 """
 
@@ -16,10 +16,10 @@ import pytest
 
 from _builders import at, handler, queue
 from sextant.controller.slots import Placement, standing
-from sextant.controller.pods import LABEL_JOB, LABEL_RUN
 from sextant.controller.view import View
 from sextant.lifecycle import transitions as T
 from sextant.lifecycle.attempts import heartbeat
+from sextant.resources.contract import LABEL_JOB, LABEL_SEQUENCE
 from sextant.resources.job import State
 from sextant.runner.env import AttemptEnv
 from sextant.runner.lease import lease_body
@@ -27,35 +27,36 @@ from sextant.runner.lease import lease_body
 KEY = ("shop", "job-a")
 
 
-def job(state: str = "queued", run: int = 0, uid: str = "u-1") -> dict[str, Any]:
+def job(state: str = "queued", sequence: int = 0, uid: str = "u-1") -> dict[str, Any]:
     return {"apiVersion": "sextant.dev/v1alpha1", "kind": "Job",
             "metadata": {"name": "job-a", "namespace": "shop", "uid": uid, "resourceVersion": "10", "generation": 1,
                          "creationTimestamp": "2026-03-01T12:00:00Z"},
             "spec": {"queue": "emails", "handler": "send", "payload": {}},
-            "status": {"state": state, "run": run, "attempt": run, "observedGeneration": 1,
-                       "attempts": [{"attempt": run, "run": run, "pod": f"job-a-{run}", "result": "running",
-                                     "startedAt": "2026-03-01T12:00:00Z"}] if run else []}}
+            "status": {"state": state, "sequence": sequence, "attempt": sequence, "observedGeneration": 1,
+                       "attempts": [{"attempt": sequence, "sequence": sequence, "pod": f"job-a-{sequence}",
+                                     "result": "running", "startedAt": "2026-03-01T12:00:00Z"}] if sequence else []}}
 
 
-def pod(run: int, *, name: str | None = None, owner: dict[str, Any] | None | str = "job", phase: str = "Running",
+def pod(sequence: int, *, name: str | None = None, owner: dict[str, Any] | None | str = "job", phase: str = "Running",
         rv: str = "5") -> dict[str, Any]:
     refs = {"job": [{"apiVersion": "sextant.dev/v1alpha1", "kind": "Job", "name": "job-a", "uid": "u-1",
                      "controller": True}],
             None: []}.get(owner, [owner]) if not isinstance(owner, dict) else [owner]
-    return {"metadata": {"name": name or f"job-a-{run}", "namespace": "shop", "uid": f"pod-uid-{name or run}",
-                         "resourceVersion": rv, "labels": {LABEL_JOB: "job-a", LABEL_RUN: str(run)},
+    return {"metadata": {"name": name or f"job-a-{sequence}", "namespace": "shop", "uid": f"pod-uid-{name or sequence}",
+                         "resourceVersion": rv, "labels": {LABEL_JOB: "job-a", LABEL_SEQUENCE: str(sequence)},
                          "ownerReferences": refs},
             "spec": {"nodeName": "node-1", "containers": [{"name": "handler"}]},
             "status": {"phase": phase, "containerStatuses": [
                 {"name": "handler", "state": {"running": {"startedAt": "2026-03-01T12:00:01Z"}}}]}}
 
 
-def lease(run: int, renewed: str, *, name: str | None = None, holder: str | None = None,
+def lease(sequence: int, renewed: str, *, name: str | None = None, holder: str | None = None,
           pod_uid: str | None = None) -> dict[str, Any]:
-    name = name or f"job-a-{run}"
-    return {"metadata": {"name": name, "namespace": "shop", "labels": {LABEL_JOB: "job-a", LABEL_RUN: str(run)},
-                         "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": f"job-a-{run}",
-                                              "uid": pod_uid or f"pod-uid-{run}", "controller": True}]},
+    name = name or f"job-a-{sequence}"
+    return {"metadata": {"name": name, "namespace": "shop",
+                         "labels": {LABEL_JOB: "job-a", LABEL_SEQUENCE: str(sequence)},
+                         "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": f"job-a-{sequence}",
+                                              "uid": pod_uid or f"pod-uid-{sequence}", "controller": True}]},
             "spec": {"holderIdentity": holder or name, "leaseDurationSeconds": 30, "renewTime": renewed}}
 
 
@@ -98,7 +99,7 @@ def test_the_jobs_own_pod_counts_even_when_seen_before_the_job():
 
 def test_a_foreign_pod_never_replaces_the_attempts_own_pod():
     view = view_at()
-    view.upsert_job(job("running", run=1))
+    view.upsert_job(job("running", sequence=1))
     view.upsert_pod(pod(1))
     view.upsert_pod(pod(1, name="impostor", phase="Failed", rv="9"))
     view.delete_pod(pod(1, name="impostor", rv="10"))
@@ -108,7 +109,7 @@ def test_a_foreign_pod_never_replaces_the_attempts_own_pod():
 # ---------------------------------------------------------------------------------------------------- leases
 def running_view() -> tuple[View, Any]:
     view = view_at(at(20))
-    view.upsert_job(job("running", run=1))
+    view.upsert_job(job("running", sequence=1))
     view.upsert_pod(pod(1))
     return view, View.snapshot(KEY, view.jobs[KEY])
 
@@ -167,7 +168,7 @@ def test_a_lease_stamped_in_the_future_does_not_keep_the_attempt_alive():
 # ---------------------------------------------------------------------------------------------------- runner
 def attempt_env(**fields: Any) -> AttemptEnv:
     base = dict(job_id="job_a", job_name="job-a", job_uid="u-1", namespace="shop", queue="emails", handler="send",
-                attempt=1, run=1, scheduled_at="", payload=None, lease_name="job-a-1",
+                attempt=1, sequence=1, scheduled_at="", payload=None, lease_name="job-a-1",
                 lease_duration=timedelta(seconds=1.5), cancel_grace=timedelta(seconds=10), pod_name="job-a-1",
                 heartbeat=True, pod_uid="pod-uid-1")
     return AttemptEnv(**{**base, **fields})

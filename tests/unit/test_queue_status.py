@@ -61,23 +61,23 @@ def test_the_writer_counts_from_the_view_a_starting_pod_as_queued():
     from sextant.controller.timers import Timers
     from sextant.controller.view import View
 
-    def raw(name: str, uid: str, state: str | None, run: int = 0) -> dict:
+    def raw(name: str, uid: str, state: str | None, sequence: int = 0) -> dict:
         return {"metadata": {"name": name, "namespace": "shop", "uid": uid, "resourceVersion": "1",
                              "generation": 1, "creationTimestamp": "2026-03-01T12:00:00Z"},
                 "spec": {"queue": "emails", "handler": "send"},
-                "status": {"state": state, "run": run} if state else {}}
+                "status": {"state": state, "sequence": sequence} if state else {}}
 
-    def pod(job: str, uid: str, run: int, phase: str) -> dict:
-        return {"metadata": {"name": f"{job}-{run}", "namespace": "shop", "resourceVersion": "2",
-                             "labels": {"sextant.dev/job": job, "sextant.dev/run": str(run)},
+    def pod(job: str, uid: str, sequence: int, phase: str) -> dict:
+        return {"metadata": {"name": f"{job}-{sequence}", "namespace": "shop", "resourceVersion": "2",
+                             "labels": {"sextant.dev/job": job, "sextant.dev/sequence": str(sequence)},
                              "ownerReferences": [{"apiVersion": "sextant.dev/v1alpha1", "kind": "Job", "name": job,
                                                   "uid": uid, "controller": True}]},
                 "spec": {"containers": [{"name": "handler"}]}, "status": {"phase": phase}}
 
     view = View()
-    for name, uid, state, run in [("job-a", "a", "running", 1), ("job-b", "b", "queued", 0),
+    for name, uid, state, sequence in [("job-a", "a", "running", 1), ("job-b", "b", "queued", 0),
                                   ("job-c", "c", None, 0), ("job-d", "d", "queued", 0), ("job-e", "e", "dead", 1)]:
-        view.upsert_job(raw(name, uid, state, run))
+        view.upsert_job(raw(name, uid, state, sequence))
     view.upsert_pod(pod("job-a", "a", 1, "Running"))
     view.upsert_pod(pod("job-b", "b", 1, "Pending"))  # admitted, its handler not started: queued, starting
     view.upsert_pod(pod("job-c", "c", 1, "Pending"))  # admitted on first sight, no state written yet

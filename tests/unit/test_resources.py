@@ -321,7 +321,7 @@ def test_job_spec_defaults():
 
 def test_job_status_defaults():
     status = JobStatus()
-    assert (status.state, status.attempt, status.run, status.attempts, status.conditions) == (None, 0, 0, [], [])
+    assert (status.state, status.attempt, status.sequence, status.attempts, status.conditions) == (None, 0, 0, [], [])
 
 
 @pytest.mark.parametrize(
@@ -344,13 +344,13 @@ def test_job_status_round_trips_through_the_wire():
     status = JobStatus(
         state=State.RUNNING,
         attempt=2,
-        run=3,
-        attempts=[Attempt(attempt=2, run=3, pod="job-a-3", result="running", started_at="2026-01-01T00:00:00Z")],
+        sequence=3,
+        attempts=[Attempt(attempt=2, sequence=3, pod="job-a-3", result="running", started_at="2026-01-01T00:00:00Z")],
         conditions=[Condition(type="Running", status="True", reason="Started")],
     )
     wire = status.wire()
     assert wire["state"] == "running"
-    assert wire["attempts"][0] == {"attempt": 2, "run": 3, "pod": "job-a-3", "result": "running",
+    assert wire["attempts"][0] == {"attempt": 2, "sequence": 3, "pod": "job-a-3", "result": "running",
                                    "startedAt": "2026-01-01T00:00:00Z"}
     assert JobStatus.model_validate(wire) == status
 

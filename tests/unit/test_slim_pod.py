@@ -47,11 +47,11 @@ def handler(heartbeat: bool = True, env: list[dict[str, Any]] | None = None) -> 
                                                              "containers": [container]}}, "heartbeat": heartbeat})
 
 
-def pod_for(raw: dict[str, Any], h: HandlerSpec, q: QueueSpec | None = None, run: int = 1,
+def pod_for(raw: dict[str, Any], h: HandlerSpec, q: QueueSpec | None = None, sequence: int = 1,
             attempt: int = 1) -> dict[str, Any]:
     name = raw["metadata"]["name"]
     return build_pod(raw, View.snapshot(("shop", name), raw), h, q or QueueSpec(),
-                     CreatePod(f"{name}-{run}", run, attempt))
+                     CreatePod(f"{name}-{sequence}", sequence, attempt))
 
 
 def resolved(pod: dict[str, Any]) -> dict[str, str]:
@@ -66,7 +66,7 @@ def resolved(pod: dict[str, Any]) -> dict[str, str]:
     return env
 
 
-def full_pod_environ(raw: dict[str, Any], q: QueueSpec, run: int, attempt: int) -> dict[str, str]:
+def full_pod_environ(raw: dict[str, Any], q: QueueSpec, sequence: int, attempt: int) -> dict[str, str]:
     """What a heartbeat pod carried before it was slim (every variable but the payload) and the runner then gave
     its handler: the expected handler environment."""
     name = raw["metadata"]["name"]
@@ -75,11 +75,11 @@ def full_pod_environ(raw: dict[str, Any], q: QueueSpec, run: int, attempt: int) 
 
     variables = attempt_variables(
         job_name=name, job_uid=UID, namespace="shop", queue=job.spec.queue, handler=job.spec.handler,
-        attempt=attempt, run=run, scheduled_at=scheduled_at(job, raw), payload=job.spec.payload,
-        lease_name=f"{name}-{run}", lease_duration=q.lease_duration, cancel_grace=q.cancel_grace, heartbeat=True)
+        attempt=attempt, sequence=sequence, scheduled_at=scheduled_at(job, raw), payload=job.spec.payload,
+        lease_name=f"{name}-{sequence}", lease_duration=q.lease_duration, cancel_grace=q.cancel_grace, heartbeat=True)
     variables.pop("SEXTANT_PAYLOAD", None)
-    pod = {"PATH": "/usr/bin", "HOSTNAME": f"{name}-{run}", **variables, "SEXTANT_NODE_NAME": "node-3",
-           "SEXTANT_POD_NAME": f"{name}-{run}", "SEXTANT_POD_UID": "pod-uid-7"}
+    pod = {"PATH": "/usr/bin", "HOSTNAME": f"{name}-{sequence}", **variables, "SEXTANT_NODE_NAME": "node-3",
+           "SEXTANT_POD_NAME": f"{name}-{sequence}", "SEXTANT_POD_UID": "pod-uid-7"}
     return handler_environ(job.spec.payload, pod)
 
 
@@ -104,10 +104,10 @@ def handler_env_from_slim(raw: dict[str, Any], pod: dict[str, Any]) -> tuple[Att
 
 # ------------------------------------------------------------------------------------------------ the pod
 def test_a_heartbeat_pod_carries_one_reference_and_the_two_fields_only_the_pod_knows():
-    pod = pod_for(raw_job(), handler(env=[{"name": "MINE", "value": "kept"}]), run=3, attempt=2)
+    pod = pod_for(raw_job(), handler(env=[{"name": "MINE", "value": "kept"}]), sequence=3, attempt=2)
     env = pod["spec"]["containers"][0]["env"]
     assert [e["name"] for e in env] == ["MINE", "SEXTANT_ATTEMPT_REF", "SEXTANT_NODE_NAME", "SEXTANT_POD_UID"]
-    assert json.loads(env[1]["value"]) == {"namespace": "shop", "job": "job-8f3k2m9q", "uid": UID, "run": 3,
+    assert json.loads(env[1]["value"]) == {"namespace": "shop", "job": "job-8f3k2m9q", "uid": UID, "sequence": 3,
                                            "attempt": 2, "pod": "job-8f3k2m9q-3", "leaseDuration": "30s",
                                            "cancelGrace": "10s"}
     assert env[2]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
@@ -129,8 +129,9 @@ def pod_bytes(pod: dict[str, Any]) -> int:
 
 
 def test_the_slim_pod_is_a_quarter_smaller_than_one_with_every_variable():
-    """A typical pod (the README's Handler, a small payload): 1332 bytes of JSON against 1814 with every variable
-    (as the operator sends it; the API server adds its defaults to both)."""
+    """A typical pod (the README's Handler, a small payload): 1342 bytes of JSON against 1859 with every variable
+    (17 with SEXTANT_RUN, SEXTANT_SEQUENCE's deprecated alias; as the operator sends it; the API server adds its
+    defaults to both)."""
     raw = raw_job()
     slim = pod_for(raw, handler())
     full = pod_for(raw, handler())
@@ -141,8 +142,8 @@ def test_the_slim_pod_is_a_quarter_smaller_than_one_with_every_variable():
         {"name": n, "valueFrom": {"fieldRef": {"fieldPath": p}}}
         for n, p in (("SEXTANT_NODE_NAME", "spec.nodeName"), ("SEXTANT_POD_NAME", "metadata.name"),
                      ("SEXTANT_POD_UID", "metadata.uid"))]
-    assert len(full["spec"]["containers"][0]["env"]) == 16 and len(slim["spec"]["containers"][0]["env"]) == 3
-    assert (pod_bytes(slim), pod_bytes(full)) == (1332, 1814)
+    assert len(full["spec"]["containers"][0]["env"]) == 17 and len(slim["spec"]["containers"][0]["env"]) == 3
+    assert (pod_bytes(slim), pod_bytes(full)) == (1342, 1859)
 
 
 # --------------------------------------------------------------------------------------------- the runner
@@ -154,16 +155,16 @@ DURATIONS = st.sampled_from(["30s", "1m", "1m30s", "1500ms", "2h"])
 @settings(max_examples=200, deadline=None)
 @given(name=JOB_NAMES, run_at=st.none() | TIMES, scheduled=st.none() | TIMES, created=TIMES,
        size=st.sampled_from([0, PAYLOAD_ENV_MAX_BYTES - 20, PAYLOAD_ENV_MAX_BYTES + 1]),
-       lease=DURATIONS, grace=DURATIONS, run=st.integers(1, 10**6), attempt=st.integers(1, 100))
+       lease=DURATIONS, grace=DURATIONS, sequence=st.integers(1, 10**6), attempt=st.integers(1, 100))
 def test_the_handler_gets_the_same_environment_from_a_slim_pod(name, run_at, scheduled, created, size, lease,
-                                                               grace, run, attempt):
+                                                               grace, sequence, attempt):
     raw = raw_job(name, {"x": "y" * size}, run_at, scheduled, created)
     q = QueueSpec(leaseDuration=lease, cancelGrace=grace)
-    env, got = handler_env_from_slim(raw, pod_for(raw, handler(), q, run, attempt))
-    assert got == full_pod_environ(raw, q, run, attempt)
+    env, got = handler_env_from_slim(raw, pod_for(raw, handler(), q, sequence, attempt))
+    assert got == full_pod_environ(raw, q, sequence, attempt)
     assert ("SEXTANT_PAYLOAD" in got) == (len(payload_json(raw["spec"]["payload"]).encode()) <= PAYLOAD_ENV_MAX_BYTES)
     assert (env.queue, env.handler, env.lease_name, env.pod_name, env.pod_uid) == (
-        "emails", "send-receipt", f"{name}-{run}", f"{name}-{run}", "pod-uid-7")
+        "emails", "send-receipt", f"{name}-{sequence}", f"{name}-{sequence}", "pod-uid-7")
     assert env.heartbeat and env.payload == raw["spec"]["payload"]
 
 
@@ -185,10 +186,10 @@ def test_a_job_deleted_and_created_again_is_not_this_attempts():
 @pytest.mark.parametrize("text,problem", [
     ("job-a", "not a JSON object"),
     ("[1]", "not a JSON object"),
-    ('{"namespace":"shop","job":"job-a"}', "lacks uid, run, attempt, pod, leaseDuration, cancelGrace"),
-    ('{"namespace":"shop","job":"j","uid":"u","run":"one","attempt":1,"pod":"p","leaseDuration":"30s",'
+    ('{"namespace":"shop","job":"job-a"}', "lacks uid, sequence, attempt, pod, leaseDuration, cancelGrace"),
+    ('{"namespace":"shop","job":"j","uid":"u","sequence":"one","attempt":1,"pod":"p","leaseDuration":"30s",'
      '"cancelGrace":"10s"}', "one"),
-    ('{"namespace":"shop","job":"j","uid":"u","run":1,"attempt":1,"pod":"p","leaseDuration":"soon",'
+    ('{"namespace":"shop","job":"j","uid":"u","sequence":1,"attempt":1,"pod":"p","leaseDuration":"soon",'
      '"cancelGrace":"10s"}', "soon"),
 ])
 def test_a_bad_reference_is_refused_naming_what_is_wrong(text, problem):

@@ -82,7 +82,7 @@ class Cluster:
             phase: str = "Pending", created: float | None = None) -> None:
         """The job's attempt pod (run 1) as the watch shows it now."""
         self.view.pods[key][1] = PodObservation(
-            name=pod_name(key[1], 1), run=1, phase=phase, node=node, unschedulable=unschedulable,
+            name=pod_name(key[1], 1), sequence=1, phase=phase, node=node, unschedulable=unschedulable,
             owner_uid=f"uid-{key[1]}", created_at=at(created if created is not None else
                                                       (self.moment - T0).total_seconds() // 1))
         self.slots.update(key)
@@ -151,7 +151,7 @@ def test_a_pods_wait_counts_from_the_latest_moment_it_can_have_begun(first_seen,
 
 
 def _pod(**fields: Any) -> PodObservation:
-    return PodObservation(name="p", run=1, **fields)
+    return PodObservation(name="p", sequence=1, **fields)
 
 
 @pytest.mark.parametrize("running,pods,holds,placement", [

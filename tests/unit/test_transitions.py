@@ -226,7 +226,7 @@ def test_a_pending_pod_keeps_the_job_queued():
     for step in (10, 60, 300):
         job.advance(step)
         d = job.reconcile()
-        assert (d.status.state, d.status.run, d.status.attempts) == (Q, 0, [])
+        assert (d.status.state, d.status.sequence, d.status.attempts) == (Q, 0, [])
         assert d.actions == [] and d.events == []
         assert d.wake_at == at(5 + 600)
         assert not d.wants_admission or True  # the controller never admits it again: its pod is alive
@@ -241,8 +241,8 @@ def test_the_container_start_takes_the_job():
     job.lease_renewed_at = at(42)  # the view's heartbeat: the container's start until the first renewal
     d = job.reconcile()
     st = d.status
-    assert (st.state, st.run, st.attempt) == (R, 1, 1)
-    assert [(a.attempt, a.run, a.pod, a.node, a.result, a.started_at) for a in st.attempts] == [
+    assert (st.state, st.sequence, st.attempt) == (R, 1, 1)
+    assert [(a.attempt, a.sequence, a.pod, a.node, a.result, a.started_at) for a in st.attempts] == [
         (1, 1, f"{JOB}-1", "node-a", "running", format_time(at(42)))
     ]
     assert st.timeout_at == format_time(at(42 + 300))  # the timeout counts from the container's start
@@ -260,7 +260,7 @@ def test_a_pod_seen_only_once_finished_is_recorded_in_one_write():
     job.set_pod("Succeeded", node="node-a", exit_code=0, started_at=at(12))
     d = job.reconcile()
     entry = d.status.attempts[-1]
-    assert (d.status.state, d.status.run, d.status.attempt) == (S, 1, 1)
+    assert (d.status.state, d.status.sequence, d.status.attempt) == (S, 1, 1)
     assert (entry.started_at, entry.finished_at, entry.result) == (format_time(at(12)), format_time(at(25)),
                                                                    "succeeded")
     assert event_reasons(d) == ["Started", "Succeeded"]
@@ -295,7 +295,7 @@ def test_a_pod_that_does_not_start_in_time_fails_the_attempt(pod_fields, reason)
     job.advance(1)
     d = job.reconcile()
     entry = d.status.attempts[-1]
-    assert (d.status.state, d.status.run, d.status.attempt) == (F, 1, 1)  # counts as an attempt, retried
+    assert (d.status.state, d.status.sequence, d.status.attempt) == (F, 1, 1)  # counts as an attempt, retried
     assert (entry.result, entry.reason, entry.started_at, entry.pod) == ("failed", reason, None, f"{JOB}-1")
     assert entry.message.startswith(f"pod {JOB}-1 did not start within startTimeout 2m")
     if pod_fields.get("message"):
@@ -345,7 +345,7 @@ def test_a_pod_deleted_before_it_started_never_ran():
     job.admit()
     job.set_pod("Pending", deleting=True)
     d = job.reconcile()
-    assert (d.status.state, d.status.run, d.actions) == (Q, 0, [])
+    assert (d.status.state, d.status.sequence, d.actions) == (Q, 0, [])
     del job.pods[1]
     assert creates(job.admit()) == [T.CreatePod(f"{JOB}-1", 1, 1)]
 
@@ -398,7 +398,7 @@ def test_a_new_job_whose_pod_is_slow_or_stuck_is_written_queued(pod_fields, late
     job.pods[1] = pod(1, "Pending", created_at=at(1), **pod_fields)
     job.advance(later)
     d = T.reconcile(job.snap(), job.observe(), job.now)
-    assert (d.status.state, d.status.run, d.status.message) == (Q, 0, message)
+    assert (d.status.state, d.status.sequence, d.status.message) == (Q, 0, message)
     assert event_reasons(d) == ["Queued"]
 
 
@@ -517,9 +517,9 @@ def test_fail_twice_then_succeed():
     d = job.run_attempt("Succeeded", 0)
     st = d.status
     assert st.state == S
-    assert (st.attempt, st.run) == (3, 3)
+    assert (st.attempt, st.sequence) == (3, 3)
     assert delays == [timedelta(seconds=10), timedelta(seconds=20)]  # initial, initial × factor
-    assert [(a.attempt, a.run, a.pod, a.result, a.reason) for a in st.attempts] == [
+    assert [(a.attempt, a.sequence, a.pod, a.result, a.reason) for a in st.attempts] == [
         (1, 1, f"{JOB}-1", "failed", "Error"),
         (2, 2, f"{JOB}-2", "failed", "Error"),
         (3, 3, f"{JOB}-3", "succeeded", None),
@@ -710,7 +710,7 @@ def test_a_crash_looping_handler_ends_dead():
         job.lease_renewed_at = job.now
         job.advance(30)
         job.reconcile()
-        del job.pods[job.status.run]
+        del job.pods[job.status.sequence]
         job.lease_renewed_at = None
         d = job.reconcile()
         if d.status.state == F:
@@ -855,12 +855,12 @@ def test_cancel_after_a_timeout_already_killed_the_pod_keeps_the_timeout():
 @pytest.mark.parametrize("state", [F, D], ids=ids)
 def test_retry_requeues_with_attempt_zero(state):
     job = BUILD[state]()
-    run = job.status.run
+    sequence = job.status.sequence
     job.advance(5)
     job.update_spec(retryToken="r1")
     d = job.reconcile()
     st = d.status
-    assert (st.state, st.attempt, st.run, st.retry_token) == (Q, 0, run, "r1")
+    assert (st.state, st.attempt, st.sequence, st.retry_token) == (Q, 0, sequence, "r1")
     assert (st.queued_at, st.finished_at, st.next_attempt_at) == (format_time(job.now), None, None)
     assert event_reasons(d) == ["Retried"]
     assert d.wants_admission
@@ -881,7 +881,7 @@ def test_after_retry_the_run_keeps_counting():
     d = job.admit()
     assert d.actions == [T.CreatePod(f"{JOB}-2", 2, 1)]  # attempt 1 again, a new pod name
     job.set_pod("Running")
-    assert [(a.attempt, a.run) for a in job.reconcile().status.attempts] == [(1, 1), (1, 2)]
+    assert [(a.attempt, a.sequence) for a in job.reconcile().status.attempts] == [(1, 1), (1, 2)]
 
 
 def test_after_retry_a_job_gets_max_attempts_again():
@@ -895,7 +895,7 @@ def test_after_retry_a_job_gets_max_attempts_again():
     job.update_spec(retryToken="again")
     job.reconcile()
     job.run_attempt("Failed", 1)
-    assert (job.status.state, job.status.attempt, job.status.run) == (F, 1, 3)
+    assert (job.status.state, job.status.attempt, job.status.sequence) == (F, 1, 3)
 
 
 def test_the_same_token_retries_once():
@@ -1029,8 +1029,8 @@ def test_a_stray_pod_of_the_next_run_is_adopted():
     job.pods[1] = pod(1, "Running")  # admit created it, the status write was lost
     d = job.reconcile()
     st = d.status
-    assert (st.state, st.run, st.attempt) == (R, 1, 1)
-    assert [(a.run, a.pod, a.result) for a in st.attempts] == [(1, f"{JOB}-1", "running")]
+    assert (st.state, st.sequence, st.attempt) == (R, 1, 1)
+    assert [(a.sequence, a.pod, a.result) for a in st.attempts] == [(1, f"{JOB}-1", "running")]
     assert d.actions == []  # no second pod, no delete
     assert d.wake_at == at(303)
 
@@ -1040,7 +1040,7 @@ def test_an_adopted_pod_that_already_finished_is_read_at_once():
     job.pods[1] = pod(1, "Succeeded", exit_code=0)
     d = job.reconcile()
     assert d.status.state == S
-    assert [(a.run, a.result) for a in d.status.attempts] == [(1, "succeeded")]
+    assert [(a.sequence, a.result) for a in d.status.attempts] == [(1, "succeeded")]
 
 
 def test_an_adopted_pod_is_then_admitted_no_twice():
@@ -1048,7 +1048,7 @@ def test_an_adopted_pod_is_then_admitted_no_twice():
     job.pods[1] = pod(1, "Running")
     job.reconcile()
     job.reconcile()
-    assert (job.status.run, len(job.status.attempts)) == (1, 1)
+    assert (job.status.sequence, len(job.status.attempts)) == (1, 1)
 
 
 def test_a_stray_pod_of_a_cancelled_queued_job_is_recorded_and_stopped_gracefully():
@@ -1060,18 +1060,18 @@ def test_a_stray_pod_of_a_cancelled_queued_job_is_recorded_and_stopped_gracefull
     assert d.actions == [T.DeletePod(f"{JOB}-1", 10)]
     del job.pods[1]
     st = job.reconcile().status
-    assert st.state == C and [(a.run, a.result) for a in st.attempts] == [(1, "cancelled")]
+    assert st.state == C and [(a.sequence, a.result) for a in st.attempts] == [(1, "cancelled")]
 
 
 @pytest.mark.parametrize("state", [SCH, R, S, F, D, C], ids=ids)
 def test_a_stray_pod_while_not_queued_is_deleted(state):
     job = BUILD[state]()
-    stray = job.status.run + 1
+    stray = job.status.sequence + 1
     job.pods[stray] = pod(stray, "Running")
     d = job.reconcile()
     assert T.DeletePod(f"{JOB}-{stray}", 0) in d.actions
     assert creates(d) == []
-    assert d.status.run == job.status.run == stray - 1
+    assert d.status.sequence == job.status.sequence == stray - 1
 
 
 def test_a_stray_pod_already_being_deleted_is_left_alone():
@@ -1092,7 +1092,7 @@ def test_of_two_strays_the_next_run_is_adopted_and_the_other_deleted():
     job.pods[1] = pod(1, "Running")
     job.pods[2] = pod(2, "Running")
     d = job.reconcile()
-    assert (d.status.state, d.status.run) == (R, 1)
+    assert (d.status.state, d.status.sequence) == (R, 1)
     assert d.actions == [T.DeletePod(f"{JOB}-2", 0)]
 
 
@@ -1193,7 +1193,7 @@ def _with(builder, **changes):
             elif key == "advance":
                 job.advance(value)
             elif key == "stray":
-                job.pods[job.status.run + 1] = pod(job.status.run + 1, value)
+                job.pods[job.status.sequence + 1] = pod(job.status.sequence + 1, value)
             else:
                 setattr(job, key, value)
         return job

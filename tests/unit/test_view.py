@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from sextant.controller.slots import Placement, standing
-from sextant.controller.pods import LABEL_JOB, LABEL_RUN
 from sextant.controller.view import View, is_slim, settled, slim, state_of
+from sextant.resources.contract import LABEL_JOB, LABEL_SEQUENCE
 from sextant.resources.job import State
 
 
@@ -25,19 +25,20 @@ def job(state: str | None, *, generation: int = 1, observed: int | None = 1, rv:
         "status": {},
     }
     if state is not None:
-        raw["status"] = {"state": state, "run": 2, "attempt": 2, "finishedAt": "2026-03-01T12:01:00Z",
+        raw["status"] = {"state": state, "sequence": 2, "attempt": 2, "finishedAt": "2026-03-01T12:01:00Z",
                          "observedGeneration": observed, "message": "done",
-                         "attempts": [{"attempt": 1, "run": 1, "pod": f"{name}-1", "result": "failed"},
-                                      {"attempt": 2, "run": 2, "pod": f"{name}-2", "result": "succeeded"}],
+                         "attempts": [{"attempt": 1, "sequence": 1, "pod": f"{name}-1", "result": "failed"},
+                                      {"attempt": 2, "sequence": 2, "pod": f"{name}-2", "result": "succeeded"}],
                          "conditions": [{"type": "Succeeded", "status": "True"}]}
     return raw
 
 
-def pod(job_name: str, run: int, *, owner: str | None = "u-1", name: str | None = None,
+def pod(job_name: str, sequence: int, *, owner: str | None = "u-1", name: str | None = None,
         phase: str = "Succeeded") -> dict[str, Any]:
     """An attempt pod as the operator creates it: owned (controller ownerReference) by the job with uid `owner`."""
-    meta: dict[str, Any] = {"name": name or f"{job_name}-{run}", "namespace": "shop", "resourceVersion": "5",
-                            "uid": f"pod-{job_name}-{run}", "labels": {LABEL_JOB: job_name, LABEL_RUN: str(run)}}
+    meta: dict[str, Any] = {"name": name or f"{job_name}-{sequence}", "namespace": "shop", "resourceVersion": "5",
+                            "uid": f"pod-{job_name}-{sequence}",
+                            "labels": {LABEL_JOB: job_name, LABEL_SEQUENCE: str(sequence)}}
     if owner is not None:
         meta["ownerReferences"] = [{"apiVersion": "sextant.dev/v1alpha1", "kind": "Job", "name": job_name,
                                     "uid": owner, "controller": True}]
@@ -72,7 +73,7 @@ def test_the_view_keeps_settled_jobs_slim_and_the_rest_whole():
 def test_a_slim_copy_answers_what_retention_counting_and_events_read():
     kept = slim(job("succeeded"))
     assert state_of(kept) == State.SUCCEEDED and settled(kept)
-    assert kept["status"] == {"state": "succeeded", "run": 2, "finishedAt": "2026-03-01T12:01:00Z",
+    assert kept["status"] == {"state": "succeeded", "sequence": 2, "finishedAt": "2026-03-01T12:01:00Z",
                               "observedGeneration": 1}
     assert kept["spec"] == {"queue": "emails", "handler": "send", "idempotencyKey": "k-1", "priority": 3}
     meta = kept["metadata"]

@@ -123,7 +123,7 @@ def test_the_lease_says_queues_handlers_slots_draining_and_incarnation() -> None
 
 # --- which jobs are its own -----------------------------------------------------------------------------------
 
-def running_job(*, worker: str = WORKER, holder: str = HOLDER, run: int = 1, attempt: int = 1, started: float = 0,
+def running_job(*, worker: str = WORKER, holder: str = HOLDER, sequence: int = 1, attempt: int = 1, started: float = 0,
                 timeout: str = "5m", **status: Any) -> dict[str, Any]:
     timeout_at = at(started) + timedelta(seconds=_seconds(timeout))
     return {
@@ -131,9 +131,9 @@ def running_job(*, worker: str = WORKER, holder: str = HOLDER, run: int = 1, att
         "metadata": {"name": "job-a", "namespace": NS, "uid": UID, "generation": 1, "resourceVersion": "7",
                      "creationTimestamp": format_time(T0, precise=False)},
         "spec": {"queue": "emails", "handler": "charge", "payload": {"orderId": 7}, **status.pop("spec", {})},
-        "status": {"state": "running", "worker": worker, "run": run, "attempt": attempt, "maxAttempts": 3,
+        "status": {"state": "running", "worker": worker, "sequence": sequence, "attempt": attempt, "maxAttempts": 3,
                    "queuedAt": format_time(T0), "timeoutAt": format_time(timeout_at),
-                   "attempts": [{"attempt": attempt, "run": run, "worker": holder, "node": worker,
+                   "attempts": [{"attempt": attempt, "sequence": sequence, "worker": holder, "node": worker,
                                  "startedAt": format_time(at(started)), "result": "running"}], **status},
     }
 
@@ -147,7 +147,7 @@ def _seconds(text: str) -> float:
 def test_a_job_is_its_own_only_when_running_its_run_and_its_incarnation() -> None:
     mine = running_job()
     found = assignment(mine, WORKER, HOLDER)
-    assert found is not None and (found.job, found.run, found.attempt, found.queue, found.handler) == \
+    assert found is not None and (found.job, found.sequence, found.attempt, found.queue, found.handler) == \
         ("job-a", 1, 1, "emails", "charge")
     assert found.started_at == T0
     assert owns(mine, WORKER, HOLDER, 1) and not owns(mine, WORKER, HOLDER, 2)
@@ -155,7 +155,7 @@ def test_a_job_is_its_own_only_when_running_its_run_and_its_incarnation() -> Non
     assert assignment(running_job(worker="w2", holder="w2/x"), WORKER, HOLDER) is None
     assert assignment(running_job(state="failed"), WORKER, HOLDER) is None
     stale = running_job()
-    stale["status"]["run"] = 2  # the timeline's last entry is not the current run
+    stale["status"]["sequence"] = 2  # the timeline's last entry is not the current run
     assert assignment(stale, WORKER, HOLDER) is None
     assert not owns(None, WORKER, HOLDER, 1)
 
@@ -172,7 +172,7 @@ def recorded(raw: dict[str, Any], report: Report, when: float = 5):
 
 
 def test_a_success_is_recorded_as_in_pod_mode() -> None:
-    status, entry = recorded(running_job(), Report(run=1, exit_code=0))
+    status, entry = recorded(running_job(), Report(sequence=1, exit_code=0))
     assert status.state.value == "succeeded" and status.worker is None
     assert (entry.result, entry.exit_code, entry.reason, entry.worker, entry.node) == \
         ("succeeded", 0, None, HOLDER, WORKER)
@@ -181,24 +181,25 @@ def test_a_success_is_recorded_as_in_pod_mode() -> None:
 
 
 def test_a_failure_backs_off_and_the_last_one_is_dead() -> None:
-    status, entry = recorded(running_job(), Report(run=1, exit_code=1, message="KeyError: 'orderId'"))
+    status, entry = recorded(running_job(), Report(sequence=1, exit_code=1, message="KeyError: 'orderId'"))
     assert status.state.value == "failed" and status.next_attempt_at == format_time(at(15))
     assert (entry.result, entry.reason, entry.exit_code, entry.message) == \
         ("failed", "Error", 1, "KeyError: 'orderId'")
-    status, entry = recorded(running_job(run=3, attempt=3), Report(run=3, exit_code=1, message="boom"))
+    status, entry = recorded(running_job(sequence=3, attempt=3), Report(sequence=3, exit_code=1, message="boom"))
     assert status.state.value == "dead"
 
 
 def test_non_retryable_error_ends_dead_at_once() -> None:
-    status, entry = recorded(running_job(), Report(run=1, exit_code=86, message="NonRetryableError: declined"))
+    status, entry = recorded(running_job(), Report(sequence=1, exit_code=86, message="NonRetryableError: declined"))
     assert status.state.value == "dead" and (entry.reason, entry.message) == \
         (A.NON_RETRYABLE, "NonRetryableError: declined")
 
 
 def test_a_result_is_refused_when_the_attempt_is_no_longer_its_own() -> None:
-    assert compute(running_job(holder="w1/earlier"), WORKER, HOLDER, Report(run=1, exit_code=0), SPECS, at(5)) is None
-    assert compute(running_job(run=2, attempt=2), WORKER, HOLDER, Report(run=1, exit_code=0), SPECS, at(5)) is None
-    assert compute(running_job(state="failed"), WORKER, HOLDER, Report(run=1, exit_code=0), SPECS, at(5)) is None
+    first = Report(sequence=1, exit_code=0)
+    assert compute(running_job(holder="w1/earlier"), WORKER, HOLDER, first, SPECS, at(5)) is None
+    assert compute(running_job(sequence=2, attempt=2), WORKER, HOLDER, first, SPECS, at(5)) is None
+    assert compute(running_job(state="failed"), WORKER, HOLDER, first, SPECS, at(5)) is None
 
 
 def test_the_worker_applies_the_timeout_itself() -> None:
@@ -209,7 +210,7 @@ def test_the_worker_applies_the_timeout_itself() -> None:
     assert stop_wanted(job, SPECS, WORKER, at(3)) == (None, at(10))  # look again at timeoutAt
     assert stop_wanted(job, SPECS, WORKER, at(10))[0] == A.TIMEOUT
     # It stopped the handler at 10 s (143 after SIGTERM) before the operator wrote the stop: recorded as Timeout.
-    status, entry = recorded(raw, Report(run=1, exit_code=143, stop_reason=A.TIMEOUT, stopped_at=at(10)), when=11)
+    status, entry = recorded(raw, Report(sequence=1, exit_code=143, stop_reason=A.TIMEOUT, stopped_at=at(10)), when=11)
     assert (status.state.value, entry.result, entry.reason, entry.exit_code) == ("failed", "failed", "Timeout", 143)
 
 
@@ -218,20 +219,20 @@ def test_a_cancel_reaches_the_handler_and_is_recorded_cancelled() -> None:
 
     asked = running_job(spec={"cancel": True})
     assert stop_wanted(View.snapshot((NS, "job-a"), asked), SPECS, WORKER, at(2))[0] == A.CANCELLED
-    status, entry = recorded(asked, Report(run=1, exit_code=143, stop_reason=A.CANCELLED, stopped_at=at(2)))
+    status, entry = recorded(asked, Report(sequence=1, exit_code=143, stop_reason=A.CANCELLED, stopped_at=at(2)))
     assert (status.state.value, entry.result, entry.reason) == ("cancelled", "cancelled", "Cancelled")
     # The operator wrote the stop first: the same outcome.
     written = running_job(spec={"cancel": True}, stopReason="Cancelled", stopRequestedAt=format_time(at(1)))
     assert stop_wanted(View.snapshot((NS, "job-a"), written), SPECS, WORKER, at(2))[0] == A.CANCELLED
-    status, entry = recorded(written, Report(run=1, exit_code=137, stop_reason=A.CANCELLED, stopped_at=at(2)))
+    status, entry = recorded(written, Report(sequence=1, exit_code=137, stop_reason=A.CANCELLED, stopped_at=at(2)))
     assert (status.state.value, entry.reason, entry.exit_code) == ("cancelled", "Cancelled", 137)
 
 
 def test_a_drained_attempt_counts_and_is_retried() -> None:
-    status, entry = recorded(running_job(), Report(run=1, exit_code=143, stop_reason=DRAINED, stopped_at=at(4)))
+    status, entry = recorded(running_job(), Report(sequence=1, exit_code=143, stop_reason=DRAINED, stopped_at=at(4)))
     assert status.state.value == "failed" and status.attempt == 1
     assert (entry.result, entry.reason, entry.exit_code) == ("failed", "Drained", 143)
-    status, entry = recorded(running_job(), Report(run=1, exit_code=None, message="stopped before the handler "
+    status, entry = recorded(running_job(), Report(sequence=1, exit_code=None, message="stopped before the handler "
                                                    "started", stop_reason=DRAINED, stopped_at=at(4)))
     assert (entry.reason, entry.exit_code) == ("Drained", None)
 

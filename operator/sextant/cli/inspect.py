@@ -10,7 +10,7 @@ from typing import Any
 from .. import inputs
 from ..client import ClientError
 from ..resources.common import parse_time
-from ..resources.job import job_id
+from ..resources.job import job_id, sequence_of
 from . import output
 from .context import CliError, Context, api_error
 from .jobs import attempt_text, error_text, fetch, state_text
@@ -55,7 +55,7 @@ def timeline(job: dict[str, Any], now: datetime) -> list[dict[str, Any]]:
     for a in (job.get("status") or {}).get("attempts") or []:
         started, finished = parse_time(a.get("startedAt")), parse_time(a.get("finishedAt"))
         out.append({
-            "attempt": a.get("attempt"), "run": a.get("run"), "pod": a.get("pod"), "worker": a.get("worker"),
+            "attempt": a.get("attempt"), "sequence": sequence_of(a), "pod": a.get("pod"), "worker": a.get("worker"),
             "node": a.get("node"),
             "startedAt": a.get("startedAt"), "finishedAt": a.get("finishedAt"),
             "durationSeconds": round(((finished or now) - started).total_seconds(), 3) if started else None,

@@ -1,7 +1,7 @@
 """The job reconciler: one level-triggered reconcile per job key, fed by the view, acting through kube.py.
 
 Order of writes, chosen so that a crash between any two of them is repaired by the next reconcile:
-the attempt's pod is created before the status records it (a pod of run status.run+1 is the queued job's
+the attempt's pod is created before the status records it (a pod of sequence status.sequence+1 is the queued job's
 starting attempt, recorded when its handler starts: lifecycle/transitions.py's docstring), and
 a stop (cancel, timeout, lease expiry) is recorded before the pod is deleted (the rules re-derive it).
 """
@@ -394,7 +394,7 @@ class JobController:
                 return False
             created = await self.kube.get(pod_path(ns, action.name))
             if controller_uid(created) != job.uid:
-                # Not ours (no controller ownerReference to this job): never adopted. The run waits until its name
+                # Not ours (no controller ownerReference to this job): never adopted. The attempt waits until its name
                 # is free again, and says why.
                 message = (f"pod {action.name} exists but is not this job's (its controller ownerReference is not "
                            f"this Job); attempt {action.attempt} starts once that pod is gone")

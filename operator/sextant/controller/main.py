@@ -21,7 +21,6 @@ from .jobs import JobController, utcnow
 from ..kube import Kube
 from ..lifecycle.transitions import Event
 from ..resources import API_VERSION
-from .pods import LABEL_JOB
 from .schedules import ScheduleController
 from .timers import Timers
 from .view import View
@@ -101,8 +100,9 @@ class Operator:
             *(informer(p, self.feeds["schedules"], "schedules", "Schedule", API_VERSION)
               for p in _paths("schedules", GROUP, ns)),
             # Only Sextant's own pods: a server-side label selector, never every pod of the cluster.
-            *(informer(p, c.on_pod, "pods", "Pod", "v1", label_selector=LABEL_JOB) for p in _paths("pods", None, ns)),
-            *(informer(p, c.on_lease, "leases", "Lease", "coordination.k8s.io/v1", label_selector=LABEL_JOB)
+            *(informer(p, c.on_pod, "pods", "Pod", "v1", label_selector=contract.LABEL_JOB)
+              for p in _paths("pods", None, ns)),
+            *(informer(p, c.on_lease, "leases", "Lease", "coordination.k8s.io/v1", label_selector=contract.LABEL_JOB)
               for p in _paths("leases", "coordination.k8s.io", ns, version="v1")),
             # Workers' registration Leases (docs/workers.md §1): one per worker, not per job.
             *(Informer(self.kube, p, c.on_worker, label_selector=contract.LABEL_WORKER, name="workers")

@@ -10,18 +10,13 @@ from ..lifecycle.transitions import CreatePod, JobSnapshot
 from ..resources import API_VERSION, GROUP
 from ..resources.common import format_time, parse_duration, parse_time, time_or_none
 from ..resources.handler import HandlerSpec
+from ..resources.contract import (ANNOTATION_JOB_ID, LABEL_ATTEMPT, LABEL_HANDLER, LABEL_JOB, LABEL_QUEUE,
+                                  LABEL_SEQUENCE, sequence_label)
 from ..resources.job import PAYLOAD_ENV_MAX_BYTES, job_id, payload_json
 from ..resources.queue import QueueSpec
-from ..runner.env import ANNOTATION_SCHEDULED_AT  # noqa: F401 (the annotation's name, here with the labels)
 from ..runner.env import ATTEMPT_REF, IDENTITY_VARIABLES, POD_VARIABLES, attempt_ref, attempt_variables
 from ..runner.env import scheduled_at as scheduled_time
 
-LABEL_JOB = "sextant.dev/job"
-LABEL_QUEUE = "sextant.dev/queue"
-LABEL_HANDLER = "sextant.dev/handler"
-LABEL_ATTEMPT = "sextant.dev/attempt"
-LABEL_RUN = "sextant.dev/run"
-ANNOTATION_JOB_ID = "sextant.dev/job-id"
 # Variables the operator (or the pod's own fields, or the runner) sets: a Handler's template cannot set them.
 RESERVED_ENV = IDENTITY_VARIABLES | set(POD_VARIABLES) | {ATTEMPT_REF}
 # The downward API: what cannot be known before the pod exists.
@@ -46,13 +41,13 @@ def attempt_env(raw: dict[str, Any], job: JobSnapshot, handler: HandlerSpec, que
     small payload, itself."""
     namespace = raw["metadata"]["namespace"]
     if handler.heartbeat:
-        ref = attempt_ref(namespace=namespace, job_name=job.name, job_uid=job.uid, run=create.run,
+        ref = attempt_ref(namespace=namespace, job_name=job.name, job_uid=job.uid, sequence=create.sequence,
                           attempt=create.attempt, pod_name=create.name, lease_duration=queue.lease_duration,
                           cancel_grace=queue.cancel_grace)
         return [{"name": ATTEMPT_REF, "value": ref}, NODE_NAME_ENV, POD_UID_ENV]
     identity = attempt_variables(
         job_name=job.name, job_uid=job.uid, namespace=namespace, queue=job.spec.queue, handler=job.spec.handler,
-        attempt=create.attempt, run=create.run, scheduled_at=scheduled_at(job, raw), payload=job.spec.payload,
+        attempt=create.attempt, sequence=create.sequence, scheduled_at=scheduled_at(job, raw), payload=job.spec.payload,
         lease_name=create.name, lease_duration=queue.lease_duration, cancel_grace=queue.cancel_grace,
         heartbeat=handler.heartbeat)
     # The runner names its pod as the owner of the attempt's Lease: the operator counts only such a Lease.
@@ -78,7 +73,7 @@ def build_pod(raw: dict[str, Any], job: JobSnapshot, handler: HandlerSpec, queue
         LABEL_QUEUE: job.spec.queue,
         LABEL_HANDLER: job.spec.handler,
         LABEL_ATTEMPT: str(create.attempt),
-        LABEL_RUN: str(create.run),
+        LABEL_SEQUENCE: str(create.sequence),
     }
     annotations = {**template.metadata.annotations, ANNOTATION_JOB_ID: job_id(job.name)}
     return {
@@ -119,9 +114,8 @@ def restrict(spec: dict[str, Any]) -> None:
             sc.setdefault("allowPrivilegeEscalation", False)
 
 
-def run_of(pod: dict[str, Any]) -> int | None:
-    value = (pod["metadata"].get("labels") or {}).get(LABEL_RUN, "")
-    return int(value) if value.isdigit() else None
+def sequence_of(pod: dict[str, Any]) -> int | None:
+    return sequence_label(pod["metadata"].get("labels") or {})
 
 
 def controller_uid(obj: dict[str, Any], kind: str = "Job", group: str = GROUP) -> str | None:
@@ -134,9 +128,9 @@ def controller_uid(obj: dict[str, Any], kind: str = "Job", group: str = GROUP) -
 
 
 def observe(pod: dict[str, Any]) -> PodObservation | None:
-    """The lifecycle's view of an attempt pod; None for a pod that is not one (no run label)."""
-    run = run_of(pod)
-    if run is None:
+    """The lifecycle's view of an attempt pod; None for a pod that is not one (no sequence label)."""
+    sequence = sequence_of(pod)
+    if sequence is None:
         return None
     meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
     handler_container = (spec.get("containers") or [{}])[0].get("name")
@@ -165,7 +159,7 @@ def observe(pod: dict[str, Any]) -> PodObservation | None:
                       None)
     return PodObservation(
         name=meta["name"],
-        run=run,
+        sequence=sequence,
         phase=status.get("phase", "Pending"),
         node=spec.get("nodeName"),
         exit_code=exit_code,

@@ -19,6 +19,7 @@ from typing import Any
 from ..kube import ApiError, Kube, NotLeader
 from ..queuestats import count_unfinished, same_status, status_body
 from ..resources import GROUP, VERSION
+from ..resources.job import sequence_of
 from .informer import Key, key_of
 from .timers import Timers
 from .view import View
@@ -80,9 +81,9 @@ class QueueStatusWriter:
             raw = self.view.jobs.get(job_key)
             if raw is None:
                 continue
-            run = (raw.get("status") or {}).get("run", 0)
+            sequence = sequence_of(raw.get("status"))
             pods = self.view.pods_of(job_key)
-            starting = any(p.run > run and p.alive and not p.started for p in pods.values())
+            starting = any(p.sequence > sequence and p.alive and not p.started for p in pods.values())
             jobs.append((raw, starting, self.in_line(job_key)))
         return status_body(count_unfinished(jobs), self.generation.get(key))
 

@@ -19,12 +19,13 @@ from ..lifecycle.states import FINISHED
 from ..lifecycle import workers as W
 from ..lifecycle.transitions import JobSnapshot, Observations, pod_name
 from ..resources import contract
+from ..resources.contract import LABEL_JOB, sequence_label
 from ..resources.common import parse_duration, parse_time, problems, time_or_none
 from ..resources.handler import HandlerSpec
-from ..resources.job import JobSpec, JobStatus, State
+from ..resources.job import JobSpec, JobStatus, State, sequence_of
 from ..resources.queue import QueueSpec
 from .informer import Key, key_of
-from .pods import LABEL_JOB, LABEL_RUN, controller_uid, observe
+from .pods import controller_uid, observe
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +105,7 @@ def slim(raw: dict[str, Any]) -> dict[str, Any]:
                  if k in ("queue", "handler", "idempotencyKey", "priority")},
         "status": {
             "state": sys.intern(status["state"]),
-            "run": status.get("run", 0),
+            "sequence": sequence_of(status),
             "finishedAt": status.get("finishedAt"),
             "observedGeneration": status.get("observedGeneration"),
             **({"duplicateOf": status["duplicateOf"]} if status.get("duplicateOf") else {}),
@@ -178,31 +179,32 @@ def _utcnow() -> datetime:
 
 
 def attempt_of(obj: dict[str, Any]) -> tuple[str, int] | None:
-    """(job name, run) of an attempt's pod or Lease, when its name is the one the operator gives that attempt.
+    """(job name, sequence) of an attempt's pod or Lease, when its name is the one the operator gives that attempt.
 
     Labels alone prove nothing (anyone may label a pod sextant.dev/job=X): an object named otherwise is not an
     attempt, whatever it says. Whose it really is, the ownerReferences tell (compared when the job is read).
     """
     meta = obj["metadata"]
     labels = meta.get("labels") or {}
-    job, run = labels.get(LABEL_JOB), labels.get(LABEL_RUN, "")
-    if not job or not run.isdigit() or meta.get("name") != pod_name(job, int(run)):
+    job, sequence = labels.get(LABEL_JOB), sequence_label(labels)
+    if not job or sequence is None or meta.get("name") != pod_name(job, sequence):
         return None
-    return job, int(run)
+    return job, sequence
 
 
 class View:
     def __init__(self, now: Callable[[], datetime] = _utcnow) -> None:
         self.now = now
         self.jobs: dict[Key, dict[str, Any]] = {}
-        # job → run → pod: every pod named and labelled as the job's attempt, its owner compared when read
+        # job → sequence → pod: every pod named and labelled as the job's attempt, its owner compared when read
         # (pods_of), since a pod may be seen before its job.
         self.pods: dict[Key, dict[int, PodObservation]] = defaultdict(dict)
         self.queues: dict[Key, QueueSpec] = {}
         self.handlers: dict[Key, HandlerSpec] = {}
-        self.leases: dict[Key, dict[int, LeaseObservation]] = defaultdict(dict)  # job → run → its Lease
-        # job → run → the last state of an attempt pod deleted after a disruption (PodGC marks the pod of a deleted
-        # node and force-deletes it at once: the deletion may be all a reconcile sees). Rare, dropped with the job.
+        self.leases: dict[Key, dict[int, LeaseObservation]] = defaultdict(dict)  # job → sequence → its Lease
+        # job → sequence → the last state of an attempt pod deleted after a disruption (PodGC marks the pod of a
+        # deleted node and force-deletes it at once: the deletion may be all a reconcile sees). Rare, dropped with the
+        # job.
         self.gone: dict[Key, dict[int, PodObservation]] = defaultdict(dict)
         # Unfinished jobs per queue and handler, to wake when those appear or change.
         self.unfinished_by_queue: dict[Key, set[Key]] = defaultdict(set)
@@ -287,7 +289,7 @@ class View:
         seen = observe(pod)
         if job is None or seen is None or not self._pod_versions.newer(key_of(pod), _rv(pod)):
             return None
-        self.pods[job][seen.run] = seen
+        self.pods[job][seen.sequence] = seen
         return job
 
     def delete_pod(self, pod: dict[str, Any]) -> Key | None:
@@ -297,11 +299,11 @@ class View:
             return None
         last = observe(pod) if attempt_of(pod) is not None else None  # a relist's delete notice has no state
         if last is not None and last.disruption is not None:
-            self.gone[job][last.run] = last
+            self.gone[job][last.sequence] = last
         runs = self.pods.get(job, {})
-        for run, current in list(runs.items()):
+        for sequence, current in list(runs.items()):
             if current.name == pod["metadata"]["name"]:
-                del runs[run]
+                del runs[sequence]
         if not runs:
             self.pods.pop(job, None)
         return job
@@ -315,19 +317,19 @@ class View:
         renewed = time_or_none(spec.get("renewTime"))  # unreadable: no sign of life
         if attempt is None or renewed is None or spec.get("holderIdentity") != lease["metadata"]["name"]:
             return None
-        job, run = attempt
+        job, sequence = attempt
         key = (lease["metadata"].get("namespace", ""), job)
-        self.leases[key][run] = LeaseObservation(min(renewed, self.now()), controller_uid(lease, "Pod", ""))
+        self.leases[key][sequence] = LeaseObservation(min(renewed, self.now()), controller_uid(lease, "Pod", ""))
         return key
 
     def delete_lease(self, lease: dict[str, Any]) -> Key | None:
         attempt = attempt_of(lease)
         if attempt is None:
             return None
-        job, run = attempt
+        job, sequence = attempt
         key = (lease["metadata"].get("namespace", ""), job)
         runs = self.leases.get(key, {})
-        runs.pop(run, None)
+        runs.pop(sequence, None)
         if not runs:
             self.leases.pop(key, None)
         return key
@@ -402,7 +404,7 @@ class View:
             return {}  # the job is not known (yet): nothing can be proven to be its
         if all(p.owner_uid == uid for p in runs.values()):
             return runs
-        return {run: p for run, p in runs.items() if p.owner_uid == uid}
+        return {sequence: p for sequence, p in runs.items() if p.owner_uid == uid}
 
     def observations(self, key: Key, job: JobSnapshot, now: datetime | None = None) -> Observations:
         now = now or self.now()
@@ -410,8 +412,8 @@ class View:
         handler = self.handlers.get((ns, job.spec.handler))
         queue = self.queues.get((ns, job.spec.queue))
         pods = self.pods_of(key, job.uid)
-        gone = self.gone.get(key, {}).get(job.status.run)
-        seen, heartbeat = tuple(pods.values()), self._heartbeat(key, job.status.run, pods, handler)
+        gone = self.gone.get(key, {}).get(job.status.sequence)
+        seen, heartbeat = tuple(pods.values()), self._heartbeat(key, job.status.sequence, pods, handler)
         entry = W.current_entry(job.status)
         if entry is not None and entry.worker is not None and job.status.state == State.RUNNING:
             settings = queue or QueueSpec()
@@ -449,7 +451,7 @@ class View:
         status = (self.jobs.get(key) or {}).get("status") or {}
         return (not status.get("state") and not self.pods_of(key)) or bool(status.get("duplicateOf"))
 
-    def _heartbeat(self, key: Key, run: int, pods: dict[int, PodObservation],
+    def _heartbeat(self, key: Key, sequence: int, pods: dict[int, PodObservation],
                    handler: HandlerSpec | None) -> datetime | None:
         """The last sign of life of the running attempt: its lease's renewal, or its container's start.
 
@@ -458,8 +460,8 @@ class View:
         """
         if handler is not None and not handler.heartbeat:
             return None
-        pod = pods.get(run)
-        lease = self.leases.get(key, {}).get(run)
+        pod = pods.get(sequence)
+        lease = self.leases.get(key, {}).get(sequence)
         # Only the attempt's own Lease: the one its pod owns. Another pod's Lease labelled as this attempt's
         # neither fails nor prolongs it.
         renewed = lease.renewed_at if lease is not None and pod is not None and lease.pod_uid == pod.uid else None
@@ -467,6 +469,7 @@ class View:
         return max(signs) if signs else None
 
     def has_strays(self, key: Key, raw: dict[str, Any]) -> bool:
-        """Pods of runs the status does not know (an operator stopped between creating a pod and recording it)."""
-        run = (raw.get("status") or {}).get("run", 0)
-        return any(r > run for r in self.pods_of(key))
+        """Pods of sequence numbers the status does not know (an operator stopped between creating a pod and
+        recording it)."""
+        sequence = sequence_of(raw.get("status"))
+        return any(r > sequence for r in self.pods_of(key))

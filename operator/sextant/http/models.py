@@ -14,7 +14,7 @@ from .. import inputs
 from ..queuestats import QueueStats
 from ..resources import contract
 from ..resources.common import format_time
-from ..resources.job import job_id
+from ..resources.job import job_id, sequence_of
 
 DEFAULT_LIMIT, MAX_LIMIT = 100, 1000  # GET /v2/jobs: page sizes
 # The API server's continue tokens are unpadded base64url; anything else (or longer) is refused before it is sent.
@@ -69,7 +69,8 @@ class CreateJob(BaseModel):
 
 class Attempt(Out):
     attempt: int = Field(description="The attempt number (1-based; a retry starts again at 1).")
-    run: int = Field(description="The run sequence number; never reused.")
+    sequence: int = Field(description="The attempt's sequence number over the job's life: never reset, never "
+                                      "reused; names its pod.")
     pod: str = Field(description="The attempt's pod (the worker).")
     node: str | None = Field(default=None, description="The node the pod ran on.")
     started_at: str | None = Field(default=None, description="RFC 3339.")
@@ -167,7 +168,7 @@ def job_out(raw: dict[str, Any]) -> Job:
         finished_at=status.get("finishedAt"),
         duplicate_of=job_id(status["duplicateOf"]) if status.get("duplicateOf") else None,
         schedule=(meta.get("labels") or {}).get(contract.LABEL_SCHEDULE), message=status.get("message"),
-        attempts=[Attempt(attempt=a.get("attempt", 0), run=a.get("run", 0), pod=a.get("pod", ""),
+        attempts=[Attempt(attempt=a.get("attempt", 0), sequence=sequence_of(a), pod=a.get("pod", ""),
                           node=a.get("node"), started_at=a.get("startedAt"), finished_at=a.get("finishedAt"),
                           result=a.get("result", ""), exit_code=a.get("exitCode"), reason=a.get("reason"),
                           message=a.get("message"))

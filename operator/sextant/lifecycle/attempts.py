@@ -48,7 +48,7 @@ class PodObservation:
     """The few facts of an attempt pod that the lifecycle needs."""
 
     name: str
-    run: int
+    sequence: int
     phase: str = "Pending"  # Pending | Running | Succeeded | Failed | Unknown
     node: str | None = None
     exit_code: int | None = None

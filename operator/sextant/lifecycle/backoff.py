@@ -9,9 +9,9 @@ from datetime import timedelta
 from ..resources.queue import Backoff
 
 
-def jitter_sample(uid: str, run: int) -> float:
-    """A number in [0, 1) fixed per (job, run), so a re-evaluated decision never changes its delay."""
-    digest = hashlib.sha256(f"{uid}/{run}".encode()).digest()
+def jitter_sample(uid: str, sequence: int) -> float:
+    """A number in [0, 1) fixed per (job, sequence), so a re-evaluated decision never changes its delay."""
+    digest = hashlib.sha256(f"{uid}/{sequence}".encode()).digest()
     # 53 bits, exactly what a float holds: 64 bits divided by 2**64 can round up to 1.0.
     return (int.from_bytes(digest[:8], "big") >> 11) / 2**53
 

@@ -5,15 +5,16 @@ actions to take and when to look again. Level-triggered: called again with the s
 the same status and actions that are safe to repeat (pod names are deterministic).
 
 Pod mode, "running = taken by a worker" (DESIGN.md §3): admission creates the attempt's pod, named
-<job>-<run+1>, and writes nothing; the job stays `queued` (its pod holds the slot). The pod takes the job when
-its handler container starts: the reconcile that sees that records the attempt (run, attempt, startedAt = the
+<job>-<sequence+1>, and writes nothing; the job stays `queued` (its pod holds the slot). The pod takes the job when
+its handler container starts: the reconcile that sees that records the attempt (sequence, attempt, startedAt = the
 container's start, the timeout from there) and `running`, in one write; a pod seen only once it has finished is
 recorded in one write to its end. So a successful single-attempt job costs three operator writes: the pod's
 create, `running`, and the terminal status. Dropping the admission's own status write is safe because the pod
-*is* the record: its name is deterministic (status.run + 1), a second pod of that run cannot be created
-(AlreadyExists, adopted), no other is admitted while it lives, and a pod of run status.run + 1 is always read
-as the queued job's starting attempt (DESIGN §3's crash rule, now the normal path rather than the repair one).
-A pod that never started and is deleted meanwhile never ran: its run number is simply used again.
+*is* the record: its name is deterministic (status.sequence + 1), a second pod of that sequence number cannot be
+created (AlreadyExists, adopted), no other is admitted while it lives, and a pod of sequence status.sequence + 1 is
+always read as the queued job's starting attempt (DESIGN §3's crash rule, now the normal path rather than the
+repair one).
+A pod that never started and is deleted meanwhile never ran: its sequence number is simply used again.
 
 A job seen for the first time and admitted at once keeps no state in the API for at most RECORD_QUEUED_AFTER
 while its pod starts (the running write says all); a pod slower than that, unschedulable, or waiting with a
@@ -75,11 +76,11 @@ class Observations:
     no_worker: bool = False  # a worker-mode handler that no live worker serves on this queue (docs/workers.md)
     gone: tuple[A.PodObservation, ...] = ()  # the last state of the job's pods deleted after a disruption
 
-    def pod(self, run: int) -> A.PodObservation | None:
-        return next((p for p in self.pods if p.run == run), None)
+    def pod(self, sequence: int) -> A.PodObservation | None:
+        return next((p for p in self.pods if p.sequence == sequence), None)
 
-    def gone_pod(self, run: int) -> A.PodObservation | None:
-        return next((p for p in self.gone if p.run == run), None)
+    def gone_pod(self, sequence: int) -> A.PodObservation | None:
+        return next((p for p in self.gone if p.sequence == sequence), None)
 
     @property
     def alive_pods(self) -> list[A.PodObservation]:
@@ -89,7 +90,7 @@ class Observations:
 @dataclass(frozen=True)
 class CreatePod:
     name: str
-    run: int
+    sequence: int
     attempt: int
 
 
@@ -128,8 +129,8 @@ class Decision:
             self.wake_at = when
 
 
-def pod_name(job_name: str, run: int) -> str:
-    return f"{job_name}-{run}"
+def pod_name(job_name: str, sequence: int) -> str:
+    return f"{job_name}-{sequence}"
 
 
 def effective_queue(obs: Observations) -> QueueSpec:
@@ -253,11 +254,11 @@ def admit(job: JobSnapshot, obs: Observations, now: datetime, worker: str | None
         raise ValueError("a previous attempt's pod still exists")
     st.observed_generation = job.generation
     if worker is None:
-        run = st.run + 1
-        s.decision.actions.append(CreatePod(pod_name(job.name, run), run, st.attempt + 1))
+        sequence = st.sequence + 1
+        s.decision.actions.append(CreatePod(pod_name(job.name, sequence), sequence, st.attempt + 1))
         s.decision.wake(now + parse_duration(s.queue.start_timeout))
         return s.decision
-    st.run += 1
+    st.sequence += 1
     st.attempt += 1
     timeout = parse_duration(s.queue.timeout)
     st.timeout_at = format_time(now + timeout)
@@ -265,7 +266,7 @@ def admit(job: JobSnapshot, obs: Observations, now: datetime, worker: str | None
     limit = st.max_attempts or s.queue.max_attempts
     worker_name = worker.split("/", 1)[0]
     st.worker = worker_name
-    st.attempts.append(Attempt(attempt=st.attempt, run=st.run, worker=worker, node=worker_name,
+    st.attempts.append(Attempt(attempt=st.attempt, sequence=st.sequence, worker=worker, node=worker_name,
                                started_at=format_time(now), result="running"))
     message = f"attempt {st.attempt} of {limit} taken by worker {worker_name}"
     bound_timeline(st)
@@ -337,17 +338,18 @@ def _first_sight(s: _Step) -> None:
 
 
 def _starting_pod(s: _Step) -> A.PodObservation | None:
-    """The queued job's attempt pod that has not started its handler yet (run status.run + 1), if any."""
+    """The queued job's attempt pod that has not started its handler yet (sequence status.sequence + 1), if any."""
     st = s.status
-    pod = s.obs.pod(st.run + 1) if st.state == QUEUED else None
+    pod = s.obs.pod(st.sequence + 1) if st.state == QUEUED else None
     return pod if pod is not None and not pod.started else None
 
 
 def _take(s: _Step) -> None:
-    """A queued job's pod (run status.run + 1) takes the job when its handler starts: the attempt is recorded from
-    the container's start. Until then the job stays queued; past the queue's startTimeout the attempt fails."""
+    """A queued job's pod (sequence status.sequence + 1) takes the job when its handler starts: the attempt is
+    recorded from the container's start. Until then the job stays queued; past the queue's startTimeout the attempt
+    fails."""
     st = s.status
-    pod = s.obs.pod(st.run + 1) if st.state == QUEUED else None
+    pod = s.obs.pod(st.sequence + 1) if st.state == QUEUED else None
     if pod is None:
         return
     if pod.started:
@@ -359,21 +361,22 @@ def _take(s: _Step) -> None:
         if s.now < deadline:
             s.decision.wake(deadline)
             return
-        st.run, st.attempt = pod.run, st.attempt + 1
-        st.attempts.append(Attempt(attempt=st.attempt, run=st.run, pod=pod.name, node=pod.node, result="running"))
+        st.sequence, st.attempt = pod.sequence, st.attempt + 1
+        st.attempts.append(Attempt(attempt=st.attempt, sequence=st.sequence, pod=pod.name, node=pod.node,
+                                   result="running"))
         bound_timeline(st)
         _finish_attempt(s, A.start_failure(pod, s.queue.start_timeout))  # _remove_strays then deletes the pod
 
 
 def _record_start(s: _Step, pod: A.PodObservation) -> None:
     st = s.status
-    st.run, st.attempt = pod.run, st.attempt + 1
+    st.sequence, st.attempt = pod.sequence, st.attempt + 1
     # The container's start; a pod that shows Running without it: now. A pod that finished without ever
     # starting its handler (refused by the kubelet) has no start.
     started = pod.started_at or (None if pod.finished else s.now)
     st.timeout_at = format_time((started or s.now) + parse_duration(s.queue.timeout))
     st.stop_reason = st.stop_requested_at = None
-    st.attempts.append(Attempt(attempt=st.attempt, run=st.run, pod=pod.name, node=pod.node,
+    st.attempts.append(Attempt(attempt=st.attempt, sequence=st.sequence, pod=pod.name, node=pod.node,
                                started_at=format_time(started) if started else None, result="running"))
     bound_timeline(st)
     limit = st.max_attempts or s.queue.max_attempts
@@ -385,14 +388,14 @@ def _record_start(s: _Step, pod: A.PodObservation) -> None:
 
 
 def _remove_strays(s: _Step) -> None:
-    """Pods the job no longer wants: of runs the status does not know, except the queued job's starting attempt,
-    and a pod left unfinished by an attempt already recorded as over (one that did not start in time)."""
+    """Pods the job no longer wants: of sequence numbers the status does not know, except the queued job's starting
+    attempt, and a pod left unfinished by an attempt already recorded as over (one that did not start in time)."""
     st = s.status
     for pod in s.obs.pods:
         if pod.deleting:
             continue
-        if pod.run > st.run:
-            if not (st.state == QUEUED and pod.run == st.run + 1):
+        if pod.sequence > st.sequence:
+            if not (st.state == QUEUED and pod.sequence == st.sequence + 1):
                 s.decision.actions.append(DeletePod(pod.name, 0))
         elif st.state != RUNNING and not pod.finished:
             s.decision.actions.append(DeletePod(pod.name, None))
@@ -421,7 +424,7 @@ def _cancel(s: _Step) -> None:
     if not cancel_wanted(spec, st) or st.state in (None, SUCCEEDED, DEAD, CANCELLED):
         return
     if st.state == RUNNING:
-        current = s.obs.pod(st.run)
+        current = s.obs.pod(st.sequence)
         if (current is not None and current.finished) or (current is None and st.stop_reason is not None):
             # The attempt already ended, on its own or by an earlier stop: its outcome stands (_watch_running
             # records it), and the second _cancel in reconcile then stops the retries.
@@ -485,7 +488,7 @@ def _stop(s: _Step, reason: str) -> None:
     st = s.status
     st.stop_reason = reason
     st.stop_requested_at = format_time(s.now)
-    current = s.obs.pod(st.run)
+    current = s.obs.pod(st.sequence)
     if current is not None and not current.finished and not on_worker(st):  # a worker stops its own handler
         grace = int(parse_duration(s.queue.cancel_grace).total_seconds())
         s.decision.actions.append(DeletePod(current.name, grace))
@@ -493,7 +496,7 @@ def _stop(s: _Step, reason: str) -> None:
 
 def _watch_running(s: _Step) -> None:
     st, now = s.status, s.now
-    pod = s.obs.pod(st.run)
+    pod = s.obs.pod(st.sequence)
     lease_duration = parse_duration(s.queue.lease_duration)
     worker = on_worker(st)
     if worker and pod is None and st.stop_reason is None:
@@ -504,7 +507,7 @@ def _watch_running(s: _Step) -> None:
         # A pod that already finished keeps its result even when the operator sees it only after the timeout or
         # after its lease went stale (the runner stops renewing once the handler returned).
         timeout_at = parse_time(st.timeout_at)
-        entry = st.attempts[-1] if st.attempts and st.attempts[-1].run == st.run else None
+        entry = st.attempts[-1] if st.attempts and st.attempts[-1].sequence == st.sequence else None
         renewed = A.heartbeat(s.obs.lease_renewed_at, parse_time(entry.started_at) if entry else None, now)
         lease_expires = renewed + lease_duration if renewed else None
         if timeout_at is not None and now >= timeout_at:
@@ -527,7 +530,7 @@ def _watch_running(s: _Step) -> None:
             s.decision.actions.append(DeletePod(pod.name, 0))
         s.decision.wake(force_at if now < force_at else now + FORCE_DELETE_AFTER)
     non_retryable = s.obs.handler.non_retryable_exit_codes if s.obs.handler else ()
-    outcome = A.outcome_of(pod, st.stop_reason, non_retryable, s.obs.gone_pod(st.run) if pod is None else None)
+    outcome = A.outcome_of(pod, st.stop_reason, non_retryable, s.obs.gone_pod(st.sequence) if pod is None else None)
     if outcome is not None:
         _finish_attempt(s, outcome)
 
@@ -535,7 +538,7 @@ def _watch_running(s: _Step) -> None:
 def _finish_attempt(s: _Step, outcome: A.Outcome) -> None:
     st, now = s.status, s.now
     outcome = replace(outcome, message=clip(outcome.message))
-    if st.attempts and st.attempts[-1].run == st.run:
+    if st.attempts and st.attempts[-1].sequence == st.sequence:
         entry = st.attempts[-1]
         entry.finished_at = format_time(now)
         entry.result = outcome.result
@@ -560,7 +563,7 @@ def _finish_attempt(s: _Step, outcome: A.Outcome) -> None:
                  warning=True)
     else:
         # max(…, 1): a status whose attempt someone else set to 0 still waits the first backoff
-        delay = backoff_delay(s.queue.backoff, max(st.attempt, 1), jitter_sample(s.job.uid, st.run))
+        delay = backoff_delay(s.queue.backoff, max(st.attempt, 1), jitter_sample(s.job.uid, st.sequence))
         due = now + delay
         st.next_attempt_at = format_time(due)
         s.move(FAILED, "Failed", f"{label} failed ({outcome.reason}: {outcome.message}); "

@@ -63,8 +63,8 @@ def served(leases: Iterable[WorkerLease], queue: str, handler: str, now: datetim
 
 
 def current_entry(status: JobStatus) -> Attempt | None:
-    """The timeline entry of the running attempt (the job's current run), if recorded."""
-    if status.attempts and status.attempts[-1].run == status.run:
+    """The timeline entry of the running attempt (the job's current sequence number), if recorded."""
+    if status.attempts and status.attempts[-1].sequence == status.sequence:
         return status.attempts[-1]
     return None
 
@@ -94,5 +94,5 @@ def observe_attempt(entry: Attempt, lease: WorkerLease | None, status: JobStatus
     stop_at = parse_time(status.stop_requested_at)
     if stop_at is not None and now >= stop_at + cancel_grace + REPORT_AFTER_GRACE:
         return None, renewed
-    return PodObservation(name=lease.name, run=entry.run, phase="Running", node=lease.name,
+    return PodObservation(name=lease.name, sequence=entry.sequence, phase="Running", node=lease.name,
                           started_at=started), renewed

@@ -1,6 +1,5 @@
 """Names that the operator, workers, the runner, the CLI and the HTTP API share with each other and with users'
-scripts: labels, annotations and lease names. (controller/pods.py still spells the attempt labels itself, with
-the same values.)"""
+scripts: labels, annotations and lease names."""
 
 from __future__ import annotations
 
@@ -9,7 +8,12 @@ LABEL_JOB = "sextant.dev/job"
 LABEL_QUEUE = "sextant.dev/queue"
 LABEL_HANDLER = "sextant.dev/handler"
 LABEL_ATTEMPT = "sextant.dev/attempt"
-LABEL_RUN = "sextant.dev/run"
+LABEL_SEQUENCE = "sextant.dev/sequence"  # the attempt's sequence number over the job's life: names the pod
+# The previous version's name of LABEL_SEQUENCE, on pods and Leases it made that may still be in flight: read as a
+# fallback, never written. Drop with the version after next.
+LEGACY_LABEL_SEQUENCE = "sextant.dev/run"
+# The job-id annotation of an attempt's pod (`sextant.dev/job-id=job_8f3k2m9q`, the id the docs show).
+ANNOTATION_JOB_ID = "sextant.dev/job-id"
 
 # A job created through the HTTP API: who asked for it.
 ANNOTATION_REQUESTED_BY = "sextant.dev/requested-by"
@@ -25,6 +29,12 @@ ANNOTATION_HANDLERS = "sextant.dev/handlers"
 ANNOTATION_SLOTS = "sextant.dev/slots"
 ANNOTATION_DRAINING = "sextant.dev/draining"
 WORKER_LEASE_PREFIX = "sextant-worker-"
+
+
+def sequence_label(labels: dict[str, str]) -> int | None:
+    """The sequence number an attempt's pod or Lease is labelled with, whichever version labelled it; None for none."""
+    value = labels.get(LABEL_SEQUENCE, labels.get(LEGACY_LABEL_SEQUENCE, ""))
+    return int(value) if value.isdigit() and value.isascii() else None
 
 
 def worker_lease_name(worker: str) -> str:

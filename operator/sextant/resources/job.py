@@ -7,7 +7,7 @@ from datetime import datetime
 from enum import Enum
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from .common import (MAX_TIME, MIN_TIME, TIME_RANGE_TEXT, Condition, Model, Timestamp, format_time, json_depth,
                      parse_time, validations)
@@ -145,11 +145,47 @@ class JobSpec(Model):
     }
 
 
+# The previous version called the sequence number `run` (status.run, attempts[].run). Its jobs may still be in
+# flight when this version takes over: `run` stays in the CRD's schema (else the API server prunes it, and such a
+# job would start again at sequence 1, on its own pods' names) and is read as a fallback; only `sequence` is
+# written. Drop with the version after next.
+LEGACY_SEQUENCE = "run"
+_LEGACY_SEQUENCE_SCHEMA = {"type": "integer", "description": "Deprecated: the previous version's name of sequence; "
+                                                            "read, never written."}
+
+
+def legacy_sequence(raw: Any) -> Any:
+    """A status or timeline entry written by the previous version: its `run` read as `sequence` (the larger of the
+    two when both are there)."""
+    if isinstance(raw, dict) and LEGACY_SEQUENCE in raw:
+        raw = dict(raw)
+        old = raw.pop(LEGACY_SEQUENCE)
+        if isinstance(old, int) and not isinstance(old, bool):
+            new = raw.get("sequence")
+            raw["sequence"] = max(old, new) if isinstance(new, int) and not isinstance(new, bool) else old
+    return raw
+
+
+def sequence_of(raw: dict[str, Any] | None) -> int:
+    """The sequence number of a raw status or timeline entry (0 for none), whichever version wrote it."""
+    value = legacy_sequence(raw or {}).get("sequence")
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _with_legacy_sequence(schema: dict[str, Any]) -> None:
+    """The CRD keeps `run` (deprecated) beside `sequence`, and requires neither: an operator of the previous version
+    still writes only `run` until it is replaced (the CRDs are upgraded first)."""
+    schema["properties"][LEGACY_SEQUENCE] = dict(_LEGACY_SEQUENCE_SCHEMA)
+    if "required" in schema:
+        schema["required"] = [r for r in schema["required"] if r != "sequence"]
+
+
 class Attempt(Model):
-    """One entry of the timeline: one run of the handler."""
+    """One entry of the timeline: one attempt of the handler."""
 
     attempt: int = Field(description="The attempt number (1-based; retry starts again at 1).")
-    run: int = Field(description="The run sequence number; never reused, names the pod.")
+    sequence: int = Field(description="The attempt's sequence number over the job's life: never reset, never reused; "
+                                      "names its pod.")
     pod: str | None = Field(default=None, description="The attempt's pod (pod mode).")
     worker: str | None = Field(
         default=None, description="The worker that ran it, as <name>/<incarnation> (worker mode, docs/workers.md)."
@@ -168,12 +204,20 @@ class Attempt(Model):
     )
     message: str | None = Field(default=None, description="What went wrong, for a person.")
 
+    model_config = Model.model_config | {"json_schema_extra": _with_legacy_sequence}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy(cls, data: Any) -> Any:
+        return legacy_sequence(data)
+
 
 class JobStatus(Model):
     state: State | None = Field(default=None, description="scheduled|queued|running|succeeded|failed|dead|cancelled")
     attempt: int = Field(default=0, ge=0, description="Attempts made since creation or the last retry.")
     max_attempts: int | None = Field(default=None, ge=1, description="The queue's maxAttempts when last evaluated.")
-    run: int = Field(default=0, ge=0, description="Runs started over the job's life; never reset, names the pods.")
+    sequence: int = Field(default=0, ge=0, description="The last attempt's sequence number over the job's life: "
+                                                       "never reset, never reused; names its pod.")
     worker: str | None = Field(
         default=None, description="The worker the running attempt is assigned to (worker mode; a selectable field)."
     )
@@ -203,6 +247,13 @@ class JobStatus(Model):
         "Succeeded, Dead, Cancelled, Running, Blocked, Invalid; Ready, Reconciling, Stalled for GitOps tools "
         "(docs/gitops.md)."))
     observed_generation: int | None = Field(default=None, description="The spec generation last acted upon.")
+
+    model_config = Model.model_config | {"json_schema_extra": _with_legacy_sequence}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy(cls, data: Any) -> Any:
+        return legacy_sequence(data)
 
 
 def cancel_wanted(spec: JobSpec, status: JobStatus) -> bool:

@@ -2,8 +2,8 @@
 the runner makes of them for the handler.
 
 A pod of a Handler with `heartbeat: true` (the default; its image runs `sextant run`) carries ONE variable from
-the operator, SEXTANT_ATTEMPT_REF: compact JSON naming the attempt (namespace, job, job uid, run, attempt, pod,
-leaseDuration, cancelGrace), plus two from the downward API that cannot be known before the pod exists
+the operator, SEXTANT_ATTEMPT_REF: compact JSON naming the attempt (namespace, job, job uid, sequence, attempt,
+pod, leaseDuration, cancelGrace), plus two from the downward API that cannot be known before the pod exists
 (SEXTANT_POD_UID, SEXTANT_NODE_NAME). The runner reads the rest from the Job with the one GET it does for the
 payload anyway, and gives the handler the same SEXTANT_* variables a pod with all of them would have
 (`expanded`). Every variable of an attempt pod costs kwok and the API server on every pod; 16 of them made a
@@ -23,19 +23,20 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..resources.common import format_time, parse_duration, parse_time
+from ..resources.contract import ANNOTATION_SCHEDULED_AT
 from ..resources.job import PAYLOAD_ENV_MAX_BYTES, job_id, payload_json
 
 ATTEMPT_REF = "SEXTANT_ATTEMPT_REF"
-ANNOTATION_SCHEDULED_AT = "sextant.dev/scheduled-at"
 # The pod's own fields (downward API in an attempt pod; the worker sets them for its processes).
 POD_VARIABLES = ("SEXTANT_NODE_NAME", "SEXTANT_POD_NAME", "SEXTANT_POD_UID")
-# The keys of SEXTANT_ATTEMPT_REF, all required.
-REF_KEYS = ("namespace", "job", "uid", "run", "attempt", "pod", "leaseDuration", "cancelGrace")
+# The keys of SEXTANT_ATTEMPT_REF, all required. The previous version's operator wrote `run` for `sequence`: read too.
+REF_KEYS = ("namespace", "job", "uid", "sequence", "attempt", "pod", "leaseDuration", "cancelGrace")
+LEGACY_REF_SEQUENCE = "run"
 
 
 def attempt_variables(*, job_name: str, job_uid: str, namespace: str, queue: str, handler: str, attempt: int,
-                      run: int, scheduled_at: str, payload: dict[str, Any], lease_name: str, lease_duration: str,
-                      cancel_grace: str, heartbeat: bool) -> dict[str, str]:
+                      sequence: int, scheduled_at: str, payload: dict[str, Any], lease_name: str,
+                      lease_duration: str, cancel_grace: str, heartbeat: bool) -> dict[str, str]:
     """The SEXTANT_* variables a handler gets (with POD_VARIABLES), from a `heartbeat: false` attempt pod
     (controller/pods.py), from the runner in any other (AttemptEnv.expanded) and from `sextant worker`
     (worker/service.py) alike: AttemptEnv.from_environ reads them back."""
@@ -49,7 +50,8 @@ def attempt_variables(*, job_name: str, job_uid: str, namespace: str, queue: str
         "SEXTANT_QUEUE": queue,
         "SEXTANT_HANDLER": handler,
         "SEXTANT_ATTEMPT": str(attempt),
-        "SEXTANT_RUN": str(run),
+        "SEXTANT_SEQUENCE": str(sequence),
+        "SEXTANT_RUN": str(sequence),  # deprecated: SEXTANT_SEQUENCE's name in the previous version; goes in the next
         "SEXTANT_SCHEDULED_AT": scheduled_at,
         **({"SEXTANT_PAYLOAD": text} if small else {}),
         "SEXTANT_LEASE_NAME": lease_name,
@@ -61,16 +63,17 @@ def attempt_variables(*, job_name: str, job_uid: str, namespace: str, queue: str
 
 # Every name attempt_variables may set.
 IDENTITY_VARIABLES = frozenset(attempt_variables(
-    job_name="j", job_uid="", namespace="", queue="", handler="", attempt=1, run=1, scheduled_at="", payload={},
-    lease_name="", lease_duration="", cancel_grace="", heartbeat=True))
+    job_name="j", job_uid="", namespace="", queue="", handler="", attempt=1, sequence=1, scheduled_at="",
+    payload={}, lease_name="", lease_duration="", cancel_grace="", heartbeat=True))
 
 
-def attempt_ref(*, namespace: str, job_name: str, job_uid: str, run: int, attempt: int, pod_name: str,
+def attempt_ref(*, namespace: str, job_name: str, job_uid: str, sequence: int, attempt: int, pod_name: str,
                 lease_duration: str, cancel_grace: str) -> str:
-    """SEXTANT_ATTEMPT_REF: what the runner cannot read from the Job (which run and attempt this pod is, and the
-    Queue's settings it needs: its service account may read Jobs only), as compact JSON."""
-    return json.dumps({"namespace": namespace, "job": job_name, "uid": job_uid, "run": run, "attempt": attempt,
-                       "pod": pod_name, "leaseDuration": lease_duration, "cancelGrace": cancel_grace},
+    """SEXTANT_ATTEMPT_REF: what the runner cannot read from the Job (which attempt this pod is: its sequence and
+    number, and the Queue's settings it needs: its service account may read Jobs only), as compact JSON."""
+    return json.dumps({"namespace": namespace, "job": job_name, "uid": job_uid, "sequence": sequence,
+                       "attempt": attempt, "pod": pod_name, "leaseDuration": lease_duration,
+                       "cancelGrace": cancel_grace},
                       separators=(",", ":"))
 
 
@@ -99,7 +102,7 @@ class AttemptEnv:
     queue: str  # "" until from_job, in a pod with SEXTANT_ATTEMPT_REF
     handler: str  # likewise
     attempt: int
-    run: int
+    sequence: int
     scheduled_at: str  # likewise
     payload: dict[str, Any] | None  # None: read it from the Job
     lease_name: str | None
@@ -131,7 +134,7 @@ class AttemptEnv:
             queue=env.get("SEXTANT_QUEUE", ""),
             handler=env["SEXTANT_HANDLER"],
             attempt=int(env.get("SEXTANT_ATTEMPT", "1")),
-            run=int(env.get("SEXTANT_RUN", "1")),
+            sequence=int(env.get("SEXTANT_SEQUENCE") or env.get("SEXTANT_RUN") or "1"),
             scheduled_at=env.get("SEXTANT_SCHEDULED_AT", ""),
             payload=json.loads(env["SEXTANT_PAYLOAD"]) if env.get("SEXTANT_PAYLOAD") else None,
             lease_name=env.get("SEXTANT_LEASE_NAME") or None,
@@ -152,6 +155,8 @@ class AttemptEnv:
             ref = None
         if not isinstance(ref, dict):
             raise RuntimeError(f"{ATTEMPT_REF} is not a JSON object: {text[:200]!r}")
+        if "sequence" not in ref and LEGACY_REF_SEQUENCE in ref:
+            ref["sequence"] = ref[LEGACY_REF_SEQUENCE]  # a pod of the previous version's operator
         missing = [k for k in REF_KEYS if k not in ref]
         if missing:
             raise RuntimeError(f"{ATTEMPT_REF} lacks {', '.join(missing)}: {text[:200]!r} (an operator newer than "
@@ -160,8 +165,8 @@ class AttemptEnv:
             name, pod = str(ref["job"]), str(ref["pod"])
             lease, grace = str(ref["leaseDuration"]), str(ref["cancelGrace"])
             return cls(job_id=job_id(name), job_name=name, job_uid=str(ref["uid"]), namespace=str(ref["namespace"]),
-                       queue="", handler="", attempt=int(ref["attempt"]), run=int(ref["run"]), scheduled_at="",
-                       payload=None, lease_name=pod, lease_duration=parse_duration(lease),
+                       queue="", handler="", attempt=int(ref["attempt"]), sequence=int(ref["sequence"]),
+                       scheduled_at="", payload=None, lease_name=pod, lease_duration=parse_duration(lease),
                        cancel_grace=parse_duration(grace), pod_name=pod, heartbeat=True,
                        pod_uid=environ.get("SEXTANT_POD_UID", ""), from_ref=True, lease_duration_text=lease,
                        cancel_grace_text=grace)
@@ -181,7 +186,7 @@ class AttemptEnv:
         """The SEXTANT_* variables of the handler, but for SEXTANT_NODE_NAME and SEXTANT_POD_UID (the pod's own)."""
         return {**attempt_variables(
             job_name=self.job_name, job_uid=self.job_uid, namespace=self.namespace, queue=self.queue,
-            handler=self.handler, attempt=self.attempt, run=self.run, scheduled_at=self.scheduled_at,
+            handler=self.handler, attempt=self.attempt, sequence=self.sequence, scheduled_at=self.scheduled_at,
             payload=self.payload or {}, lease_name=self.lease_name or "",
             lease_duration=self.lease_duration_text, cancel_grace=self.cancel_grace_text,
             heartbeat=self.heartbeat), "SEXTANT_POD_NAME": self.pod_name}

@@ -45,8 +45,11 @@ def owner_references(env: AttemptEnv) -> list[dict]:
 
 
 def lease_body(env: AttemptEnv, now: datetime) -> dict:
+    # Also labelled with the previous version's name of the sequence label: images are rebuilt before the operator
+    # is upgraded (README), and that operator reads only sextant.dev/run.
     labels = {contract.LABEL_JOB: env.job_name, contract.LABEL_QUEUE: env.queue, contract.LABEL_HANDLER: env.handler,
-              contract.LABEL_ATTEMPT: str(env.attempt), contract.LABEL_RUN: str(env.run)}
+              contract.LABEL_ATTEMPT: str(env.attempt), contract.LABEL_SEQUENCE: str(env.sequence),
+              contract.LEGACY_LABEL_SEQUENCE: str(env.sequence)}
     metadata: dict = {"name": env.lease_name, "namespace": env.namespace, "labels": labels}
     owners = owner_references(env)
     if owners:

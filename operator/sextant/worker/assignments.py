@@ -2,8 +2,9 @@
 `fieldSelector=status.worker=NAME`, never a list of every job.
 
 A job is this process's to run when it is `running`, assigned to this worker's name, and its last timeline entry
-is the job's current run and names this process's incarnation (<name>/<incarnation>). A job assigned to an
-earlier incarnation of the same name is not: the operator fails it with LeaseExpired.
+is the job's current attempt (the same sequence number) and names this process's incarnation
+(<name>/<incarnation>). A job assigned to an earlier incarnation of the same name is not: the operator fails it
+with LeaseExpired.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from ..controller.informer import Informer
 from ..kube import Kube
 from ..resources import API_VERSION
 from ..resources.common import parse_time
+from ..resources.job import sequence_of
 
 
 @dataclass(frozen=True)
@@ -24,7 +26,7 @@ class Assignment:
     """One attempt given to this worker, as read from the job."""
 
     job: str  # the object's name
-    run: int
+    sequence: int
     attempt: int
     queue: str
     handler: str
@@ -32,15 +34,15 @@ class Assignment:
 
 
 def holder_of(raw: dict[str, Any]) -> tuple[str | None, int]:
-    """(the last timeline entry's worker, its run) of a running job; (None, 0) otherwise."""
+    """(the last timeline entry's worker, its sequence number) of a running job; (None, 0) otherwise."""
     status = raw.get("status") or {}
     attempts = status.get("attempts") or []
     if status.get("state") != "running" or not attempts:
         return None, 0
     last = attempts[-1]
-    if last.get("run") != status.get("run"):
+    if sequence_of(last) != sequence_of(status):  # either written by this version or the previous one (`run`)
         return None, 0
-    return last.get("worker"), int(last.get("run") or 0)
+    return last.get("worker"), sequence_of(last)
 
 
 def assignment(raw: dict[str, Any], worker: str, holder: str) -> Assignment | None:
@@ -49,7 +51,7 @@ def assignment(raw: dict[str, Any], worker: str, holder: str) -> Assignment | No
     status = raw.get("status") or {}
     if status.get("worker") != worker:
         return None
-    who, run = holder_of(raw)
+    who, sequence = holder_of(raw)
     if who != holder:
         return None
     spec = raw.get("spec") or {}
@@ -58,16 +60,16 @@ def assignment(raw: dict[str, Any], worker: str, holder: str) -> Assignment | No
         started = parse_time(last.get("startedAt"))
     except ValueError:
         started = None
-    return Assignment(job=raw["metadata"]["name"], run=run, attempt=int(status.get("attempt") or 0),
+    return Assignment(job=raw["metadata"]["name"], sequence=sequence, attempt=int(status.get("attempt") or 0),
                       queue=spec.get("queue", ""), handler=spec.get("handler", ""), started_at=started)
 
 
-def owns(raw: dict[str, Any] | None, worker: str, holder: str, run: int) -> bool:
-    """This process still holds the attempt `run` of the job: its result may be recorded (docs/workers.md §4)."""
+def owns(raw: dict[str, Any] | None, worker: str, holder: str, sequence: int) -> bool:
+    """This process still holds the attempt `sequence` of the job: its result may be recorded (docs/workers.md §4)."""
     if raw is None:
         return False
     found = assignment(raw, worker, holder)
-    return found is not None and found.run == run
+    return found is not None and found.sequence == sequence
 
 
 def jobs_path(namespace: str) -> str:

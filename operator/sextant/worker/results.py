@@ -3,7 +3,7 @@
 timeline entry, the backoff, failed/dead/succeeded and the conditions are exactly those of pod mode.
 
 The status is written with one PUT at the resourceVersion read. On a conflict the job is read again and the
-result written again only while this process still holds the attempt (running, the same run, its own
+result written again only while this process still holds the attempt (running, the same sequence number, its own
 <name>/<incarnation> in the last timeline entry); otherwise it is refused, never recorded.
 """
 
@@ -40,7 +40,7 @@ RETRY_FOR_SECONDS = 60.0  # an unreachable API server: how long a result keeps b
 class Report:
     """What the worker saw of one attempt: the handler's exit, and whether and why the worker stopped it."""
 
-    run: int
+    sequence: int
     exit_code: int | None
     message: str | None = None
     stop_reason: str | None = None  # Cancelled, Timeout or Drained: the worker stopped the handler
@@ -54,14 +54,15 @@ class Report:
 Specs = tuple[QueueSpec | None, HandlerSpec | None]
 
 
-def running(worker: str, run: int) -> A.PodObservation:
+def running(worker: str, sequence: int) -> A.PodObservation:
     """The attempt as the worker sees it while the handler runs."""
-    return A.PodObservation(name=worker, run=run, phase="Running", node=worker)
+    return A.PodObservation(name=worker, sequence=sequence, phase="Running", node=worker)
 
 
 def finished(worker: str, report: Report) -> A.PodObservation:
     """The attempt as the worker saw it end: a pod observation, so outcome_of reads it as it reads a pod."""
-    return A.PodObservation(name=worker, run=report.run, phase="Succeeded" if report.succeeded else "Failed",
+    return A.PodObservation(name=worker, sequence=report.sequence,
+                            phase="Succeeded" if report.succeeded else "Failed",
                             node=worker, exit_code=report.exit_code,
                             reason=DRAINED if report.stop_reason == DRAINED else None,
                             message=report.message if not report.succeeded else None)
@@ -72,7 +73,7 @@ def stop_wanted(job: JobSnapshot, specs: Specs, worker: str, now: datetime) -> t
     rules with the attempt still running — a stop the operator wrote, a cancel asked for in the spec, or the
     queue's timeout reached (the worker applies it itself, also while the operator is away)."""
     queue, handler = specs
-    decision = reconcile(job, Observations(queue, handler, pods=(running(worker, job.status.run),)), now)
+    decision = reconcile(job, Observations(queue, handler, pods=(running(worker, job.status.sequence),)), now)
     status = decision.status
     if status.state == RUNNING and status.stop_reason is not None:
         return status.stop_reason, None
@@ -83,7 +84,7 @@ def compute(raw: dict[str, Any], worker: str, holder: str, report: Report, specs
             now: datetime) -> Decision | None:
     """The job's new status with this attempt recorded; None when this process no longer holds the attempt (the
     result is refused) or the job cannot be read."""
-    if not owns(raw, worker, holder, report.run):
+    if not owns(raw, worker, holder, report.sequence):
         return None
     meta = raw["metadata"]
     job = View.snapshot((meta.get("namespace", ""), meta["name"]), raw)
@@ -93,7 +94,7 @@ def compute(raw: dict[str, Any], worker: str, holder: str, report: Report, specs
     if report.stop_reason in (A.CANCELLED, A.TIMEOUT) and job.status.stop_reason is None and report.stopped_at:
         # The worker stopped the handler by the rules (a cancel in the spec, the timeout) before the operator wrote
         # the stop: apply the same rules as of that moment, so the outcome reads as it would in pod mode.
-        stopping = reconcile(job, Observations(queue, handler, pods=(running(worker, report.run),)),
+        stopping = reconcile(job, Observations(queue, handler, pods=(running(worker, report.sequence),)),
                              report.stopped_at)
         job = replace(job, status=stopping.status)
     return reconcile(job, Observations(queue, handler, pods=(finished(worker, report),)), now)
@@ -130,9 +131,9 @@ class Recorder:
                 if exc.status == 404:
                     return self._refuse(name, report, "the job was deleted")
                 if asyncio.get_running_loop().time() >= deadline:
-                    log.error("job %s: cannot record run %d: %s", name, report.run, exc)
+                    log.error("job %s: cannot record attempt #%d: %s", name, report.sequence, exc)
                     return None
-                log.warning("job %s: cannot record run %d yet: %s", name, report.run, exc)
+                log.warning("job %s: cannot record attempt #%d yet: %s", name, report.sequence, exc)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
                 continue
@@ -143,5 +144,5 @@ class Recorder:
         return self._refuse(name, report, f"{WRITE_ATTEMPTS} conflicting writes in a row")
 
     def _refuse(self, name: str, report: Report, why: str) -> None:
-        log.warning("job %s: the result of run %d is refused: %s", name, report.run, why)
+        log.warning("job %s: the result of attempt #%d is refused: %s", name, report.sequence, why)
         return None

@@ -88,7 +88,7 @@ class Worker:
         self.metrics = metrics
         self.latest: dict[str, dict[str, Any]] = {}  # job → the newest version seen of a job assigned to this worker
         self.running: dict[str, Running] = {}  # job → the attempt running here
-        self.started_runs: dict[str, int] = {}  # job → the last run started here (a run starts once)
+        self.started: dict[str, int] = {}  # job → the sequence number last started here (an attempt starts once)
         self.tasks: set[asyncio.Task[None]] = set()
         self.lingering = 0  # handlers given up on whose threads run on: slots not offered
         self.draining = False
@@ -159,18 +159,19 @@ class Worker:
         current = self.running.get(name)
         if kind == "delete":  # deleted, or no longer assigned to this worker (the field selector let go of it)
             self.latest.pop(name, None)
-            self.started_runs.pop(name, None)
+            self.started.pop(name, None)
             if current is not None and not current.recording:
                 current.execution.stop(LOST, self.now())
             return
         self.latest[name] = obj
         found = S.assignment(obj, self.name, self.holder)
-        if current is not None and (found is None or found.run != current.assignment.run) and not current.recording:
+        if (current is not None and (found is None or found.sequence != current.assignment.sequence)
+                and not current.recording):
             current.execution.stop(LOST, self.now())
-        if found is not None and found.run > self.started_runs.get(name, 0):
-            self.started_runs[name] = found.run
+        if found is not None and found.sequence > self.started.get(name, 0):
+            self.started[name] = found.sequence
             self._spawn(self._attempt(obj, found, current))
-        elif current is not None and found is not None and found.run == current.assignment.run:
+        elif current is not None and found is not None and found.sequence == current.assignment.sequence:
             self._check(name)
 
     def _spawn(self, coroutine: Any) -> None:
@@ -198,7 +199,7 @@ class Worker:
         now = self.now()
         reason, wake = stop_wanted(job, self.specs(job.spec.queue, job.spec.handler), self.name, now)
         if reason is not None:
-            log.info("job %s: stopping run %d (%s)", name, current.assignment.run, reason)
+            log.info("job %s: stopping attempt #%d (%s)", name, current.assignment.sequence, reason)
             current.execution.stop(reason, now)
         elif wake is not None:
             delay = max(0.0, (wake - now).total_seconds())
@@ -206,14 +207,14 @@ class Worker:
 
     def _work(self, raw: dict[str, Any], found: S.Assignment, job: Any) -> Work | Ended:
         """How to run the job's handler here; Ended when it cannot run here at all."""
-        label = f"[{found.job}#{found.run}]"
+        label = f"[{found.job}#{found.sequence}]"
         queue, handler = self.specs(found.queue, found.handler)
         command = self.served.how(found.handler)
         if command is not None:
             settings = queue or QueueSpec()
             env = {**os.environ, **attempt_variables(
                 job_name=found.job, job_uid=raw["metadata"].get("uid", ""), namespace=self.namespace,
-                queue=found.queue, handler=found.handler, attempt=found.attempt, run=found.run,
+                queue=found.queue, handler=found.handler, attempt=found.attempt, sequence=found.sequence,
                 scheduled_at=scheduled_at(job, raw), payload=job.spec.payload,
                 lease_name=contract.worker_lease_name(self.name), lease_duration=settings.lease_duration,
                 cancel_grace=settings.cancel_grace, heartbeat=False),  # the worker's Lease covers it
@@ -260,15 +261,15 @@ class Worker:
                 current.timer.cancel()
             reason = execution.stop_reason
             if reason is not None and reason not in RECORDED_STOPS:
-                self._refuse(name, found.run, f"stopped: {reason}")
+                self._refuse(name, found.sequence, f"stopped: {reason}")
                 return
-            report = Report(found.run, ended.exit_code, ended.message, reason, execution.stopped_at)
+            report = Report(found.sequence, ended.exit_code, ended.message, reason, execution.stopped_at)
             decision = await self.recorder.record(self.latest.get(name, raw), report)
             if decision is None:
                 if self.metrics is not None:
                     self.metrics.refused.labels(self.name).inc()
             elif self.metrics is not None:
-                entry = next((a for a in decision.status.attempts if a.run == found.run), None)
+                entry = next((a for a in decision.status.attempts if a.sequence == found.sequence), None)
                 if entry is not None:
                     self.metrics.attempts.labels(self.name, found.queue, found.handler, entry.result).inc()
         finally:
@@ -276,8 +277,8 @@ class Worker:
                 del self.running[name]
             current.ended.set()
 
-    def _refuse(self, name: str, run: int, why: str) -> None:
-        log.info("job %s: run %d not recorded (%s)", name, run, why)
+    def _refuse(self, name: str, sequence: int, why: str) -> None:
+        log.info("job %s: attempt #%d not recorded (%s)", name, sequence, why)
         if self.metrics is not None:
             self.metrics.refused.labels(self.name).inc()
 
