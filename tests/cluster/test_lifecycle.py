@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 from tests.harness import wait_for
 
 from .support import (
-    PodRecorder, apply, get_json, handler, job, queue, status, timeline_of, wait_all, wait_state,
+    KWOK_TOLERATION, PodRecorder, apply, get_json, handler, job, queue, status, timeline_of, wait_all, wait_state,
 )
 
 EXIT = "sextant.dev/test-exit-code"
@@ -189,6 +189,57 @@ def test_pod_deleted_by_hand_is_pod_lost_and_retried(cluster, namespace, operato
 
     wait_for(retried, 30, message="a second attempt")
     assert timeline_of(status(cluster, namespace, "job-lost"))[0] == ("failed", "PodLost")
+
+
+def test_an_in_flight_job_of_the_previous_version_goes_on_with_its_next_pod(cluster, namespace, operator):
+    """The previous version called the sequence number `run` (status.run, attempts[].run, the pod label
+    sextant.dev/run). It had the job running on its third pod when this version took over: that pod is still the
+    attempt, and the retry after it fails is <job>-4, never <job>-1."""
+    operator.stop()  # the previous version's operator, gone; what it wrote is written below with the raw API
+    apply(cluster, namespace, queue("q", maxAttempts=5, **FAST), handler("h", annotations=exit_on_attempt(3, 1)),
+          job("job-old"))
+    uid = get_json(cluster, namespace, "jobs.sextant.dev", "job-old")["metadata"]["uid"]
+    now = datetime.now(timezone.utc)
+
+    def stamp(seconds_ago: float) -> str:
+        return (now - timedelta(seconds=seconds_ago)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    failed = [{"attempt": a, "run": a, "pod": f"job-old-{a}", "node": "kwok-node-0", "result": "failed", "exitCode": 1,
+               "reason": "Error", "startedAt": stamp(60 - 20 * a), "finishedAt": stamp(55 - 20 * a)} for a in (1, 2)]
+    old_status = {"state": "running", "attempt": 3, "run": 3, "maxAttempts": 5, "queuedAt": stamp(60),
+                  "timeoutAt": stamp(-300), "observedGeneration": 1,
+                  "attempts": [*failed, {"attempt": 3, "run": 3, "pod": "job-old-3", "result": "running",
+                                         "startedAt": stamp(1)}]}
+    cluster.kubectl("patch", "-n", namespace, "jobs.sextant.dev", "job-old", "--subresource=status",
+                    "--type=merge", "-p", json.dumps({"status": old_status}))
+    assert status(cluster, namespace, "job-old")["run"] == 3, "the CRD keeps the old field (not pruned)"
+    ref = {"namespace": namespace, "job": "job-old", "uid": uid, "run": 3, "attempt": 3, "pod": "job-old-3",
+           "leaseDuration": "30s", "cancelGrace": "10s"}
+    old_pod = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "job-old-3", "namespace": namespace,
+                     "labels": {"sextant.dev/job": "job-old", "sextant.dev/queue": "q", "sextant.dev/handler": "h",
+                                "sextant.dev/attempt": "3", "sextant.dev/run": "3"},
+                     "annotations": exit_on_attempt(3, 1),
+                     "ownerReferences": [{"apiVersion": "sextant.dev/v1alpha1", "kind": "Job", "name": "job-old",
+                                          "uid": uid, "controller": True}]},
+        "spec": {"restartPolicy": "Never", "tolerations": [KWOK_TOLERATION], "nodeSelector": {"type": "kwok"},
+                 "containers": [{"name": "handler", "image": "registry.example/handler:1", "command": ["run"],
+                                 "env": [{"name": "SEXTANT_ATTEMPT_REF", "value": json.dumps(ref)}]}]},
+    }
+    with PodRecorder(cluster.kubeconfig, namespace) as pods:
+        cluster.kubectl("create", "-f", "-", input=json.dumps(old_pod))
+        operator.start()  # this version takes over
+        wait_state(cluster, namespace, "job-old", "succeeded", "dead", timeout=60)
+    final = status(cluster, namespace, "job-old")  # as stored now (wait_state merges every status it saw)
+    assert final["state"] == "succeeded", final
+    assert (final["sequence"], final["attempt"]) == (4, 4) and "run" not in final, "only `sequence` is written"
+    assert [(a["sequence"], a["pod"], a["result"]) for a in final["attempts"]] == [
+        (1, "job-old-1", "failed"), (2, "job-old-2", "failed"), (3, "job-old-3", "failed"),
+        (4, "job-old-4", "succeeded")]
+    assert pods.pods_created()["job-old"] == {"job-old-3", "job-old-4"}
+    labels = get_json(cluster, namespace, "pod", "job-old-4")["metadata"]["labels"]
+    assert (labels["sextant.dev/sequence"], labels["sextant.dev/attempt"]) == ("4", "4")
 
 
 def test_changing_the_payload_is_rejected(cluster, namespace, operator):
