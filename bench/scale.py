@@ -21,9 +21,9 @@ from .run import CONFIGS, Options, OperatorProcess, log, prepare_namespace, reni
 
 def finished_status(name: str, stamp: str) -> dict[str, Any]:
     return {"status": {
-        "state": "succeeded", "attempt": 1, "maxAttempts": 2, "run": 1, "queuedAt": stamp, "finishedAt": stamp,
+        "state": "succeeded", "attempt": 1, "maxAttempts": 2, "sequence": 1, "queuedAt": stamp, "finishedAt": stamp,
         "observedGeneration": 1, "message": "attempt 1 succeeded",
-        "attempts": [{"attempt": 1, "run": 1, "pod": f"{name}-1", "node": "node-000000", "startedAt": stamp,
+        "attempts": [{"attempt": 1, "sequence": 1, "pod": f"{name}-1", "node": "node-000000", "startedAt": stamp,
                       "finishedAt": stamp, "result": "succeeded", "exitCode": 0}],
         "conditions": [
             {"type": "Succeeded", "status": "True", "reason": "Succeeded", "message": "attempt 1 succeeded",
