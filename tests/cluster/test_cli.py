@@ -306,7 +306,9 @@ def test_cancel_retry_and_refusals(cluster, namespace, operator):
 
 
 def test_watch_prints_every_change(cluster, namespace, operator):
-    apply(cluster, namespace, queue("q", **FAST), handler("ok"))
+    # The handler runs for 3 s, so the job is written running; a pod that ends before the operator's first look is
+    # recorded succeeded in one write (no running row), which this test is not about.
+    apply(cluster, namespace, queue("q", **FAST), handler("ok", annotations={"sextant.dev/test-duration": "3s"}))
     proc = subprocess.Popen([cluster.local.kubectl_binary, "sextant", "jobs", "list", "-w", "-n", namespace],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cluster.env)
     lines: list[str] = []
