@@ -4,7 +4,7 @@ Both take the job as last stored plus what the cluster shows now, and return the
 actions to take and when to look again. Level-triggered: called again with the same inputs, they return
 the same status and actions that are safe to repeat (pod names are deterministic).
 
-Pod mode, "running = taken by a worker" (DESIGN.md §3): admission creates the attempt's pod, named
+Pod mode, "running = taken by a worker" (the docs: queued is "no worker has taken it"): admission creates the attempt's pod, named
 <job>-<sequence+1>, and writes nothing; the job stays `queued` (its pod holds the slot). The pod takes the job when
 its handler container starts: the reconcile that sees that records the attempt (sequence, attempt, startedAt = the
 container's start, the timeout from there) and `running`, in one write; a pod seen only once it has finished is
@@ -12,8 +12,8 @@ recorded in one write to its end. So a successful single-attempt job costs three
 create, `running`, and the terminal status. Dropping the admission's own status write is safe because the pod
 *is* the record: its name is deterministic (status.sequence + 1), a second pod of that sequence number cannot be
 created (AlreadyExists, adopted), no other is admitted while it lives, and a pod of sequence status.sequence + 1 is
-always read as the queued job's starting attempt (DESIGN §3's crash rule, now the normal path rather than the
-repair one).
+always read as the queued job's starting attempt (the rule that a crash between "create pod" and "record it" never
+starts a second pod, now the normal path rather than the repair one).
 A pod that never started and is deleted meanwhile never ran: its sequence number is simply used again.
 
 A job seen for the first time and admitted at once keeps no state in the API for at most RECORD_QUEUED_AFTER
