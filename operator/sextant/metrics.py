@@ -61,7 +61,9 @@ def record_transition(namespace: str, spec: JobSpec, before: JobStatus, after: J
     ran = {a.sequence: a for a in before.attempts}
     for attempt in after.attempts:
         previous = ran.get(attempt.sequence)
-        if previous is None and attempt.result == "running":
+        # A new timeline entry is an attempt taken from the queue, also one recorded only once it had ended (its pod
+        # started and finished between two looks of the operator).
+        if previous is None:
             queued = parse_time(after.queued_at)
             if queued is not None:
                 QUEUE_WAIT.labels(namespace, spec.queue).observe(max(0.0, (now - queued).total_seconds()))
