@@ -14,6 +14,7 @@ import pytest
 
 from sextant import metrics
 from sextant.controller.leader import ElectionSettings, LeaderElector
+from sextant.controller.runtime import Runtime
 from sextant.kube import ApiError, Kube, NotLeader
 from sextant.kubeconfig import Connection
 from sextant.resources.common import parse_time
@@ -301,6 +302,37 @@ async def test_the_controllers_writes_are_refused_unless_this_replica_leads():
     exposed = {m.name: m for m in collector.collect()}
     assert exposed["sextant_writes_fenced"].samples[0].value == 2  # scraped as sextant_writes_fenced_total
     assert exposed["sextant_leader"].samples[0].value == 0
+
+
+async def test_a_resumed_leader_whose_fence_refuses_stops_its_controllers_before_its_election_loop_runs():
+    """A leader paused past its renew deadline resumes with its workers told to act: the first refused write stops
+    them (on_change(False)), so they wait for leadership instead of taking, refusing and putting back keys without
+    ever yielding to the event loop (which would then never run the election again; test_ha found it)."""
+    api, clock = LeaseApi(), Clock()
+    leading = asyncio.Event()
+    a = LeaderElector(api.link(), ElectionSettings(NS, retry_period=3600), "a", monotonic=clock.monotonic,
+                      wall=clock.wall, on_change=lambda now: (leading.set if now else leading.clear)())
+    task = asyncio.create_task(a.run())
+
+    async def reconcile(key: object) -> None:
+        if not a.is_leader():  # the fenced client's check, before anything is sent
+            raise NotLeader("PUT", "/apis/sextant.dev/v1alpha1/namespaces/ns/jobs/j/status")
+
+    runtime = Runtime("Job", reconcile, workers=1, leading=leading)
+    try:
+        await asyncio.wait_for(leading.wait(), 2)
+        clock.to(SETTINGS.renew_deadline)  # paused: no renewal for the renew deadline, and the loop sleeps on
+        runtime.queue.add("j")
+        await runtime.process(await runtime.queue.get())
+        assert not leading.is_set() and "j" in runtime.queue._dirty  # it waits; the key is kept for the next leader
+        worker = asyncio.create_task(runtime.process(await runtime.queue.get()))
+        await asyncio.sleep(0.01)
+        assert not worker.done()  # held at leading.wait(), not spinning
+        worker.cancel()
+        await asyncio.gather(worker, return_exceptions=True)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 # ================================================================ release on stop

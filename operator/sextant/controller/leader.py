@@ -69,8 +69,14 @@ class LeaderElector:
         self._path = (f"/apis/coordination.k8s.io/v1/namespaces/{settings.namespace}/leases/{settings.name}")
 
     def is_leader(self) -> bool:
-        return (self._renewed_at is not None
-                and self.monotonic() - self._renewed_at < self.settings.renew_deadline)
+        leading = (self._renewed_at is not None
+                   and self.monotonic() - self._renewed_at < self.settings.renew_deadline)
+        if not leading and self._leading:
+            # The fence noticed first (a leader resumed after a pause asks it before its election loop has run):
+            # the controllers stop now. Otherwise their workers, still told to act, would take a key, be refused
+            # and put it back without ever yielding to the event loop, which then never runs the election.
+            self._set_leading(False)
+        return leading
 
     async def run(self) -> None:
         try:

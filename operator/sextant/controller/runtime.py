@@ -56,6 +56,7 @@ class Runtime:
             await self.reconcile(key)
         except NotLeader:
             self.queue.add(key)  # deposed mid-reconcile: the next leader (maybe us again) looks again
+            await asyncio.sleep(0)  # a refusal sends nothing: yield, or a worker could spin on its key unawaited
         except Exception as exc:  # noqa: BLE001 - one bad object must not stop the operator
             metrics.RECONCILE_ERRORS.inc()
             report = self.report
