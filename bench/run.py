@@ -72,6 +72,14 @@ CONFIGS = {
     "S16": Config("S16", SEXTANT, {"kube-scheduler": TUNED_SCHEDULER},
                   "Sextant operator with --workers 16; kube-scheduler " + " ".join(TUNED_SCHEDULER),
                   ("--workers", "16")),
+    # Not shipped, for the split of the operator's CPU (issue 17): S without kopf's watches (the informers alone),
+    # and S without the full-cluster gate.
+    "SK": Config("SK", SEXTANT, {"kube-scheduler": TUNED_SCHEDULER},
+                 "Sextant operator with --no-kopf-watches; kube-scheduler " + " ".join(TUNED_SCHEDULER),
+                 ("--no-kopf-watches",)),
+    "SG": Config("SG", SEXTANT, {"kube-scheduler": TUNED_SCHEDULER},
+                 "Sextant operator with --max-pending-pods 0 (no gate); kube-scheduler " + " ".join(TUNED_SCHEDULER),
+                 ("--max-pending-pods", "0")),
     # Worker mode (issue 15): the same Jobs, served by long-running `sextant worker` processes running a no-op
     # async SDK handler; no pod per attempt, so neither the scheduler nor kwok has anything to do.
     "W": Config("W", SEXTANT, {"kube-scheduler": TUNED_SCHEDULER},

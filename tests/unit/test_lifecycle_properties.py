@@ -53,6 +53,15 @@ def event(text: str) -> None:
         pass
 
 
+def untouched(rule, job: T.JobSnapshot, *args):
+    """rule(job, *args), checking that it leaves the job as it found it: the controller reuses a job's reading
+    for as long as its resourceVersion stands (JobController._snapshot)."""
+    status, job_spec = job.status.model_copy(deep=True), job.spec.model_copy(deep=True)
+    decision = rule(job, *args)
+    assert job.status == status and job.spec == job_spec and decision.status is not job.status
+    return decision
+
+
 # ---------------------------------------------------------------- the steps
 
 
@@ -205,7 +214,7 @@ class World:
         if not T.Decision(self.status).wants_admission or self.alive():
             return
         before = self.status
-        decision = T.admit(self.snap(), self.observe(), self.now)
+        decision = untouched(T.admit, self.snap(), self.observe(), self.now)
         self.check(before, decision, admitted=True)
         for action in decision.actions:
             assert isinstance(action, T.CreatePod)
@@ -218,7 +227,7 @@ class World:
 
     def reconcile(self) -> T.Decision:
         before, observed = self.status, self.observe()
-        decision = T.reconcile(self.snap(), observed, self.now)
+        decision = untouched(T.reconcile, self.snap(), observed, self.now)
         self.check(before, decision)
         self.check_idempotent(decision, observed)
         for e in decision.events:

@@ -86,3 +86,17 @@ def test_the_writer_counts_from_the_view_a_starting_pod_as_queued():
     body = writer.body(("shop", "emails"))
     assert {k: body[k] for k in ("running", "queued", "starting", "scheduled", "failed", "observedGeneration")} == {
         "running": 1, "queued": 3, "starting": 2, "scheduled": 0, "failed": 0, "observedGeneration": 4}
+
+
+def test_rounds_are_spaced_by_the_backlog_they_count():
+    """A round counts every unfinished job: with a backlog, rounds come less often, at most LOOKS_PER_SECOND looks
+    per second, and never more often than the interval."""
+    from datetime import timedelta
+
+    from sextant.controller.queuestatus import INTERVAL, LOOKS_PER_SECOND, next_round_after
+
+    assert next_round_after(0, INTERVAL) == INTERVAL
+    assert next_round_after(LOOKS_PER_SECOND * 3, INTERVAL) == INTERVAL
+    assert next_round_after(LOOKS_PER_SECOND * 5, INTERVAL) == timedelta(seconds=5)
+    assert next_round_after(10_000, INTERVAL) == timedelta(seconds=10)  # a 10k backlog: numbers 10 s old at most
+    assert next_round_after(100_000, INTERVAL) == timedelta(seconds=100_000 / LOOKS_PER_SECOND)

@@ -363,3 +363,28 @@ def test_every_state_parses(state):
 def test_unknown_state_is_refused():
     with pytest.raises(ValidationError):
         JobStatus.model_validate({"state": "paused"})
+
+
+def test_a_duplicated_status_equals_its_original_and_changes_to_it_never_reach_the_original():
+    """JobStatus.duplicate (every reconcile's working copy) copies the lists and their entries; that is enough only
+    while the entries hold scalars, which this test also pins."""
+    from typing import Annotated, get_args, get_origin
+
+    scalars = (str, int, bool, float, type(None))
+    for model in (Attempt, Condition):
+        for name, field in model.model_fields.items():
+            args = [get_args(a)[0] if get_origin(a) is Annotated else a
+                    for a in (get_args(field.annotation) or (field.annotation,))]
+            assert all(a in scalars or isinstance(a, type) and issubclass(a, (str, int)) for a in args), (model, name)
+    status = JobStatus.model_validate({
+        "state": "running", "attempt": 1, "sequence": 1,
+        "attempts": [{"attempt": 1, "sequence": 1, "pod": "job-a-1", "result": "running"}],
+        "conditions": [{"type": "Ready", "status": "False", "reason": "Running", "message": "m"}]})
+    copy = status.duplicate()
+    assert copy == status and copy.attempts[0] is not status.attempts[0]
+    copy.attempts[0].result = "succeeded"
+    copy.conditions[0].status = "True"
+    copy.attempts.append(Attempt(attempt=2, sequence=2, result="running"))
+    copy.state = "succeeded"
+    assert status.attempts == [Attempt(attempt=1, sequence=1, pod="job-a-1", result="running")]
+    assert status.conditions[0].status == "False" and status.state == "running"

@@ -184,7 +184,7 @@ class _Step:
     def __init__(self, job: JobSnapshot, obs: Observations, now: datetime) -> None:
         self.job, self.obs, self.now = job, obs, now
         self.queue = effective_queue(obs)
-        self.status = job.status.model_copy(deep=True)
+        self.status = job.status.duplicate()
         self.decision = Decision(self.status)
 
     def event(self, reason: str, message: str, warning: bool = False) -> None:
@@ -287,7 +287,7 @@ def hold_first_write(job: JobSnapshot, decision: Decision, since: datetime, now:
     blocked = any(c.type == COND_BLOCKED and c.status == "True" for c in decision.status.conditions)
     if job.status.state is not None or decision.status.state != QUEUED or now >= until or blocked:
         return decision
-    held = Decision(job.status.model_copy(deep=True), list(decision.actions), [], decision.wake_at)
+    held = Decision(job.status.duplicate(), list(decision.actions), [], decision.wake_at)
     held.wake(until)
     return held
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any
@@ -115,26 +116,36 @@ def parse_time(text: str | datetime | None) -> datetime | None:
     if text is None or text == "":
         return None
     if isinstance(text, datetime):
-        moment = text
-    elif isinstance(text, str) and len(text) <= 64:
-        try:
-            moment = datetime.fromisoformat(text.strip().upper().replace("Z", "+00:00"))
-        except ValueError as exc:
-            if "out of range" in str(exc):  # year 0
-                raise ValueError(f"{text} is out of range: times must lie from {TIME_RANGE_TEXT}") from None
-            raise ValueError(f"{text!r} is not a time: use RFC 3339, e.g. 2026-12-01T10:00:00Z") from None
-    else:
-        shown = text[:40] if isinstance(text, str) else text
-        raise ValueError(f"{shown!r} is not a time: use RFC 3339, e.g. 2026-12-01T10:00:00Z")
+        return _in_range(text, text)
+    if isinstance(text, str) and len(text) <= 64:
+        return _parse_text(text)
+    shown = text[:40] if isinstance(text, str) else text
+    raise ValueError(f"{shown!r} is not a time: use RFC 3339, e.g. 2026-12-01T10:00:00Z")
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _parse_text(text: str) -> datetime:
+    """parse_time of a string, remembered: a job's times are read again on every look at it (and datetimes are
+    immutable); what does not parse raises, and is not remembered."""
+    try:
+        moment = datetime.fromisoformat(text.strip().upper().replace("Z", "+00:00"))
+    except ValueError as exc:
+        if "out of range" in str(exc):  # year 0
+            raise ValueError(f"{text} is out of range: times must lie from {TIME_RANGE_TEXT}") from None
+        raise ValueError(f"{text!r} is not a time: use RFC 3339, e.g. 2026-12-01T10:00:00Z") from None
+    return _in_range(moment, text)
+
+
+def _in_range(moment: datetime, text: object) -> datetime:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
     try:
-        moment = moment.astimezone(timezone.utc)
+        utc: datetime | None = moment.astimezone(timezone.utc)
     except (OverflowError, ValueError):
-        moment = None
-    if moment is None or not MIN_TIME <= moment <= MAX_TIME:
+        utc = None
+    if utc is None or not MIN_TIME <= utc <= MAX_TIME:
         raise ValueError(f"{text!s} is out of range: times must lie from {TIME_RANGE_TEXT}")
-    return moment
+    return utc
 
 
 def time_or_none(text: Any) -> datetime | None:
