@@ -110,7 +110,8 @@ def job(name: str, queue_name: str = "q", handler_name: str = "h", **spec: Any) 
 
 
 def apply(cluster: Any, namespace: str, *objects: dict[str, Any], check: bool = True) -> subprocess.CompletedProcess:
-    text = yaml.safe_dump_all(list(objects))
+    # JSON documents (JSON is YAML): PyYAML leaves a string such as 71e265 unquoted, and kubectl reads it as a number.
+    text = "".join(f"---\n{json.dumps(obj)}\n" for obj in objects)
     return cluster.kubectl("apply", "-n", namespace, "-f", "-", input=text, check=check)
 
 

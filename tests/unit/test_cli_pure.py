@@ -338,3 +338,16 @@ def test_a_key_that_does_not_match_is_refused(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["operator", "--http-tls-cert", str(not_a_pair), "--http-tls-key", str(not_a_pair)])
     assert exit_.value.code == 2 and f"cannot use {not_a_pair}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text", ["71e265", "1e5", "-2E-3", "0o17", "0x1F", "3.5", ".5", "1_000", ".inf", "-.Inf",
+                                  ".nan"])
+def test_yaml_output_quotes_strings_that_kubectl_would_read_as_numbers(text):
+    """PyYAML writes 71e265 bare (a string in YAML 1.1); kubectl's YAML reads it as a number, so `-o yaml | kubectl
+    apply -f -` would turn a payload string or a label value into a number."""
+    import yaml
+
+    out = io.StringIO()
+    output.dump({"value": text, "plain": "emails", "number": 7}, "yaml", out)
+    assert out.getvalue() == f"value: '{text}'\nplain: emails\nnumber: 7\n"
+    assert yaml.safe_load(out.getvalue()) == {"value": text, "plain": "emails", "number": 7}

@@ -569,6 +569,31 @@ async def test_a_pod_of_that_name_that_is_not_the_jobs_is_never_adopted():
     assert not controller.slots.holds((NS, "job-a"))
 
 
+async def test_a_refused_pod_is_named_in_the_jobs_status_and_tried_again_until_it_is_created():
+    """A pod the API server refuses (a quota, an admission webhook, a template it cannot read) keeps the job queued
+    with the reason in its message and health conditions, not "waiting for a slot"; retries make no further writes
+    while the reason stands, and the job goes on once a pod is accepted."""
+    clock = Clock()
+    api = JobsApi(clock)
+    api.job("job-a")
+    controller = job_controller(api, clock)
+    api.refuse_pods = 403
+    clock.to(0.1)
+    await controller.reconcile((NS, "job-a"))
+    status = api.objects[f"{JOBS}/job-a"]["status"]
+    assert status["state"] == "queued"
+    assert status["message"] == f"cannot create pod {pod_of('job-a')}: exceeded quota; trying again"
+    assert {c["type"]: c["message"] for c in status["conditions"]}["Reconciling"] == status["message"]
+    writes = len(api.writes)
+    clock.to(5.1)
+    await controller.reconcile((NS, "job-a"))
+    assert len(api.writes) == writes  # the same reason again: nothing to write
+    api.refuse_pods = None
+    clock.to(10.1)
+    await controller.reconcile((NS, "job-a"))
+    assert api.pod(pod_of("job-a")) is not None and api.writes[-1] == ("create", pod_of("job-a"))
+
+
 async def test_a_deposed_leaders_writes_are_refused_and_its_key_waits_for_the_next_leader():
     clock = Clock()
     api = JobsApi(clock)

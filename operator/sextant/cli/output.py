@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, TextIO
@@ -10,6 +11,19 @@ from typing import Any, TextIO
 import yaml
 
 FORMATS = ("json", "yaml")
+# Strings that YAML 1.2 readers (kubectl, Go's YAML) take for numbers but PyYAML (YAML 1.1) writes unquoted, e.g.
+# 1e5, 71e265, 0o17: quoted on output, so that `-o yaml | kubectl apply -f -` keeps them strings.
+_NUMBER_LIKE = re.compile(r"[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)(?:[eE][-+]?[0-9]+)?|0x[0-9a-fA-F_]+|0o[0-7_]+"
+                          r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)")
+
+
+class _Dumper(yaml.SafeDumper):
+    def represent_str(self, data: str) -> yaml.ScalarNode:
+        style = "'" if _NUMBER_LIKE.fullmatch(data) else None
+        return self.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+
+_Dumper.add_representer(str, _Dumper.represent_str)
 GAP = "   "  # kubectl separates columns by three spaces
 
 
@@ -123,4 +137,4 @@ def dump(obj: Any, fmt: str, out: TextIO) -> None:
     if fmt == "json":
         out.write(json.dumps(obj, indent=4, ensure_ascii=False) + "\n")
     else:
-        out.write(yaml.safe_dump(obj, sort_keys=False, allow_unicode=True, width=1000))
+        out.write(yaml.dump(obj, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=1000))

@@ -52,7 +52,7 @@ def _earliest(*moments: datetime | None) -> datetime | None:
 
 
 class _PodNotCreated(Exception):
-    """The attempt's pod could not be created: nothing of the admission is recorded."""
+    """The attempt's pod could not be created: nothing of the admission is recorded. Its message says why."""
 
 
 def utcnow() -> datetime:
@@ -272,10 +272,11 @@ class JobController:
         retry = False
         try:
             applied = await self._apply(key, raw, job, decision)
-        except _PodNotCreated:
-            # Refused (quota, admission) or its name taken by someone else's pod: record what was decided without
-            # the slot (a new job is queued all the same), and try again soon.
-            decision, retry = before, True
+        except _PodNotCreated as exc:
+            # Refused (quota, admission, a template the API server rejects) or its name taken by someone else's pod:
+            # record what was decided without the slot (a new job is queued all the same), saying why, and try again
+            # soon.
+            decision, retry = T.pod_not_created(before, str(exc), now, job.generation), True
             applied = await self._apply(key, raw, job, decision)
         wake = decision.wake_at
         if retry:
@@ -378,8 +379,8 @@ class JobController:
         """Act on a decision; False when it could not be recorded (a conflict: the watch brings another look)."""
         ns = key[0]
         for action in decision.actions:
-            if isinstance(action, T.CreatePod) and not await self._create_pod(key, raw, job, action):
-                raise _PodNotCreated
+            if isinstance(action, T.CreatePod) and (why := await self._create_pod(key, raw, job, action)):
+                raise _PodNotCreated(why)
         if decision.status != job.status:
             if not await self._write_status(key, raw, decision.status):
                 return False
@@ -395,19 +396,20 @@ class JobController:
                         raise
         return True
 
-    async def _create_pod(self, key: Key, raw: dict[str, Any], job: T.JobSnapshot, action: T.CreatePod) -> bool:
+    async def _create_pod(self, key: Key, raw: dict[str, Any], job: T.JobSnapshot, action: T.CreatePod) -> str:
+        """Create (or adopt) the attempt's pod; "" when it exists now, else why not."""
         ns = key[0]
         handler = self.view.handlers.get((ns, job.spec.handler))
         queue = self.view.queues.get((ns, job.spec.queue))
         if handler is None or queue is None:
-            return False
+            return "its Queue or Handler is gone"
         try:
             created = await self.kube.create(pod_path(ns), build_pod(raw, job, handler, queue, action))
         except ApiError as exc:
             if exc.status != 409:
                 log.warning("job %s/%s: cannot create pod %s: %s", ns, key[1], action.name, exc)
                 self.events.record(raw, T.Event("PodCreateFailed", exc.message or str(exc), "Warning"))
-                return False
+                return f"cannot create pod {action.name}: {exc.message or exc}"
             created = await self.kube.get(pod_path(ns, action.name))
             if controller_uid(created) != job.uid:
                 # Not ours (no controller ownerReference to this job): never adopted. The attempt waits until its name
@@ -416,10 +418,10 @@ class JobController:
                            f"this Job); attempt {action.attempt} starts once that pod is gone")
                 log.warning("job %s/%s: %s", ns, key[1], message)
                 self.events.record(raw, T.Event("PodNameTaken", message, "Warning"))
-                return False
+                return message
             # ours, from before a crash: adopt it
         self.view.upsert_pod(created)
-        return True
+        return ""
 
     async def _write_status(self, key: Key, raw: dict[str, Any], status: JobStatus) -> bool:
         updated = await self.kube.replace_status(job_path(key), {"apiVersion": API_VERSION, "kind": "Job", **raw},

@@ -178,6 +178,15 @@ def _clear_condition(status: JobStatus, type_: str, reason: str, now: datetime, 
         set_condition(status, type_, False, reason, "", now, generation)
 
 
+def pod_not_created(decision: Decision, why: str, now: datetime, generation: int) -> Decision:
+    """The attempt's pod could not be created (the API server refused it, or its name is taken): the job stays as it
+    was decided without the slot, and its message (and the health conditions') says why, not "waiting for a
+    slot". The operator tries again soon."""
+    decision.status.message = f"{why}; trying again"
+    set_health(decision.status, now, generation)
+    return decision
+
+
 class _Step:
     """One reconcile's working state: the status being built, and what it decided."""
 
