@@ -124,6 +124,7 @@ def test_a_pod_squatting_on_an_attempts_name_is_waited_out_never_taken_over(clus
     [event] = wait_for(refused, 30, message="a PodNameTaken Event on the job")[:1]
     assert event["type"] == "Warning" and "job-squat-1" in event["message"]
     holds_for(lambda: status(cluster, namespace, "job-squat").get("state") == "queued"
+              and "exists but is not this job's" in status(cluster, namespace, "job-squat").get("message", "")
               and untouched(cluster, namespace, ["job-squat-1"]), 3, interval=0.5,
               message=lambda: f"the job to wait ({status(cluster, namespace, 'job-squat')}), the squatter to stay "
                               f"({pod_state(cluster, namespace, 'job-squat-1')})")
@@ -272,6 +273,27 @@ def pool_handler(pool: str) -> dict[str, Any]:
     spec = handler("h", annotations=FOREVER, heartbeat=False)  # no runner on kwok: only the node's fate counts
     spec["spec"]["template"]["spec"]["nodeSelector"] = {"sextant.dev/test-pool": pool}
     return spec
+
+
+def test_a_pod_the_api_server_refuses_is_named_on_the_job_which_runs_once_its_handler_is_fixed(
+        cluster, namespace, operator):
+    broken = handler("h")
+    broken["spec"]["template"]["spec"]["nodeSelector"]["zone"] = 3  # the CRD keeps the pod spec open; a Pod refuses it
+    apply(cluster, namespace, queue("q", **FAST), broken, job("job-refused"))
+
+    def refused() -> dict | None:
+        st = status(cluster, namespace, "job-refused")
+        return st if "cannot create pod job-refused-1" in st.get("message", "") else None
+
+    st = wait_for(refused, 30,
+                  message=lambda: f"the refusal in the job's status: {status(cluster, namespace, 'job-refused')}")
+    assert st["state"] == "queued" and st["message"].endswith("; trying again") and "nodeSelector" in st["message"]
+    assert [c["message"] for c in st["conditions"] if c["type"] == "Reconciling"] == [st["message"]]
+    events = get_json(cluster, namespace, "events", "--field-selector", "involvedObject.name=job-refused")["items"]
+    assert any(e["reason"] == "PodCreateFailed" and e["type"] == "Warning" for e in events)
+    apply(cluster, namespace, handler("h"))  # fixed: the next try creates the pod
+    final = wait_state(cluster, namespace, "job-refused", "succeeded", timeout=60)
+    assert [a["pod"] for a in final["attempts"]] == ["job-refused-1"]
 
 
 def test_a_node_deleted_under_a_running_attempt_loses_the_attempt_and_the_next_one_runs(cluster, namespace, operator):

@@ -54,8 +54,8 @@ def event(text: str) -> None:
 
 
 def untouched(rule, job: T.JobSnapshot, *args):
-    """rule(job, *args), checking that it leaves the job as it found it: the controller reuses a job's reading
-    for as long as its resourceVersion stands (JobController._snapshot)."""
+    """rule(job, *args), checking that it leaves the job as it found it: the decision's status is a copy (a rule
+    that changed the reading in place would change what the controller compares its decision with)."""
     status, job_spec = job.status.model_copy(deep=True), job.spec.model_copy(deep=True)
     decision = rule(job, *args)
     assert job.status == status and job.spec == job_spec and decision.status is not job.status

@@ -1,5 +1,6 @@
 """`sextant queues list`: each queue's live numbers as the operator keeps them in the Queue's status
-(controller/queuestatus.py: counted from its view, written on change, at most every 3 s per queue).
+(controller/queuestatus.py: counted from its view, written on change, at most every 3 s per queue, less often
+with a large backlog).
 
 One list of Queues and no list of jobs, so it costs the same at any number of jobs. The numbers are only as live as
 the operator: a queue whose status was never written (no operator running, or one that does not watch its

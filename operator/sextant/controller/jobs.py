@@ -84,9 +84,6 @@ class JobController:
         self.slots = Slots(view, timers, now, pending_limit=pending_pods or None, granted=self.queue.add,
                            active=lambda: self.started.is_set() and self.leading.is_set())
         self._acting: set[Key] = set()  # jobs being reconciled now: their reservations are theirs to give back
-        # Each unsettled job's reading, by the resourceVersion it was read from: a reconcile woken by a pod or a timer
-        # reads an unchanged job again, and validation is a tenth of a reconcile (the lifecycle never changes one).
-        self._snapshots: dict[Key, tuple[str, T.JobSnapshot]] = {}
         # The Queues' status (their live numbers): the leader writes it, through the same fenced client.
         self.queue_status = QueueStatusWriter(kube, view, timers, now, self.leading, in_line=self.slots.in_line)
 
@@ -233,17 +230,15 @@ class JobController:
             if not self.view.has_strays(key, raw):
                 # Settled: the lifecycle rules have nothing left to decide (T.reconcile would change nothing);
                 # only retention runs.
-                self._snapshots.pop(key, None)
                 self.slots.withdraw(key)
                 self.timers.schedule(key, await self._retain(key, self.now()), self.queue.add)
                 return
             raw = await self._full(key, raw)
         try:
-            job = self._snapshot(key, raw) if raw is not None else None
+            job = self.view.snapshot(key, raw) if raw is not None else None
         except InvalidJob as exc:
             return await self._hold_invalid(key, raw, str(exc))
         if job is None:
-            self._snapshots.pop(key, None)
             self.slots.forget(key)
             self.timers.schedule(key, None, self.queue.add)
             return
@@ -285,21 +280,10 @@ class JobController:
             wake = _earliest(wake, await self._retain(key, now))
         self.timers.schedule(key, wake, self.queue.add)
 
-    def _snapshot(self, key: Key, raw: dict[str, Any]) -> T.JobSnapshot:
-        rv = raw["metadata"].get("resourceVersion")
-        cached = self._snapshots.get(key)
-        if cached is not None and rv and cached[0] == rv:
-            return cached[1]
-        job = self.view.snapshot(key, raw)
-        if rv:
-            self._snapshots[key] = (rv, job)
-        return job
-
     async def _hold_invalid(self, key: Key, raw: dict[str, Any], message: str) -> None:
         """A job the lifecycle cannot read is never run: it holds (state unchanged, no slot, no wake-up) with the
         condition Invalid naming the fields, and a Warning Event when that is new. Only status.conditions is
         written, by a merge patch guarded by the resourceVersion, since the rest of the status may be unreadable."""
-        self._snapshots.pop(key, None)
         self.slots.forget(key)
         self.timers.schedule(key, None, self.queue.add)
         status = raw.get("status") if isinstance(raw.get("status"), dict) else {}

@@ -123,10 +123,10 @@ def parse_time(text: str | datetime | None) -> datetime | None:
     raise ValueError(f"{shown!r} is not a time: use RFC 3339, e.g. 2026-12-01T10:00:00Z")
 
 
-@functools.lru_cache(maxsize=1 << 16)
+@functools.lru_cache(maxsize=1 << 14)
 def _parse_text(text: str) -> datetime:
-    """parse_time of a string, remembered: a job's times are read again on every look at it (and datetimes are
-    immutable); what does not parse raises, and is not remembered."""
+    """parse_time of a string, remembered (the latest 16k, a few MB): a job's times are read again on every look at
+    it, and datetimes are immutable. What does not parse raises, and is not remembered."""
     try:
         moment = datetime.fromisoformat(text.strip().upper().replace("Z", "+00:00"))
     except ValueError as exc:
