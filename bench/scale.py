@@ -14,7 +14,7 @@ from typing import Any
 
 from sextant import kubeconfig
 
-from . import measure, profile
+from . import measure
 from .api import SEXTANT, Api, Recorder
 from .run import CONFIGS, Options, OperatorProcess, log, prepare_namespace, renice, sextant_job, start_cluster
 
@@ -78,14 +78,8 @@ async def run_scale(opts: Options, total: int, unfinished: int) -> dict[str, Any
             # Who works while the operator starts: it, or the API server encoding the list pages.
             usage = measure.Usage({**cluster.pids(), "operator": operator.pid})
             usage.start()
-            spy = profile.Spy(operator.pid, opts.out / "profile-scale-start.txt") if opts.profile else None
-            if spy is not None:
-                spy.start()
             ready = await operator.wait_ready(timeout=600, interval=0.1)
             usage.stop()
-            if spy is not None:
-                spy.stop()
-                result["profile_to_ready"] = spy.summary(ready)
             result["usage_to_ready"] = usage.result()
             result["start_to_ready_s"] = round(ready, 2)
             result["cpu_s_to_ready"] = measure.cpu_seconds(operator.pid)

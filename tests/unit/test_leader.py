@@ -326,7 +326,8 @@ async def test_a_resumed_leader_whose_fence_refuses_stops_its_controllers_before
         await runtime.process(await runtime.queue.get())
         assert not leading.is_set() and "j" in runtime.queue._dirty  # it waits; the key is kept for the next leader
         worker = asyncio.create_task(runtime.process(await runtime.queue.get()))
-        await asyncio.sleep(0.01)
+        for _ in range(20):  # turns of the loop: a spinning worker would take them all and finish nothing else
+            await asyncio.sleep(0)
         assert not worker.done()  # held at leading.wait(), not spinning
         worker.cancel()
         await asyncio.gather(worker, return_exceptions=True)
