@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import time
+from datetime import timedelta
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -183,6 +184,34 @@ def test_sigterm_drains_finishing_what_runs_and_retrying_the_rest_elsewhere(clus
     assert nodes == {"short-1": ["wa"], "short-2": ["wa"], "long": ["wa", "wb"], "after-1": ["wb"],
                      "after-2": ["wb"]}
     assert marks(tmp_path, "long.1.cancelled"), "the unfinished handler was stopped"
+
+
+def test_at_exit_a_worker_deletes_its_lease_even_after_a_renewal_it_never_read_but_not_one_taken_over(cluster,
+                                                                                                       namespace):
+    """The drain ends by cancelling the renewal loop; a PUT already sent lands without its answer being read, so the
+    worker's resourceVersion is stale. That Lease is still its own and is deleted; one taken over is left alone."""
+    from sextant import kubeconfig
+    from sextant.kube import Kube
+    from sextant.worker.registration import Offer, Registration, lease_body, utcnow
+
+    offer = Offer(frozenset({"q"}), frozenset({"nap"}), 2, timedelta(seconds=3))
+
+    async def exit_after(renewed_by: str) -> None:
+        async with Kube(kubeconfig.load(str(cluster.kubeconfig))) as kube:
+            registration = Registration(kube, namespace, f"w-{renewed_by}", f"w-{renewed_by}/1", lambda: offer)
+            await registration.register()
+            # The write the worker never read: same Lease, a later renewTime, by `renewed_by` as holder.
+            holder = registration.holder if renewed_by == "self" else f"w-{renewed_by}/2"
+            body = lease_body(namespace, registration.name, holder, offer, utcnow())
+            body["metadata"]["resourceVersion"] = (await kube.get(registration.path))["metadata"]["resourceVersion"]
+            await kube.request("PUT", registration.path, body=body)
+            await registration.delete()
+
+    asyncio.run(exit_after("self"))
+    assert lease(cluster, namespace, "w-self") is None, "its own Lease, renewed unread, is deleted at exit"
+    asyncio.run(exit_after("other"))
+    taken = lease(cluster, namespace, "w-other")
+    assert taken is not None and taken["spec"]["holderIdentity"] == "w-other/2", "a Lease taken over is left alone"
 
 
 def test_cancel_stops_a_running_handler_sigterm_then_sigkill_after_the_grace(cluster, namespace, operator, workers,

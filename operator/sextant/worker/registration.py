@@ -213,11 +213,27 @@ class Registration:
         return False
 
     async def delete(self) -> None:
-        """At exit: remove the Lease, unless it is someone else's by now."""
+        """At exit: remove the Lease, unless it is someone else's by now. A renewal cancelled at exit may have landed
+        without its answer being read: a 409 on a Lease still held by this worker is that renewal, not a takeover."""
         if self._version is None or self.lost.is_set():
             return
-        try:
-            await self.kube.delete(self.path, preconditions={"resourceVersion": self._version})
-        except ApiError as exc:
-            if exc.status not in (404, 409):
-                log.warning("worker %s: cannot delete its lease: %s", self.name, exc)
+        version = self._version
+        for _ in range(3):
+            try:
+                await self.kube.delete(self.path, preconditions={"resourceVersion": version})
+                return
+            except ApiError as exc:
+                if exc.status == 404:
+                    return
+                if exc.status != 409:
+                    log.warning("worker %s: cannot delete its lease: %s", self.name, exc)
+                    return
+            try:
+                current = await self.kube.get(self.path)
+            except ApiError as exc:
+                if exc.status != 404:
+                    log.warning("worker %s: cannot delete its lease: %s", self.name, exc)
+                return
+            if (current.get("spec") or {}).get("holderIdentity") != self.holder:
+                return  # taken over: the Lease is the new holder's
+            version = current["metadata"]["resourceVersion"]
