@@ -53,6 +53,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--scale-jobs", type=int, default=100_000, help="jobs present for `scale` (default 100000)")
     p.add_argument("--scale-unfinished", type=int, default=1000,
                    help="of which new (unfinished) ones (default 1000)")
+    p.add_argument("--scale-restarts", type=int, default=2,
+                   help="start-ups measured again on the loaded cluster after the first (default 2)")
     p.add_argument("--a0-max-jobs", type=int, default=1000,
                    help="skip A0 on bursts larger than this (A0 does ~3.4 jobs/s; default 1000)")
     p.add_argument("--no-profile", dest="profile", action="store_false",
@@ -193,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     if scale:
         from .scale import run_scale
 
-        scale_result = asyncio.run(run_scale(opts, scale, min(args.scale_unfinished, scale)))
+        scale_result = asyncio.run(run_scale(opts, scale, min(args.scale_unfinished, scale), args.scale_restarts))
     meta["loadavg_at_end"] = Path("/proc/loadavg").read_text().split()[:3]
     meta["skipped"] = plan.skipped
     text = write_outputs(args.out, stamp, meta, results, scale_result, args.plot)

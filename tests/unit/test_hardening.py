@@ -463,7 +463,7 @@ class ScriptedKube:
         self.lists, self.watches = lists, watches
         self.watched_from: list[str] = []
 
-    async def pages(self, path: str, params: dict[str, Any]):
+    async def pages(self, path: str, params: dict[str, Any], page: int = 500):
         step = self.lists.pop(0) if self.lists else ([], "1")
         if isinstance(step, Exception):
             raise step

@@ -37,6 +37,10 @@ OnError = Callable[[dict[str, Any], str], None]  # (the object, what went wrong)
 RETRY_INITIAL = 0.2  # seconds before the first retry of a failed list or watch
 RETRY_MAX = 2.0  # the longest wait between retries (× 0.5–1.5 jitter): ready within seconds of a comeback
 RELIST_FLOOR = 1.0  # a 410 this soon after a list waits its backoff instead of listing again at once
+# Items per list page. Each page is a fresh read at the list's revision, so the API server's cost grows with the
+# number of pages: 100k jobs listed alone took 15-23 s and 17-39 API-server CPU-s in pages of 500, and 11 s and
+# 9 CPU-s in pages of 5000 (a page of jobs is then ~15 MB of JSON, digested one at a time).
+LIST_PAGE = 5000
 
 
 def key_of(obj: dict[str, Any]) -> Key:
@@ -131,7 +135,7 @@ class Informer:
     async def _relist(self) -> None:
         seen: dict[Key, str] = {}
         resource_version = ""
-        async for items, version in self.kube.pages(self.path, self.params):
+        async for items, version in self.kube.pages(self.path, self.params, LIST_PAGE):
             for obj in items:
                 key = self._key(obj)
                 if key is None:
