@@ -41,7 +41,7 @@ def _list(text: str, cast=str) -> list:
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    p.add_argument("--configs", default="W,S,A0,A1", help="of W, S, A0, A1, S0, S16, SK, SG (default W,S,A0,A1)")
+    p.add_argument("--configs", default="W,S,A0,A1", help="of W, S, A0, A1, S0, S16, SK, SG, SB (default W,S,A0,A1)")
     p.add_argument("--workloads", default="burst,fail,rate,scale",
                    help="of burst, fail (10%% of first attempts fail), rate (sustained arrivals), scale "
                         "(default all)")
@@ -53,6 +53,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--scale-jobs", type=int, default=100_000, help="jobs present for `scale` (default 100000)")
     p.add_argument("--scale-unfinished", type=int, default=1000,
                    help="of which new (unfinished) ones (default 1000)")
+    p.add_argument("--baseline", type=Path, metavar="DIR",
+                   help="SB: run the operator of this checkout (e.g. `git worktree add /tmp/base <commit>`), so that "
+                        "it and this one are measured side by side in one run")
     p.add_argument("--scale-restarts", type=int, default=2,
                    help="start-ups measured again on the loaded cluster after the first (default 2)")
     p.add_argument("--a0-max-jobs", type=int, default=1000,
@@ -85,6 +88,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     for c in _list(args.configs) + _list(args.rate_configs):
         if c not in CONFIGS:
             p.error(f"unknown configuration {c!r}; one of {', '.join(CONFIGS)}")
+    if "SB" in _list(args.configs) + _list(args.rate_configs) and args.baseline is None:
+        p.error("SB runs the operator of --baseline DIR: give --baseline")
     return args
 
 
@@ -97,7 +102,8 @@ def plan_of(args: argparse.Namespace) -> tuple[Plan, int | None]:
         workloads += [Workload(f"burst-{_size_name(n)}", n) for n in sizes]
     if "fail" in kinds:
         workloads += [Workload(f"fail-{_size_name(n)}", n, fail=args.fail_fraction) for n in sizes]
-    runs = [(c, w) for c in configs for w in workloads]
+    # Workload by workload, each on every config in turn: configs compared run close in time on the same machine.
+    runs = [(c, w) for w in workloads for c in configs]
     if "rate" in kinds:
         for c in _list(args.rate_configs):
             runs += [(c, Workload(f"rate-{r:g}", max(1, int(r * args.rate_seconds)), rate=r))
@@ -106,19 +112,19 @@ def plan_of(args: argparse.Namespace) -> tuple[Plan, int | None]:
     return Plan(runs=runs, a0_max_jobs=args.a0_max_jobs, same_cluster=args.same_cluster), scale
 
 
-def _git_revision() -> str | None:
+def _git_revision(checkout: Path | None = None) -> str | None:
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).parent, timeout=10).stdout.strip() or None
+                              cwd=checkout or Path(__file__).parent, timeout=10).stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         return None
 
 
-def _operator_digest() -> str:
+def _operator_digest(checkout: Path | None = None) -> str:
     """A digest of the operator's source as run (the working tree, which may differ from the commit)."""
     import hashlib
 
-    root = Path(__file__).resolve().parents[1] / "operator" / "sextant"
+    root = (checkout or Path(__file__).resolve().parents[1]) / "operator" / "sextant"
     digest = hashlib.sha1()
     for path in sorted(root.rglob("*.py")):
         digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
@@ -169,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     profiled = max(bursts, key=lambda w: (w.jobs, not w.failing)).name if bursts and args.profile else None
     opts = Options(out=out_dir, nodes=args.nodes, nice=args.nice, audit=args.audit, in_flight=args.in_flight,
                    timeout=args.timeout, verbose=not args.quiet, worker_processes=args.worker_processes,
-                   worker_slots=args.worker_slots)
+                   worker_slots=args.worker_slots, baseline=args.baseline)
     renice([os.getpid()], args.nice)
     meta = {
         "command": " ".join([Path(sys.executable).name, "-m", "bench", *(argv if argv is not None else sys.argv[1:])]),
@@ -180,6 +186,9 @@ def main(argv: list[str] | None = None) -> int:
         "loadavg_at_start": Path("/proc/loadavg").read_text().split()[:3],
         "configs": {name: c.description for name, c in CONFIGS.items()},
     }
+    if args.baseline is not None:
+        meta["baseline"] = {"dir": str(args.baseline), "git": _git_revision(args.baseline),
+                            "operator_source": _operator_digest(args.baseline)}
 
     async def everything() -> list:
         out = []

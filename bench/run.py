@@ -52,6 +52,7 @@ class Config:
     description: str
     operator_args: tuple[str, ...] = ()
     workers: bool = False  # worker mode: the Handlers are served by `sextant worker` processes, no pods
+    baseline: bool = False  # the operator of another checkout (Options.baseline), for side-by-side figures
 
 
 WORKER_MODULE = "bench.workerhandlers"  # the no-op SDK handlers the workers of W serve
@@ -80,6 +81,11 @@ CONFIGS = {
     "SG": Config("SG", SEXTANT, {"kube-scheduler": TUNED_SCHEDULER},
                  "Sextant operator with --max-pending-pods 0 (no gate); kube-scheduler " + " ".join(TUNED_SCHEDULER),
                  ("--max-pending-pods", "0")),
+    # Not shipped: S with the operator of another checkout (--baseline DIR), so that an older commit and this one
+    # are measured in one run on one machine (issue 17's side-by-side CPU figures).
+    "SB": Config("SB", SEXTANT, {"kube-scheduler": TUNED_SCHEDULER},
+                 "S with the operator of the --baseline checkout; kube-scheduler " + " ".join(TUNED_SCHEDULER),
+                 baseline=True),
     # Worker mode (issue 15): the same Jobs, served by long-running `sextant worker` processes running a no-op
     # async SDK handler; no pod per attempt, so neither the scheduler nor kwok has anything to do.
     "W": Config("W", SEXTANT, {"kube-scheduler": TUNED_SCHEDULER},
@@ -156,8 +162,10 @@ def free_port() -> int:
 class OperatorProcess:
     """`sextant operator` with its shipped defaults (all namespaces, 64 workers, Events on, log level warning)."""
 
-    def __init__(self, kubeconfig_path: Path, log_path: Path, extra: list[str] | None = None) -> None:
+    def __init__(self, kubeconfig_path: Path, log_path: Path, extra: list[str] | None = None,
+                 source: Path | None = None) -> None:
         self.port = free_port()
+        self.source = source  # another checkout whose operator/ runs instead of this one's
         self.log_path = log_path
         self.cmd = [sys.executable, "-m", "sextant.cli.main", "--kubeconfig", str(kubeconfig_path), "operator",
                     "--http-host", "127.0.0.1", "--http-port", str(self.port), *(extra or [])]
@@ -167,8 +175,10 @@ class OperatorProcess:
     def start(self) -> None:
         log = open(self.log_path, "ab")
         self.started_at = time.monotonic()
-        self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        if self.source is not None:
+            env["PYTHONPATH"] = str(self.source / "operator")
+        self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
         log.close()
 
     @property
@@ -289,6 +299,7 @@ class Options:
     verbose: bool = True
     worker_processes: int = 4  # W: `sextant worker` processes
     worker_slots: int = 64  # W: --concurrency of each
+    baseline: Path | None = None  # SB: a checkout whose operator/ is run instead of this one's
 
 
 def log(opts: Options, message: str) -> None:
@@ -497,7 +508,7 @@ async def run_workload(cluster: LocalCluster, config: Config, workload: Workload
     try:
         if config.kind is SEXTANT:
             operator = OperatorProcess(cluster.kubeconfig, opts.out / f"operator-{label}.log",
-                                       list(config.operator_args))
+                                       list(config.operator_args), opts.baseline if config.baseline else None)
             operator.start()
             renice([operator.pid], opts.nice)
             result["operator_start_to_ready_s"] = round(await operator.wait_ready(), 2)

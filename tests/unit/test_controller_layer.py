@@ -516,6 +516,15 @@ def job_controller(api: JobsApi, clock: Clock, concurrency: int = 1) -> Any:
     return controller
 
 
+async def drain(queue: Any) -> list[Any]:
+    """The keys waiting in a work queue, taken out."""
+    keys = []
+    while len(queue):
+        keys.append(await queue.get())
+        queue.done(keys[-1])
+    return keys
+
+
 def pod_of(name: str) -> str:
     from sextant.lifecycle.transitions import pod_name
 
@@ -554,6 +563,50 @@ async def test_a_restarted_operator_adopts_its_own_pod_on_already_exists_and_nev
     assert [w for w in api.writes if w[0] == "create"] == [("create", pod_of("job-a"))]  # 409, then adopted
     assert list(second.view.pods_of((NS, "job-a"))) == [1]
     assert second.slots.holders((NS, QUEUE)) == 1 and not second.slots.reserved((NS, "job-a"))
+
+
+async def test_the_echo_of_its_own_status_write_costs_no_reconcile_and_anyone_elses_write_does():
+    clock = Clock()
+    api = JobsApi(clock)
+    api.job("job-a")
+    controller = job_controller(api, clock)
+    key = (NS, "job-a")
+    await controller.reconcile(key)
+    controller.on_pod("modify", api.start_pod(pod_of("job-a")))
+    await controller.reconcile(key)
+    written = api.objects[f"{JOBS}/job-a"]
+    assert written["status"]["state"] == "running"
+    await drain(controller.queue)
+    controller.on_job("upsert", copy.deepcopy(written))  # the watch brings the write back
+    assert len(controller.queue) == 0, "its own write's echo is not reconciled again"
+    assert controller.view.jobs[key]["metadata"]["resourceVersion"] == written["metadata"]["resourceVersion"]
+    cancelled = api.put(f"{JOBS}/job-a", {**written, "spec": {**written["spec"], "cancel": True}})
+    controller.on_job("upsert", cancelled)  # someone else's write
+    assert len(controller.queue) == 1
+
+
+async def test_an_adopted_pod_that_ran_meanwhile_is_judged_on_the_next_look():
+    """A create whose answer was lost is tried again, answered 409 and adopted; by then its pod may have run to the
+    end, and the watch's events for it bring nothing the view does not hold already: the adoption itself asks for
+    the next look, which records the result."""
+    clock = Clock()
+    api = JobsApi(clock)
+    api.job("job-a")
+    key = (NS, "job-a")
+    await job_controller(api, clock).reconcile(key)  # the create landed; its answer never came
+    mine = api.objects.pop(f"{PODS}/{pod_of('job-a')}")
+    api.job("job-b")  # next in line: the slot job-a's pod frees goes to it
+    controller = job_controller(api, clock)
+    clock.to(1)
+    mine = api.put(f"{PODS}/{pod_of('job-a')}", {**mine, "spec": {**mine["spec"], "nodeName": "node-1"}, "status": {
+        "phase": "Succeeded", "containerStatuses": [{"name": "handler", "state": {"terminated": {
+            "exitCode": 0, "startedAt": format_time(clock()), "finishedAt": format_time(clock())}}}]}})
+    await drain(controller.queue)  # the start's looks at every job
+    await controller.reconcile(key)  # creates, meets 409, adopts the finished pod
+    controller.on_pod("modify", copy.deepcopy(mine))  # its watch event: nothing new
+    assert key in await drain(controller.queue), "the adoption asks for another look"
+    await controller.reconcile(key)
+    assert api.objects[f"{JOBS}/job-a"]["status"]["state"] == "succeeded"
 
 
 async def test_a_pod_of_that_name_that_is_not_the_jobs_is_never_adopted():

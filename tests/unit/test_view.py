@@ -175,3 +175,19 @@ def test_a_job_admitted_on_first_sight_holds_its_idempotency_key_before_its_stat
     snap_a = View.snapshot(("shop", "job-a"), second)
     assert view.observations(("shop", "job-b"), snap_b).duplicate_of is None
     assert view.observations(("shop", "job-a"), snap_a).duplicate_of == "job-b"
+
+
+def test_a_pod_event_that_changes_nothing_the_operator_reads_is_no_change():
+    """upsert_pod names the job only when the pod's observation changed: the echo of the pod the operator created,
+    a condition or an annotation cost no reconcile (kwok and kubelets patch a pod's status several times)."""
+    view = View()
+    created = pod("job-a", 1, phase="Pending")
+    assert view.upsert_pod(created) == ("shop", "job-a")
+    echo = {**created, "metadata": {**created["metadata"], "resourceVersion": "6", "annotations": {"a": "b"}},
+            "status": {"phase": "Pending", "conditions": [{"type": "PodReadyToStartContainers", "status": "True"}]}}
+    assert view.upsert_pod(echo) is None
+    bound = {**echo, "metadata": {**echo["metadata"], "resourceVersion": "7"},
+             "spec": {**echo["spec"], "nodeName": "node-1"}}
+    assert view.upsert_pod(bound) == ("shop", "job-a") and view.pods_of(("shop", "job-a"), "u-1")[1].node == "node-1"
+    older = {**created, "status": {"phase": "Failed"}}  # an older version never replaces a newer one
+    assert view.upsert_pod(older) is None and view.pods_of(("shop", "job-a"), "u-1")[1].phase == "Pending"

@@ -282,14 +282,18 @@ class View:
         self.unfinished_by_handler.get((ns, spec.get("handler", "")), set()).discard(key)
 
     def upsert_pod(self, pod: dict[str, Any]) -> Key | None:
-        """Store an attempt pod (unless a newer version is known); returns its job's key."""
+        """Store an attempt pod (unless a newer version is known); returns its job's key when what the operator
+        reads of the pod changed (not for a condition, an annotation, or the echo of the pod it created)."""
         if attempt_of(pod) is None:
             return None  # labelled as an attempt, but not named as one: someone else's pod
         job = self.job_of_pod(pod)
         seen = observe(pod)
         if job is None or seen is None or not self._pod_versions.newer(key_of(pod), _rv(pod)):
             return None
-        self.pods[job][seen.sequence] = seen
+        runs = self.pods[job]
+        if runs.get(seen.sequence) == seen:
+            return None
+        runs[seen.sequence] = seen
         return job
 
     def delete_pod(self, pod: dict[str, Any]) -> Key | None:
