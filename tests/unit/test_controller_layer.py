@@ -542,6 +542,9 @@ async def test_the_attempts_pod_is_created_before_the_status_records_it():
     clock.to(1)
     controller.on_pod("modify", api.start_pod(pod_of("job-a")))
     await controller.reconcile((NS, "job-a"))
+    assert api.writes == [("create", pod_of("job-a"))]  # its start is recorded once it is a second old ...
+    clock.to(2)
+    await controller.reconcile((NS, "job-a"))  # ... (the wake-up the reconcile set)
     assert api.writes == [("create", pod_of("job-a")), ("status", "job-a")]
     assert api.objects[f"{JOBS}/job-a"]["status"]["state"] == "running"
 
@@ -573,6 +576,7 @@ async def test_the_echo_of_its_own_status_write_costs_no_reconcile_and_anyone_el
     key = (NS, "job-a")
     await controller.reconcile(key)
     controller.on_pod("modify", api.start_pod(pod_of("job-a")))
+    clock.to(2)
     await controller.reconcile(key)
     written = api.objects[f"{JOBS}/job-a"]
     assert written["status"]["state"] == "running"

@@ -269,10 +269,10 @@ class World:
                 self.admit(crash)
                 new = self.pods.get(max(self.pods, default=0))
                 if starts and new is not None and new.phase == "Pending":
-                    self.pods[new.sequence] = replace(new, phase="Running", node="node-1")
+                    self.pods[new.sequence] = replace(new, phase="Running", node="node-1", started_at=self.now)
                     self.lease_renewed_at = self.now
             case PodStarts() if running and current.phase == "Pending":
-                self.pods[current.sequence] = replace(current, phase="Running", node="node-1")
+                self.pods[current.sequence] = replace(current, phase="Running", node="node-1", started_at=self.now)
                 self.lease_renewed_at = self.now  # the runner takes the attempt's lease
             case PodExits(code) if running:
                 phase = "Succeeded" if code == 0 else "Failed"
@@ -432,7 +432,9 @@ class World:
         if len(distinct) > len(named):  # still starting, or cancelled while it was (then it is on its way out)
             assert self.status.state in (State.QUEUED, State.CANCELLED)
             starting = self.pods.get(self.status.sequence + 1)
-            assert starting is None or not starting.started or starting.deleting
+            # A started pod is recorded within RECORD_RUNNING_AFTER of its start (unless it goes first).
+            assert starting is None or not starting.started or starting.deleting or (
+                starting.started_at is not None and self.now - starting.started_at < T.RECORD_RUNNING_AFTER)
         # Never two live attempts: no replacement while the previous pod is still terminating.
         assert len(self.alive()) <= 1
         if self.status.state in S.TERMINAL:

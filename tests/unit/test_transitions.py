@@ -267,11 +267,61 @@ def test_a_pod_seen_only_once_finished_is_recorded_in_one_write():
     assert condition(d.status, "Running").status == "False"
 
 
+@pytest.mark.parametrize("seen_after, recorded", [(0, False), (0.5, False), (0.999, False), (1, True), (30, True)])
+def test_a_start_is_recorded_once_it_is_a_second_old(seen_after, recorded):
+    """RECORD_RUNNING_AFTER: a pod that started less than a second ago leaves the status as it is and wakes the
+    operator at start + 1 s; the start itself (startedAt, the timeout) is the container's either way."""
+    job = queued_job(now=at(5))
+    job.admit()
+    job.advance(5)
+    job.set_pod("Running", node="node-a", started_at=at(10))
+    job.advance(seen_after)
+    before = job.status.duplicate()
+    d = job.reconcile()
+    if recorded:
+        assert (d.status.state, d.status.attempts[-1].started_at) == (R, format_time(at(10)))
+        assert event_reasons(d) == ["Started"]
+    else:
+        assert d.status == before and d.events == [] and d.actions == []
+        assert d.wake_at == at(11)
+
+
+def test_a_pod_that_ends_within_a_second_of_its_start_is_written_once_to_its_end():
+    job = queued_job(now=at(5))
+    job.admit()
+    job.advance(5)
+    job.set_pod("Running", node="node-a", started_at=at(10))
+    assert job.reconcile().status.state == Q  # held: no write
+    job.advance(0.4)
+    job.set_pod("Succeeded", node="node-a", exit_code=0, started_at=at(10))
+    d = job.reconcile()
+    assert (d.status.state, d.status.attempts[-1].started_at) == (S, format_time(at(10)))
+    assert event_reasons(d) == ["Started", "Succeeded"]
+
+
+@pytest.mark.parametrize("case", ["cancel", "node clock ahead", "no start time"])
+def test_a_start_is_recorded_at_once_when_waiting_would_be_wrong(case):
+    """A standing cancel stops the attempt with its cancelGrace, which needs it recorded; a start time ahead of the
+    operator's clock (a node's skew) or missing gives no second to count from."""
+    job = queued_job(now=at(5))
+    job.admit()
+    job.advance(5)
+    started = {"cancel": at(10), "node clock ahead": at(12), "no start time": None}[case]
+    job.set_pod("Running", node="node-a", started_at=started)
+    if case == "cancel":
+        job.update_spec(cancel=True)
+    d = job.reconcile()
+    assert d.status.state == R
+    if case == "cancel":
+        assert d.status.stop_reason == "Cancelled" and deletes(d)
+
+
 def test_the_queue_timeout_counts_from_the_container_start():
     job = queued_job(queue=queue(timeout="45s", leaseDuration="10m"))
     job.admit()
     job.advance(100)  # 100 s waiting for a node: no timeout yet
     job.set_pod("Running", started_at=at(100))
+    job.advance(1)  # seen a second after it started (before that, see RECORD_RUNNING_AFTER below)
     d = job.reconcile()
     assert (d.status.state, d.status.timeout_at, d.wake_at) == (R, format_time(at(145)), at(145))
     job.advance_to(at(145))

@@ -4,16 +4,17 @@ Both take the job as last stored plus what the cluster shows now, and return the
 actions to take and when to look again. Level-triggered: called again with the same inputs, they return
 the same status and actions that are safe to repeat (pod names are deterministic).
 
-Pod mode, "running = taken by a worker" (the docs: queued is "no worker has taken it"): admission creates the attempt's pod, named
-<job>-<sequence+1>, and writes nothing; the job stays `queued` (its pod holds the slot). The pod takes the job when
-its handler container starts: the reconcile that sees that records the attempt (sequence, attempt, startedAt = the
-container's start, the timeout from there) and `running`, in one write; a pod seen only once it has finished is
-recorded in one write to its end. So a successful single-attempt job costs three operator writes: the pod's
-create, `running`, and the terminal status. Dropping the admission's own status write is safe because the pod
-*is* the record: its name is deterministic (status.sequence + 1), a second pod of that sequence number cannot be
-created (AlreadyExists, adopted), no other is admitted while it lives, and a pod of sequence status.sequence + 1 is
-always read as the queued job's starting attempt (the rule that a crash between "create pod" and "record it" never
-starts a second pod, now the normal path rather than the repair one).
+Pod mode, "running = taken by a worker" (the docs: queued is "no worker has taken it"): admission creates the
+attempt's pod, named <job>-<sequence+1>, and writes nothing; the job stays `queued` (its pod holds the slot). The pod
+takes the job when its handler container starts: the reconcile that sees that records the attempt (sequence, attempt,
+startedAt = the container's start, the timeout from there) and `running`, in one write, at most RECORD_RUNNING_AFTER
+after the start; a pod seen only once it has finished (or that finishes within that second) is recorded in one write
+to its end. So a successful single-attempt job costs at most three operator writes: the pod's create, `running`, and
+the terminal status (two when it ends within RECORD_RUNNING_AFTER). Dropping the admission's own status write is safe
+because the pod *is* the record: its name is deterministic (status.sequence + 1), a second pod of that sequence number
+cannot be created (AlreadyExists, adopted), no other is admitted while it lives, and a pod of sequence status.sequence
++ 1 is always read as the queued job's starting attempt (the rule that a crash between "create pod" and "record it"
+never starts a second pod, now the normal path rather than the repair one).
 A pod that never started and is deleted meanwhile never ran: its sequence number is simply used again.
 
 A job seen for the first time and admitted at once keeps no state in the API for at most RECORD_QUEUED_AFTER
@@ -43,6 +44,10 @@ FORCE_DELETE_AFTER = timedelta(seconds=5)
 
 # How long a job first seen and admitted at once may go without a state in the API while its pod starts.
 RECORD_QUEUED_AFTER = timedelta(seconds=5)
+
+# How long after its handler started a pod's start may wait to be recorded: a short job is then written once, at its
+# end, instead of `running` and then its end (the Job controller batches pod updates for 1 s the same way).
+RECORD_RUNNING_AFTER = timedelta(seconds=1)
 
 # The timeline's bounds, so that a job retried for ever never nears etcd's 1.5 MB object limit: the first attempt
 # and the most recent ones (TIMELINE_MAX in all, the rest counted in droppedAttempts), each message at most
@@ -347,10 +352,11 @@ def _first_sight(s: _Step) -> None:
 
 
 def _starting_pod(s: _Step) -> A.PodObservation | None:
-    """The queued job's attempt pod that has not started its handler yet (sequence status.sequence + 1), if any."""
+    """The queued job's attempt pod that has not started its handler yet, or whose start is not recorded yet
+    (sequence status.sequence + 1), if any."""
     st = s.status
     pod = s.obs.pod(st.sequence + 1) if st.state == QUEUED else None
-    return pod if pod is not None and not pod.started else None
+    return pod if pod is not None and (not pod.started or _record_start_at(s, pod)) else None
 
 
 def _take(s: _Step) -> None:
@@ -362,7 +368,11 @@ def _take(s: _Step) -> None:
     if pod is None:
         return
     if pod.started:
-        _record_start(s, pod)
+        later = _record_start_at(s, pod)
+        if later is None:
+            _record_start(s, pod)
+        else:
+            s.decision.wake(later)
     elif pod.deleting:
         return  # going before it started (someone deleted it): it never ran; the slot frees once it is gone
     else:
@@ -375,6 +385,17 @@ def _take(s: _Step) -> None:
                                    result="running"))
         bound_timeline(st)
         _finish_attempt(s, A.start_failure(pod, s.queue.start_timeout))  # _remove_strays then deletes the pod
+
+
+def _record_start_at(s: _Step, pod: A.PodObservation) -> datetime | None:
+    """When to record the start of a pod whose handler started less than RECORD_RUNNING_AFTER ago (by its
+    container's start) and still runs; None: now. Its end, if it comes first, is recorded instead, in one write. Not
+    held when a cancel stands: the attempt is then recorded at once and stopped with its cancelGrace."""
+    started = pod.started_at
+    if started is None or pod.finished or cancel_wanted(s.job.spec, s.status):
+        return None
+    until = started + RECORD_RUNNING_AFTER
+    return until if started <= s.now < until else None  # a node clock ahead of ours: no waiting on it
 
 
 def _record_start(s: _Step, pod: A.PodObservation) -> None:
