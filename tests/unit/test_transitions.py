@@ -299,15 +299,17 @@ def test_a_pod_that_ends_within_a_second_of_its_start_is_written_once_to_its_end
     assert event_reasons(d) == ["Started", "Succeeded"]
 
 
-@pytest.mark.parametrize("case", ["cancel", "node clock ahead", "no start time"])
+@pytest.mark.parametrize("case", ["cancel", "deleting", "disruption", "node clock ahead", "no start time"])
 def test_a_start_is_recorded_at_once_when_waiting_would_be_wrong(case):
-    """A standing cancel stops the attempt with its cancelGrace, which needs it recorded; a start time ahead of the
-    operator's clock (a node's skew) or missing gives no second to count from."""
+    """A standing cancel stops the attempt with its cancelGrace, which needs it recorded; a pod on its way out may
+    vanish before the second is over; a start time ahead of the operator's clock (a node's skew) or missing gives no
+    second to count from."""
     job = queued_job(now=at(5))
     job.admit()
     job.advance(5)
-    started = {"cancel": at(10), "node clock ahead": at(12), "no start time": None}[case]
-    job.set_pod("Running", node="node-a", started_at=started)
+    started = {"node clock ahead": at(12), "no start time": None}.get(case, at(10))
+    job.set_pod("Running", node="node-a", started_at=started, deleting=case == "deleting",
+                disruption="PreemptionByScheduler" if case == "disruption" else None)
     if case == "cancel":
         job.update_spec(cancel=True)
     d = job.reconcile()

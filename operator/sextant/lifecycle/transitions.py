@@ -390,9 +390,11 @@ def _take(s: _Step) -> None:
 def _record_start_at(s: _Step, pod: A.PodObservation) -> datetime | None:
     """When to record the start of a pod whose handler started less than RECORD_RUNNING_AFTER ago (by its
     container's start) and still runs; None: now. Its end, if it comes first, is recorded instead, in one write. Not
-    held when a cancel stands: the attempt is then recorded at once and stopped with its cancelGrace."""
+    held when a cancel stands (the attempt is recorded at once and stopped with its cancelGrace), nor for a pod on
+    its way out (deleted, or Kubernetes taking it away): the attempt it ran is recorded before the pod can vanish."""
     started = pod.started_at
-    if started is None or pod.finished or cancel_wanted(s.job.spec, s.status):
+    if started is None or pod.finished or pod.deleting or pod.disruption is not None or \
+            cancel_wanted(s.job.spec, s.status):
         return None
     until = started + RECORD_RUNNING_AFTER
     return until if started <= s.now < until else None  # a node clock ahead of ours: no waiting on it
