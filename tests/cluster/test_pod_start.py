@@ -56,7 +56,7 @@ def test_an_image_that_cannot_be_pulled_fails_the_attempt_with_the_kubelets_reas
 def test_started_at_is_the_container_start_and_the_job_costs_two_status_writes(cluster, namespace, operator):
     with JobRecorder(cluster.kubeconfig, namespace) as recorder:
         apply(cluster, namespace, queue("q"),
-              handler("h", annotations={"sextant.dev/test-start-delay": "2s", "sextant.dev/test-duration": "1s"}),
+              handler("h", annotations={"sextant.dev/test-start-delay": "2s", "sextant.dev/test-duration": "3s"}),
               job("job-slow-start"))
         final = wait_state(cluster, namespace, "job-slow-start", "succeeded", timeout=40)
     pod = get_json(cluster, namespace, "pod", "job-slow-start-1")
@@ -70,11 +70,23 @@ def test_started_at_is_the_container_start_and_the_job_costs_two_status_writes(c
     assert changes == ["running", "succeeded"], changes
 
 
+def test_a_job_that_ends_within_a_second_of_its_start_is_written_once_to_its_end(cluster, namespace, operator):
+    """RECORD_RUNNING_AFTER: the start of a job that ends at once is recorded with its end, in one write (the pod's
+    create and that write: 2 operator writes); the attempt still carries the container's start."""
+    with JobRecorder(cluster.kubeconfig, namespace) as recorder:
+        apply(cluster, namespace, queue("q"), handler("h"), job("job-quick"))
+        final = wait_state(cluster, namespace, "job-quick", "succeeded", timeout=40)
+    changes = [r.state for r in recorder.records if r.name == "job-quick" and r.kind == "MODIFIED"]
+    assert changes[-1:] == ["succeeded"] and "running" not in changes, changes
+    assert final["attempts"][0]["startedAt"] and final["attempts"][0]["result"] == "succeeded"
+
+
 def test_queued_until_the_handler_starts(cluster, namespace, operator):
     """A pod that takes longer than a few seconds to start: the job is written queued (not running) meanwhile."""
     with JobRecorder(cluster.kubeconfig, namespace) as recorder:
         apply(cluster, namespace, queue("q"),
-              handler("h", annotations={"sextant.dev/test-start-delay": "8s"}), job("job-late"))
+              handler("h", annotations={"sextant.dev/test-start-delay": "8s", "sextant.dev/test-duration": "3s"}),
+              job("job-late"))
         seen = wait_state(cluster, namespace, "job-late", "queued", "running", "succeeded", timeout=30)
         assert seen["state"] == "queued", seen
         final = wait_state(cluster, namespace, "job-late", "succeeded", timeout=40)

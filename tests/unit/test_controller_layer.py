@@ -568,27 +568,6 @@ async def test_a_restarted_operator_adopts_its_own_pod_on_already_exists_and_nev
     assert second.slots.holders((NS, QUEUE)) == 1 and not second.slots.reserved((NS, "job-a"))
 
 
-async def test_the_echo_of_its_own_status_write_costs_no_reconcile_and_anyone_elses_write_does():
-    clock = Clock()
-    api = JobsApi(clock)
-    api.job("job-a")
-    controller = job_controller(api, clock)
-    key = (NS, "job-a")
-    await controller.reconcile(key)
-    controller.on_pod("modify", api.start_pod(pod_of("job-a")))
-    clock.to(2)
-    await controller.reconcile(key)
-    written = api.objects[f"{JOBS}/job-a"]
-    assert written["status"]["state"] == "running"
-    await drain(controller.queue)
-    controller.on_job("upsert", copy.deepcopy(written))  # the watch brings the write back
-    assert len(controller.queue) == 0, "its own write's echo is not reconciled again"
-    assert controller.view.jobs[key]["metadata"]["resourceVersion"] == written["metadata"]["resourceVersion"]
-    cancelled = api.put(f"{JOBS}/job-a", {**written, "spec": {**written["spec"], "cancel": True}})
-    controller.on_job("upsert", cancelled)  # someone else's write
-    assert len(controller.queue) == 1
-
-
 async def test_an_adopted_pod_that_ran_meanwhile_is_judged_on_the_next_look():
     """A create whose answer was lost is tried again, answered 409 and adopted; by then its pod may have run to the
     end, and the watch's events for it bring nothing the view does not hold already: the adoption itself asks for

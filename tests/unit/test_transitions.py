@@ -318,6 +318,23 @@ def test_a_start_is_recorded_at_once_when_waiting_would_be_wrong(case):
         assert d.status.stop_reason == "Cancelled" and deletes(d)
 
 
+def test_a_new_job_whose_pod_started_unrecorded_is_stopped_with_its_grace_when_cancelled():
+    """Admitted on first sight (no state written yet) and its handler started within the second: a cancel records the
+    attempt and stops it with SIGTERM and the cancelGrace, instead of "cancelled before it was queued" (which deletes
+    the pod at once)."""
+    job = Job(now=at(1))
+    decided = T.reconcile(job.snap(), job.observe(), job.now)
+    assert creates(T.admit(snapshot(decided.status), job.observe(), job.now))
+    job.pods[1] = pod(1, "Running", node="node-a", created_at=at(1), started_at=at(2))
+    job.advance(1.5)
+    assert T.reconcile(job.snap(), job.observe(), job.now).status == JobStatus()  # both writes held
+    job.update_spec(cancel=True)
+    d = job.reconcile()
+    assert (d.status.state, d.status.stop_reason, d.status.attempts[-1].started_at) == (R, "Cancelled",
+                                                                                        format_time(at(2)))
+    assert deletes(d) and deletes(d)[0].grace_seconds != 0
+
+
 def test_the_queue_timeout_counts_from_the_container_start():
     job = queued_job(queue=queue(timeout="45s", leaseDuration="10m"))
     job.admit()

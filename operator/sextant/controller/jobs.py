@@ -84,10 +84,6 @@ class JobController:
         self.slots = Slots(view, timers, now, pending_limit=pending_pods or None, granted=self.queue.add,
                            active=lambda: self.started.is_set() and self.leading.is_set())
         self._acting: set[Key] = set()  # jobs being reconciled now: their reservations are theirs to give back
-        # The resourceVersion of each status this controller wrote, until the watch brings it back: that echo is the
-        # version the reconcile that wrote it already judged (the lifecycle rules are idempotent), so it costs no
-        # second reconcile. A job created or written by anyone else is always looked at.
-        self._written: dict[Key, str] = {}
         # The Queues' status (their live numbers): the leader writes it, through the same fenced client.
         self.queue_status = QueueStatusWriter(kube, view, timers, now, self.leading, in_line=self.slots.in_line)
 
@@ -95,9 +91,6 @@ class JobController:
     def on_job(self, kind: str, obj: dict[str, Any]) -> None:
         if kind == "delete":
             key = self.view.delete_job(obj)
-            self._written.pop(key, None)
-        elif self._written.pop(key_of(obj), None) == obj["metadata"].get("resourceVersion"):
-            return  # the echo of our own write: in the view since its response
         elif self.view.upsert_job(obj):
             key = key_of(obj)
             self.slots.line_up(key)
@@ -109,12 +102,6 @@ class JobController:
         """Our own write's response: into the view (unless the watch already brought newer), and to the slots."""
         if self.view.upsert_job(raw):
             self.slots.update(key_of(raw))
-
-    def _store_written(self, updated: dict[str, Any]) -> None:
-        """A status this controller wrote: stored, and its watch echo expected."""
-        updated.setdefault("apiVersion", API_VERSION)
-        self._written[key_of(updated)] = updated["metadata"]["resourceVersion"]
-        self._store(updated)
 
     def on_worker(self, kind: str, obj: dict[str, Any]) -> None:
         """A worker's registration Lease changed (docs/workers.md §1)."""
@@ -312,7 +299,8 @@ class JobController:
                 return  # gone, or changed meanwhile: the watch brings another look
             raise
         self._report(key, T.Event("Invalid", f"the job does not run: {message}", "Warning"))
-        self._store_written(updated)
+        updated.setdefault("apiVersion", API_VERSION)
+        self._store(updated)
 
     async def _full(self, key: Key, raw: dict[str, Any]) -> dict[str, Any] | None:
         """The whole object behind a slim view copy (a status write needs all of it); None when it is gone."""
@@ -426,5 +414,6 @@ class JobController:
                                                  status.model_dump(by_alias=True, mode="json", exclude_none=True))
         if updated is None:
             return False
-        self._store_written(updated)
+        updated.setdefault("apiVersion", API_VERSION)
+        self._store(updated)
         return True

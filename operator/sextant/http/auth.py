@@ -13,6 +13,7 @@ subjectaccessreviews (authorization.k8s.io).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 from collections.abc import Callable
@@ -57,6 +58,7 @@ class Authorizer:
         self._accepted: ExpiringCache[str, User] = ExpiringCache(token_ttl)
         self._refused: ExpiringCache[str, str] = ExpiringCache(token_ttl)  # token digest → the refusal's words
         self._failures = TokenBuckets(failed_burst, failed_rate)  # per client address
+        self._reviewing: dict[str, asyncio.Future[User]] = {}  # token digest → its review in flight
 
     async def authenticate(self, authorization: str | None, client: str = "") -> User:
         if not authorization:
@@ -69,10 +71,36 @@ class Authorizer:
             raise HttpError(401, "Unauthorized", "the Authorization header must be `Bearer <token>`",
                             headers={"WWW-Authenticate": 'Bearer realm="sextant"'})
         digest = hashlib.sha256(token.encode()).hexdigest()
-        now = self.clock()
-        user = self._accepted.get(digest, now)
-        if user is not None:
-            return user
+        while True:
+            now = self.clock()
+            user = self._accepted.get(digest, now)
+            if user is not None:
+                return user
+            pending = self._reviewing.get(digest)
+            if pending is None:
+                break
+            # One review per token at a time: a client's concurrent first requests wait for it instead of each
+            # costing a review (and, beyond failed_burst of them in flight, a 429). Refused: the same 401.
+            await asyncio.wait([pending])
+            if not pending.cancelled() and pending.exception() is not None:
+                raise pending.exception()  # type: ignore[misc]
+        review = asyncio.get_running_loop().create_future()
+        self._reviewing[digest] = review
+        try:
+            user = await self._authenticate(digest, token, client, now)
+        except BaseException as exc:
+            if isinstance(exc, HttpError):
+                review.set_exception(exc)
+                review.exception()  # retrieved here: no waiter is required
+            else:
+                review.cancel()  # the first request went away: a waiter reviews the token itself
+            raise
+        finally:
+            self._reviewing.pop(digest, None)
+        review.set_result(user)
+        return user
+
+    async def _authenticate(self, digest: str, token: str, client: str, now: float) -> User:
         refusal = self._refused.get(digest, now)
         if refusal is not None:
             raise HttpError(401, "Unauthorized", refusal, headers={"WWW-Authenticate": INVALID_TOKEN})

@@ -341,7 +341,7 @@ def _first_sight(s: _Step) -> None:
         s.finish(CANCELLED, "DuplicateIdempotencyKey",
                  f"idempotency key {job.spec.idempotency_key!r} already belongs to job {s.obs.duplicate_of}; "
                  "this job does not run", warning=True)
-    elif cancel_wanted(job.spec, st):
+    elif cancel_wanted(job.spec, st) and not _taken_unrecorded(s):
         s.finish(CANCELLED, "Cancelled", "cancelled before it was queued")
     elif run_at is not None and run_at > s.now:
         st.next_attempt_at = format_time(run_at)
@@ -349,6 +349,13 @@ def _first_sight(s: _Step) -> None:
     else:
         since = max(job.created_at, run_at) if run_at else job.created_at
         s.queued(since, "Queued", "runnable, waiting for a slot in queue " + job.spec.queue)
+
+
+def _taken_unrecorded(s: _Step) -> bool:
+    """A job with no state yet whose pod already started its handler (its first write was held): it was taken, so a
+    cancel stops that attempt with its cancelGrace rather than ending the job before it ran."""
+    pod = s.obs.pod(s.status.sequence + 1)
+    return pod is not None and pod.started and not pod.finished
 
 
 def _starting_pod(s: _Step) -> A.PodObservation | None:
