@@ -57,6 +57,24 @@ async def load(api: Api, namespace: str, total: int, unfinished: int, in_flight:
             "jobs_per_s": round(total / seconds, 1), "requests_per_s": round(requests / seconds, 1)}
 
 
+async def start_measured(cluster: Any, opts: Options, log_name: str) -> tuple[OperatorProcess, dict[str, Any]]:
+    """Start the operator and wait until it is ready: the time, and who worked meanwhile (it, or the API server
+    encoding the list pages)."""
+    operator = OperatorProcess(cluster.kubeconfig, opts.out / log_name)
+    operator.start()
+    renice([operator.pid], opts.nice)
+    usage = measure.Usage({**cluster.pids(), "operator": operator.pid})
+    usage.start()
+    try:
+        ready = await operator.wait_ready(timeout=600, interval=0.1)
+    except BaseException:
+        operator.stop()
+        raise
+    usage.stop()
+    return operator, {"start_to_ready_s": round(ready, 2), "usage_to_ready": usage.result(),
+                      "memory_mb_at_ready": measure.memory_mb(operator.pid)}
+
+
 async def run_scale(opts: Options, total: int, unfinished: int, restarts: int = 0) -> dict[str, Any]:
     config = CONFIGS["S"]
     cluster = start_cluster(config, opts, "scale")
@@ -73,19 +91,10 @@ async def run_scale(opts: Options, total: int, unfinished: int, restarts: int = 
             log(opts, f"scale: loaded in {result['loader']['seconds']} s "
                       f"({result['loader']['requests_per_s']} requests/s)")
             rec = Recorder(api, SEXTANT, namespace)
-            operator = OperatorProcess(cluster.kubeconfig, opts.out / "operator-scale.log")
-            operator.start()
-            renice([operator.pid], opts.nice)
-            # Who works while the operator starts: it, or the API server encoding the list pages.
-            usage = measure.Usage({**cluster.pids(), "operator": operator.pid})
-            usage.start()
-            ready = await operator.wait_ready(timeout=600, interval=0.1)
-            usage.stop()
-            result["usage_to_ready"] = usage.result()
-            result["start_to_ready_s"] = round(ready, 2)
+            operator, started = await start_measured(cluster, opts, "operator-scale.log")
+            result.update(started)
             result["cpu_s_to_ready"] = measure.cpu_seconds(operator.pid)
-            result["memory_mb_at_ready"] = measure.memory_mb(operator.pid)
-            log(opts, f"scale: operator ready after {ready:.1f} s, {result['memory_mb_at_ready']}")
+            log(opts, f"scale: operator ready after {started['start_to_ready_s']} s, {started['memory_mb_at_ready']}")
             await rec.start()
             deadline = time.monotonic() + opts.timeout
             unfinished_done = None
@@ -107,16 +116,9 @@ async def run_scale(opts: Options, total: int, unfinished: int, restarts: int = 
             result["restarts"] = []
             for n in range(restarts):
                 operator.stop()
-                operator = OperatorProcess(cluster.kubeconfig, opts.out / f"operator-scale-{n + 2}.log")
-                operator.start()
-                renice([operator.pid], opts.nice)
-                usage = measure.Usage({**cluster.pids(), "operator": operator.pid})
-                usage.start()
-                ready = await operator.wait_ready(timeout=600, interval=0.1)
-                usage.stop()
-                result["restarts"].append({"start_to_ready_s": round(ready, 2), "usage_to_ready": usage.result(),
-                                           "memory_mb_at_ready": measure.memory_mb(operator.pid)})
-                log(opts, f"scale: restart {n + 1}: ready after {ready:.1f} s")
+                operator, started = await start_measured(cluster, opts, f"operator-scale-{n + 2}.log")
+                result["restarts"].append(started)
+                log(opts, f"scale: restart {n + 1}: ready after {started['start_to_ready_s']} s")
     finally:
         if operator is not None:
             operator.stop()

@@ -47,6 +47,7 @@ def test_bench_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert w["usage"]["cpu_seconds"].get("worker-1") is not None and w["workers"]["processes"] == 2
     scale = doc["scale"]
     assert scale["start_to_ready_s"] > 0 and scale["memory_mb_at_ready"]["VmRSS"] > 0
+    assert [r["start_to_ready_s"] > 0 for r in scale["restarts"]] == [True, True]  # --scale-restarts 2
     assert scale["start_to_all_terminal_s"] is not None
     if plot:
         assert list(tmp_path.glob("*.png"))
