@@ -47,9 +47,11 @@ async def test_when_the_first_request_goes_away_a_waiting_one_reviews_the_token_
     kube = SlowReviews({"t-good"})
     auth = Authorizer(kube)  # type: ignore[arg-type]
     first = asyncio.ensure_future(auth.authenticate("Bearer t-good"))
-    await asyncio.sleep(0.01)
+    while kube.reviews < 1:  # the first request's review is under way
+        await asyncio.sleep(0)
     second = asyncio.ensure_future(auth.authenticate("Bearer t-good"))
-    await asyncio.sleep(0.01)
+    for _ in range(3):  # turns of the loop: the second request now waits for the first's review
+        await asyncio.sleep(0)
     first.cancel()
     with pytest.raises(asyncio.CancelledError):
         await first

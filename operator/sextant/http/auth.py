@@ -58,7 +58,7 @@ class Authorizer:
         self._accepted: ExpiringCache[str, User] = ExpiringCache(token_ttl)
         self._refused: ExpiringCache[str, str] = ExpiringCache(token_ttl)  # token digest → the refusal's words
         self._failures = TokenBuckets(failed_burst, failed_rate)  # per client address
-        self._reviewing: dict[str, asyncio.Future[User]] = {}  # token digest → its review in flight
+        self._reviewing: dict[str, asyncio.Event] = {}  # token digest → set when its review in flight ends
 
     async def authenticate(self, authorization: str | None, client: str = "") -> User:
         if not authorization:
@@ -79,26 +79,16 @@ class Authorizer:
             pending = self._reviewing.get(digest)
             if pending is None:
                 break
-            # One review per token at a time: a client's concurrent first requests wait for it instead of each
-            # costing a review (and, beyond failed_burst of them in flight, a 429). Refused: the same 401.
-            await asyncio.wait([pending])
-            if not pending.cancelled() and pending.exception() is not None:
-                raise pending.exception()  # type: ignore[misc]
-        review = asyncio.get_running_loop().create_future()
-        self._reviewing[digest] = review
+            # One review per token at a time: a client's concurrent first requests wait for it and then read its
+            # answer from the caches (accepted, or refused: 401) instead of each costing a review, and beyond
+            # failed_burst of them in flight a 429. When it ended without an answer, the next one reviews.
+            await pending.wait()
+        self._reviewing[digest] = done = asyncio.Event()
         try:
-            user = await self._authenticate(digest, token, client, now)
-        except BaseException as exc:
-            if isinstance(exc, HttpError):
-                review.set_exception(exc)
-                review.exception()  # retrieved here: no waiter is required
-            else:
-                review.cancel()  # the first request went away: a waiter reviews the token itself
-            raise
+            return await self._authenticate(digest, token, client, now)
         finally:
-            self._reviewing.pop(digest, None)
-        review.set_result(user)
-        return user
+            del self._reviewing[digest]
+            done.set()
 
     async def _authenticate(self, digest: str, token: str, client: str, now: float) -> User:
         refusal = self._refused.get(digest, now)

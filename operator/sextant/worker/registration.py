@@ -191,16 +191,20 @@ class Registration:
             if exc.status != 409:
                 return str(exc)
             try:
-                current = await self.kube.get(self.path)
+                holder, version = await self._holder()
             except ApiError as again:
                 return "!its Lease was deleted" if again.status == 404 else str(again)
-            holder = (current.get("spec") or {}).get("holderIdentity")
             if holder != self.holder:
                 return f"!its Lease was taken over by {holder}"
-            self._version = current["metadata"]["resourceVersion"]  # changed by someone else: write over it
+            self._version = version  # changed by someone else: write over it
             return "changed meanwhile"
         self._stored(stored, now)
         return None
+
+    async def _holder(self) -> tuple[str | None, str]:
+        """After a conflict: who holds the Lease now, and its resourceVersion. ApiError (404: deleted)."""
+        current = await self.kube.get(self.path)
+        return (current.get("spec") or {}).get("holderIdentity"), current["metadata"]["resourceVersion"]
 
     def _stored(self, lease: dict[str, Any], now: datetime) -> None:
         self._version = lease["metadata"]["resourceVersion"]
@@ -229,11 +233,10 @@ class Registration:
                     log.warning("worker %s: cannot delete its lease: %s", self.name, exc)
                     return
             try:
-                current = await self.kube.get(self.path)
+                holder, version = await self._holder()
             except ApiError as exc:
                 if exc.status != 404:
                     log.warning("worker %s: cannot delete its lease: %s", self.name, exc)
                 return
-            if (current.get("spec") or {}).get("holderIdentity") != self.holder:
+            if holder != self.holder:
                 return  # taken over: the Lease is the new holder's
-            version = current["metadata"]["resourceVersion"]
