@@ -117,7 +117,8 @@ async def test_the_timer_loop_wakes_for_a_new_earliest_wake_up():
     timers.schedule("far", datetime.now(UTC) + timedelta(hours=1), fired.append)
     task = asyncio.create_task(timers.run())
     try:
-        await asyncio.sleep(0.01)
+        for _ in range(3):  # turns of the loop: the timer task now sleeps until the far wake-up
+            await asyncio.sleep(0)
         timers.schedule("near", datetime.now(UTC) + timedelta(milliseconds=20), fired.append)
         await asyncio.wait_for(_until(lambda: fired == ["near"]), 2)
     finally:
@@ -222,7 +223,8 @@ async def test_run_waits_for_the_first_lists_then_starts_then_works():
     runtime = Runtime("job", reconcile, workers=1)
     task = asyncio.create_task(runtime.run([synced], start=lambda: runtime.queue.add("first")))
     try:
-        await asyncio.sleep(0.02)
+        for _ in range(5):  # turns of the loop: nothing starts before the first lists are in
+            await asyncio.sleep(0)
         assert not runtime.started.is_set() and seen == []
         synced.set()
         await asyncio.wait_for(_until(lambda: seen == ["first"]), 1)
