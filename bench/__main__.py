@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         return merge(args, stamp)
     out_dir = args.out / stamp
     out_dir.mkdir(parents=True, exist_ok=True)
-    # the profile: during S's largest burst
+    # the profile: during S's largest burst (and SB's, to compare them)
     plan, scale = plan_of(args)
     bursts = [w for c, w in plan.runs if c == "S" and w.rate is None]
     profiled = max(bursts, key=lambda w: (w.jobs, not w.failing)).name if bursts and args.profile else None
@@ -192,9 +192,9 @@ def main(argv: list[str] | None = None) -> int:
 
     async def everything() -> list:
         out = []
-        for config, workload in plan.runs:  # one at a time, so that only S's largest burst is profiled
+        for config, workload in plan.runs:  # one at a time, so that only S's (and SB's) largest burst is profiled
             single = Plan(runs=[(config, workload)], a0_max_jobs=plan.a0_max_jobs)
-            opts.profile = config == "S" and workload.name == profiled
+            opts.profile = config in ("S", "SB") and workload.name == profiled
             out += await run_plan(single, opts)
             plan.skipped += single.skipped
         return out

@@ -551,6 +551,41 @@ async def test_the_attempts_pod_is_created_before_the_status_records_it():
     assert api.objects[f"{JOBS}/job-a"]["status"]["state"] == "running"
 
 
+async def test_the_echo_of_its_own_status_write_is_looked_at_and_the_look_sets_the_lease_wake_up():
+    """The watch event of a status the operator wrote finds that version in the view already (the write's response):
+    it is not stored again, but the job is looked at, since the status written changes the observations (the
+    recorded attempt's lease, whose expiry wakes the job)."""
+    from sextant.lifecycle.transitions import pod_name
+
+    clock = Clock()
+    api = JobsApi(clock)
+    api.job("job-a")
+    key = (NS, "job-a")
+    controller = job_controller(api, clock)
+    clock.to(0.1)
+    await controller.reconcile(key)
+    clock.to(1)
+    controller.on_pod("modify", api.start_pod(pod_name("job-a", 1)))
+    clock.to(2.5)
+    await drain(controller.queue)
+    await controller.reconcile(key)  # records the start: `running`
+    written = api.objects[f"{JOBS}/job-a"]
+    assert written["status"]["state"] == "running"
+    stored = controller.view.jobs[key]
+    assert stored["metadata"]["resourceVersion"] == written["metadata"]["resourceVersion"]
+    controller.on_job("modify", copy.deepcopy(written))  # its echo
+    assert controller.view.jobs[key] is stored, "the echo is not stored again"
+    assert await drain(controller.queue) == [key], "the echo is looked at"
+    before_echo = controller.timers._due[key]
+    await controller.reconcile(key)
+    wake = controller.timers._due[key]
+    assert wake - T0.timestamp() == 1 + 30, "the lease (30 s by default) runs from the container's start"
+    assert wake < before_echo
+    clock.moment = datetime.fromtimestamp(wake, timezone.utc)
+    await controller.reconcile(key)  # no heartbeat since the start: the attempt is lost, its pod stopped
+    assert api.objects[f"{JOBS}/job-a"]["status"]["stopReason"] == "LeaseExpired"
+
+
 async def test_a_restarted_operator_adopts_its_own_pod_on_already_exists_and_never_makes_a_second():
     clock = Clock()
     api = JobsApi(clock)

@@ -98,5 +98,5 @@ def test_rounds_are_spaced_by_the_backlog_they_count():
     assert next_round_after(0, INTERVAL) == INTERVAL
     assert next_round_after(LOOKS_PER_SECOND * 3, INTERVAL) == INTERVAL
     assert next_round_after(LOOKS_PER_SECOND * 5, INTERVAL) == timedelta(seconds=5)
-    assert next_round_after(10_000, INTERVAL) == timedelta(seconds=10)  # a 10k backlog: numbers 10 s old at most
+    assert next_round_after(10_000, INTERVAL) == timedelta(seconds=20)  # a 10k backlog: numbers 20 s old at most
     assert next_round_after(100_000, INTERVAL) == timedelta(seconds=100_000 / LOOKS_PER_SECOND)

@@ -91,6 +91,12 @@ class JobController:
     def on_job(self, kind: str, obj: dict[str, Any]) -> None:
         if kind == "delete":
             key = self.view.delete_job(obj)
+        elif self.view.has_version(obj):
+            # The echo of our own write: its response is in the view and the slots already (`_store`); only the
+            # look at it is due (the status written changes what the job's observations are, e.g. its lease).
+            if self.started.is_set():
+                self.queue.add(key_of(obj))
+            return
         elif self.view.upsert_job(obj):
             key = key_of(obj)
             self.slots.line_up(key)
@@ -99,7 +105,8 @@ class JobController:
         self._touch(key)
 
     def _store(self, raw: dict[str, Any]) -> None:
-        """Our own write's response: into the view (unless the watch already brought newer), and to the slots."""
+        """Our own write's response: into the view (unless the watch already brought newer), and to the slots. Its
+        watch event then finds it there and only asks for a look (whose `request` puts a runnable job in line)."""
         if self.view.upsert_job(raw):
             self.slots.update(key_of(raw))
 
@@ -220,9 +227,10 @@ class JobController:
         finally:
             self._acting.discard(key)
             # Whatever the path (acted, refused, conflict, error, deposed): a slot or worker reserved for the job,
-            # by this reconcile or a pump (by a standby, say), is given back; its pod or status holds it now.
-            self.slots.release(key)
-            self.slots.update(key)
+            # by this reconcile or a pump (by a standby, say), is given back; its pod or status holds it now. Without
+            # a grant there is nothing to derive again: every change to the job or its pods reached the slots already.
+            if self.slots.release(key):
+                self.slots.update(key)
 
     async def _reconcile(self, key: Key) -> None:
         raw = self.view.jobs.get(key)

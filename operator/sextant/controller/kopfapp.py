@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import inspect
 import logging
 import sys
@@ -325,7 +326,16 @@ async def serve(conn: Connection, settings: Settings, *, log_level: int = loggin
     )
 
 
+# The cyclic garbage collector's thresholds: a young collection every 50,000 net allocations, not 700. The heap is
+# mostly the view's JSON, which has no cycles, and each watch event allocates hundreds of containers that live on;
+# with the defaults a 3k burst ran 875 young collections that freed 4 objects each (3.6 s inside them, against 21 s of
+# operator CPU).
+# Cycles (an exception's traceback, say) are still collected, a few seconds later.
+GC_THRESHOLDS = (50_000, 20, 10)
+
+
 def run(conn: Connection, settings: Settings) -> None:
+    gc.set_threshold(*GC_THRESHOLDS)
     try:
         import uvloop  # kopf does not enable it; it halves the event loop's cost per watch event
 

@@ -288,9 +288,11 @@ class Slots:
         """job no longer wants a slot (not runnable, or its pod alive)."""
         self._entry.pop(job, None)
 
-    def release(self, job: Key) -> None:
+    def release(self, job: Key) -> bool:
         """The reconcile that acted on a grant ends: job now holds its slot by its pod or status, or not at all, and
-        its worker's slot by its status.worker. Called on every path of a reconcile."""
+        its worker's slot by its status.worker. Called on every path of a reconcile. True when job had a grant
+        (its slot must then be derived again: `update`)."""
+        had = job in self._reserved
         self._reserved.discard(job)
         picked = self._picked.pop(job, None)
         if picked is not None:
@@ -298,6 +300,7 @@ class Slots:
             self._inflight[worker] -= 1
             if self._inflight[worker] <= 0:
                 del self._inflight[worker]
+        return had or picked is not None
 
     def forget(self, job: Key, pump: bool = True) -> None:
         """job is gone, or will not run (invalid): it neither holds nor waits."""

@@ -222,6 +222,12 @@ class View:
         self.on_schedule_jobs: Callable[[Key], None] = lambda schedule: None
 
     # --- feeding -------------------------------------------------------------------------------------------
+    def has_version(self, raw: dict[str, Any]) -> bool:
+        """The view holds exactly this version of the job already (a write's response, then its watch event)."""
+        rv = raw["metadata"].get("resourceVersion")
+        stored = self.jobs.get(key_of(raw))
+        return bool(rv) and stored is not None and stored["metadata"].get("resourceVersion") == rv
+
     def upsert_job(self, raw: dict[str, Any]) -> bool:
         """Store a job, unless the view already has a newer version; False then."""
         key = key_of(raw)
