@@ -72,6 +72,7 @@ async def start_measured(cluster: Any, opts: Options, log_name: str) -> tuple[Op
         raise
     usage.stop()
     return operator, {"start_to_ready_s": round(ready, 2), "usage_to_ready": usage.result(),
+                      "cpu_s_to_ready": measure.cpu_seconds(operator.pid),
                       "memory_mb_at_ready": measure.memory_mb(operator.pid)}
 
 
@@ -93,7 +94,6 @@ async def run_scale(opts: Options, total: int, unfinished: int, restarts: int = 
             rec = Recorder(api, SEXTANT, namespace)
             operator, started = await start_measured(cluster, opts, "operator-scale.log")
             result.update(started)
-            result["cpu_s_to_ready"] = measure.cpu_seconds(operator.pid)
             log(opts, f"scale: operator ready after {started['start_to_ready_s']} s, {started['memory_mb_at_ready']}")
             await rec.start()
             deadline = time.monotonic() + opts.timeout
