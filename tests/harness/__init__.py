@@ -1,4 +1,4 @@
-"""What every test may use: polling with a deadline, and the handle of the session's cluster.
+"""What every test may use: polling with a deadline (wait_for; until on an event loop), and the handle of the session's cluster.
 
 Tests never sleep for a fixed time: they poll a predicate until it holds (wait_for) or check that it keeps
 holding for a while (holds_for), so they finish as soon as the system does and fail with a message that
@@ -7,6 +7,7 @@ says what was awaited.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import secrets
@@ -57,6 +58,19 @@ def wait_for(predicate: Callable[[], T], timeout: float, interval: float = 0.1, 
             detail = f"last error: {last_error!r}" if last_error is not None else f"last value: {last!r}"
             raise AssertionError(f"timed out after {timeout:g} s waiting for {what}; {detail}")
         time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
+
+
+async def until(predicate: Callable[[], Any], timeout: float = 5.0, interval: float = 0.005,
+                message: Message = None) -> None:
+    """wait_for on the event loop: poll predicate until it holds, yielding to the loop between polls;
+    AssertionError after `timeout` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        if loop.time() >= deadline:
+            what = _describe(message, getattr(predicate, "__name__", "condition"))
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        await asyncio.sleep(interval)
 
 
 def holds_for(predicate: Callable[[], Any], duration: float, interval: float = 0.1, message: Message = None) -> None:

@@ -21,6 +21,7 @@ from sextant.controller.workqueue import Backoff, WorkQueue
 from sextant.kube import ApiError, NotLeader
 from sextant.lifecycle import schedule as S
 from sextant.resources.common import format_time
+from tests.harness import until
 
 UTC = timezone.utc
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)  # a multiple of 10 s since the epoch
@@ -120,14 +121,9 @@ async def test_the_timer_loop_wakes_for_a_new_earliest_wake_up():
         for _ in range(3):  # turns of the loop: the timer task now sleeps until the far wake-up
             await asyncio.sleep(0)
         timers.schedule("near", datetime.now(UTC) + timedelta(milliseconds=20), fired.append)
-        await asyncio.wait_for(_until(lambda: fired == ["near"]), 2)
+        await until(lambda: fired == ["near"], 2)
     finally:
         task.cancel()
-
-
-async def _until(predicate) -> None:
-    while not predicate():
-        await asyncio.sleep(0.005)
 
 
 # ================================================================ WorkQueue
@@ -183,7 +179,7 @@ async def test_not_leader_puts_the_key_back_without_counting_an_error_and_work_w
             await asyncio.sleep(0)
         assert calls == ["k"]  # a standby reconciles nothing
         leading.set()
-        await asyncio.wait_for(_until(lambda: calls == ["k", "k"]), 1)
+        await until(lambda: calls == ["k", "k"], 1)
     finally:
         task.cancel()
 
@@ -227,7 +223,7 @@ async def test_run_waits_for_the_first_lists_then_starts_then_works():
             await asyncio.sleep(0)
         assert not runtime.started.is_set() and seen == []
         synced.set()
-        await asyncio.wait_for(_until(lambda: seen == ["first"]), 1)
+        await until(lambda: seen == ["first"], 1)
         assert runtime.started.is_set()
     finally:
         task.cancel()
@@ -783,7 +779,7 @@ async def test_regaining_leadership_keeps_the_reservation_of_a_reconcile_still_r
     api.create = slow_create
     clock.to(0.1)
     running = asyncio.create_task(controller.reconcile((NS, "job-a")))
-    await _until(lambda: controller.slots.reserved((NS, "job-a")))
+    await until(lambda: controller.slots.reserved((NS, "job-a")))
     urgent = copy.deepcopy(api.job("job-b"))  # more urgent: first in line, were the slot free
     urgent["spec"]["priority"] = 9
     controller.on_job("add", urgent)

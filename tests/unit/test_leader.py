@@ -18,6 +18,7 @@ from sextant.controller.runtime import Runtime
 from sextant.kube import ApiError, Kube, NotLeader
 from sextant.kubeconfig import Connection
 from sextant.resources.common import parse_time
+from tests.harness import until
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
 NS = "sextant-system"
@@ -77,10 +78,12 @@ class Link:
 
     def __init__(self, api: LeaseApi) -> None:
         self.api, self.down = api, False
+        self.refused = 0  # requests that met the outage
 
     async def _reach(self, method: str, path: str) -> None:
         await asyncio.sleep(0)
         if self.down:
+            self.refused += 1
             raise ApiError(0, "ClientConnectorError: connection refused", method, path)
 
     async def get(self, path: str) -> dict[str, Any]:
@@ -260,15 +263,15 @@ async def test_the_loop_reports_leadership_lost_when_renewals_fail_past_the_dead
     a = replica(api, clock, "a", ElectionSettings(NS, retry_period=0.01), changes)
     task = asyncio.create_task(a.run())
     try:
-        await asyncio.wait_for(_until(lambda: changes == [True]), 2)
+        await until(lambda: changes == [True], 2)
         a.kube.down = True
         clock.to(9.9)
-        await asyncio.sleep(0.05)
+        await until(lambda: a.kube.refused >= 3, 2)  # renewals tried and failed, still before the deadline
         assert changes == [True] and a.is_leader()
         clock.to(10)
-        await asyncio.wait_for(_until(lambda: changes == [True, False]), 2)
+        await until(lambda: changes == [True, False], 2)
         a.kube.down = False
-        await asyncio.wait_for(_until(lambda: changes == [True, False, True]), 2)  # its own lease: renewed again
+        await until(lambda: changes == [True, False, True], 2)  # its own lease: renewed again
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
@@ -345,7 +348,7 @@ async def test_a_stopping_leader_stops_writing_then_hands_the_lease_over_at_once
     api.on_put.append(lambda body: leading_at_release.append(a.is_leader())
                       if body["spec"]["holderIdentity"] == "" else None)
     task = asyncio.create_task(a.run())
-    await asyncio.wait_for(_until(a.is_leader), 2)
+    await until(a.is_leader, 2)
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     assert leading_at_release == [False]  # the fence refused writes before the lease was let go
@@ -362,7 +365,7 @@ async def test_a_stopping_standby_leaves_the_leaders_lease_alone():
     await a._try()
     b = replica(api, clock, "b", ElectionSettings(NS, retry_period=0.01))
     task = asyncio.create_task(b.run())
-    await asyncio.wait_for(_until(lambda: b.leader_identity == "a"), 2)
+    await until(lambda: b.leader_identity == "a", 2)
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     assert api.holder() == "a" and api.puts == [] and a.is_leader()
@@ -375,8 +378,3 @@ async def test_a_leader_deposed_before_it_stops_does_not_release_the_new_leaders
     api.store(PATH, lease_of("b", T0))  # b took over; a has not looked since
     await a._release()
     assert api.holder() == "b" and api.puts == []
-
-
-async def _until(predicate) -> None:
-    while not predicate():
-        await asyncio.sleep(0.005)

@@ -9,12 +9,14 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from _builders import T0
+from tests.harness import until
 from sextant import sdk
 from sextant.worker.execution import CommandWork, Ended, Execution, FunctionWork
 
@@ -33,13 +35,17 @@ def function(fn, pool) -> FunctionWork:
     return FunctionWork(fn, JOB, sdk.Context(jobs=None), pool, "[job-a#1]")
 
 
-async def ended(work, grace: float = 5.0, stop_after: float | None = None, reason: str = "Cancelled"):
+async def ended(work, grace: float = 5.0, stop_when: Callable[[], bool] | None = None, reason: str = "Cancelled"):
+    """Run the work to its end: its result, the execution, and when it was stopped (once stop_when holds: the
+    handler is under way), if it was."""
     execution = Execution(work, grace)
     task = asyncio.ensure_future(execution.run())
-    if stop_after is not None:
-        await asyncio.sleep(stop_after)
+    stopped = None
+    if stop_when is not None:
+        await until(stop_when, 10, message="the handler under way")
+        stopped = time.monotonic()
         execution.stop(reason, T0)
-    return await asyncio.wait_for(task, 30), execution
+    return await asyncio.wait_for(task, 30), execution, stopped
 
 
 async def test_sdk_functions_end_with_the_runners_exit_codes(pool) -> None:
@@ -59,33 +65,38 @@ async def test_sdk_functions_end_with_the_runners_exit_codes(pool) -> None:
 
 async def test_a_stop_cancels_an_async_function_and_sets_ctx_cancelled(pool) -> None:
     seen = {}
+    started = threading.Event()
 
     async def slow(job, ctx):
+        started.set()
         try:
             await asyncio.sleep(60)
         finally:
             seen["cancelled"] = ctx.cancelled.is_set()
 
-    result, execution = await ended(function(slow, pool), stop_after=0.1)
+    result, execution, _ = await ended(function(slow, pool), stop_when=started.is_set)
     assert result.exit_code == 143 and seen == {"cancelled": True} and not execution.lingering
 
 
 async def test_a_def_function_sees_ctx_cancelled_and_one_that_ignores_it_is_given_up_on(pool) -> None:
+    started = threading.Event()
+
     def polite(job, ctx):
+        started.set()
         ctx.cancelled.wait(60)
 
-    result, _ = await ended(function(polite, pool), stop_after=0.1)
+    result, _, _ = await ended(function(polite, pool), stop_when=started.is_set)
     assert result == Ended(0)  # it returned: the stop's reason decides the outcome (results.py)
 
-    release = threading.Event()
+    release, started = threading.Event(), threading.Event()
 
     def stubborn(job, ctx):
+        started.set()
         release.wait(60)
 
-    began = time.monotonic()
-    result, execution = await ended(function(stubborn, pool), grace=0.3, stop_after=0.1)
+    result, execution, stopped = await ended(function(stubborn, pool), grace=0.3, stop_when=started.is_set)
     assert result.exit_code == 137 and execution.lingering  # its thread runs on; its slot is not offered
-    assert 0.3 + 1.0 <= time.monotonic() - began < 10
+    assert 0.3 + 1.0 <= time.monotonic() - stopped < 10
     release.set()
     await asyncio.wait_for(execution.task, 5)
 
@@ -97,12 +108,12 @@ def command(script: str, tmp_path: Path, **env: str) -> CommandWork:
 
 async def test_a_command_gets_the_payload_on_stdin_and_its_environment(tmp_path: Path) -> None:
     out = tmp_path / "payload.json"
-    result, _ = await ended(command(f'cat > {out}; test "$SEXTANT_QUEUE" = emails', tmp_path, SEXTANT_QUEUE="emails"))
+    result, _, _ = await ended(command(f'cat > {out}; test "$SEXTANT_QUEUE" = emails', tmp_path, SEXTANT_QUEUE="emails"))
     assert result == Ended(0) and json.loads(out.read_text()) == {"orderId": 7, "note": "ü"}
 
 
 async def test_a_failed_command_reports_its_exit_code_and_last_output(tmp_path: Path) -> None:
-    result, _ = await ended(command("cat >/dev/null; seq 1 200; echo 'no such order' >&2; exit 4", tmp_path))
+    result, _, _ = await ended(command("cat >/dev/null; seq 1 200; echo 'no such order' >&2; exit 4", tmp_path))
     assert result.exit_code == 4 and result.message.endswith("no such order")
     assert "\n1\n" not in result.message  # only the tail, as FallbackToLogsOnError keeps
     missing = CommandWork(["/nonexistent/handler"], {}, {}, "[job-a#1]")
@@ -110,12 +121,12 @@ async def test_a_failed_command_reports_its_exit_code_and_last_output(tmp_path: 
 
 
 async def test_a_stop_sends_sigterm_then_sigkill_to_the_whole_group(tmp_path: Path) -> None:
-    mark, child = tmp_path / "got-term", tmp_path / "child.pid"
-    script = f'trap "touch {mark}" TERM; sleep 120 & echo $! > {child}; while true; do sleep 0.05; done'
-    began = time.monotonic()
-    result, _ = await ended(command(script, tmp_path), grace=0.5, stop_after=0.3)
+    mark, child, ready = tmp_path / "got-term", tmp_path / "child.pid", tmp_path / "ready"
+    script = (f'trap "touch {mark}" TERM; sleep 120 & echo $! > {child}; touch {ready}; '
+              'while true; do sleep 0.05; done')
+    result, _, stopped = await ended(command(script, tmp_path), grace=0.5, stop_when=ready.exists)
     assert result.exit_code == 137 and mark.exists()
-    assert time.monotonic() - began >= 0.8  # SIGKILL only after the grace
+    assert time.monotonic() - stopped >= 0.5  # SIGKILL only after the grace
     pid = int(child.read_text())
     with pytest.raises(ProcessLookupError):  # the handler's children went with it, as in a pod
         for _ in range(50):
@@ -124,7 +135,8 @@ async def test_a_stop_sends_sigterm_then_sigkill_to_the_whole_group(tmp_path: Pa
 
 
 async def test_a_command_that_honours_sigterm_exits_143(tmp_path: Path) -> None:
-    result, _ = await ended(command("exec sleep 60", tmp_path), grace=10, stop_after=0.2)
+    ready = tmp_path / "ready"
+    result, _, _ = await ended(command(f"touch {ready}; exec sleep 60", tmp_path), grace=10, stop_when=ready.exists)
     assert result.exit_code == 128 + signal.SIGTERM
 
 
