@@ -7,7 +7,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-ORDER = ("W", "S", "SB", "A0", "A1", "S0", "S16", "SK", "SG")
+ORDER = ("W", "S", "SQ", "SB", "A0", "A1", "S0", "S16", "SK", "SG")
 # Each job system against the baselines it must beat: the Job controller (A0 default, A1 tuned) and, for workers,
 # Sextant's own pod mode.
 RATIOS = (("W", "A1"), ("W", "S"), ("S", "A0"), ("S", "A1"))

@@ -81,6 +81,11 @@ CONFIGS = {
     "SG": Config("SG", SEXTANT, {"kube-scheduler": TUNED_SCHEDULER},
                  "Sextant operator with --max-pending-pods 0 (no gate); kube-scheduler " + " ".join(TUNED_SCHEDULER),
                  ("--max-pending-pods", "0")),
+    # Not shipped: S whose new jobs are never written `queued` before their start (issue 17: S's writes per job with
+    # the `queued` write of issue 18 taken out, against SB, which had none).
+    "SQ": Config("SQ", SEXTANT, {"kube-scheduler": TUNED_SCHEDULER},
+                 "Sextant operator with --record-queued-after 1h; kube-scheduler " + " ".join(TUNED_SCHEDULER),
+                 ("--record-queued-after", "1h")),
     # Not shipped: S with the operator of another checkout (--baseline DIR), so that an older commit and this one
     # are measured in one run on one machine (issue 17's side-by-side CPU figures).
     "SB": Config("SB", SEXTANT, {"kube-scheduler": TUNED_SCHEDULER},

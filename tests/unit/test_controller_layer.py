@@ -496,12 +496,12 @@ class JobsApi(FakeApi):
         return self.put(f"{PODS}/{name}", pod)
 
 
-def job_controller(api: JobsApi, clock: Clock, concurrency: int = 1) -> Any:
+def job_controller(api: JobsApi, clock: Clock, concurrency: int = 1, **settings: Any) -> Any:
     """A fresh operator over the API double's objects (as its informers' first lists fill its view), started."""
     from sextant.controller.jobs import JobController
 
     controller = JobController(api, View(now=clock), NoEvents(), Timers(clock), workers=1, pending_pods=200,
-                               now=clock)
+                               now=clock, **settings)
     controller.on_queue("upsert", {"metadata": {"name": QUEUE, "namespace": NS, "generation": 1},
                                    "spec": {"concurrency": concurrency}})
     controller.on_handler("upsert", {"metadata": {"name": POD_HANDLER, "namespace": NS}, "spec": {"template": {
@@ -545,6 +545,27 @@ async def test_the_attempts_pod_is_created_before_the_status_records_it():
     await controller.reconcile((NS, "job-a"))  # ... (the wake-up the reconcile set)
     assert api.writes == [("create", pod_of("job-a")), ("status", "job-a")]
     assert api.objects[f"{JOBS}/job-a"]["status"]["state"] == "running"
+
+
+@pytest.mark.parametrize("settings, queued_at", [({}, 5.1), ({"record_queued_after": timedelta(minutes=5)}, 300.1)])
+async def test_a_new_job_whose_pod_is_slow_to_start_is_written_queued_after_record_queued_after(settings, queued_at):
+    """`--record-queued-after` (default 5 s): how long a new job whose pod is starting goes without a state."""
+    clock = Clock()
+    api = JobsApi(clock)
+    api.job("job-a")
+    key = (NS, "job-a")
+    controller = job_controller(api, clock, **settings)
+    clock.to(0.1)
+    await controller.reconcile(key)
+    assert api.writes == [("create", pod_of("job-a"))]
+    clock.to(queued_at - 0.2)
+    await controller.reconcile(key)
+    assert api.writes == [("create", pod_of("job-a"))], "no state yet while the pod starts"
+    assert controller.timers._due[key] == pytest.approx(T0.timestamp() + queued_at)
+    clock.to(queued_at)
+    await controller.reconcile(key)  # (the wake-up the reconcile set)
+    assert api.writes == [("create", pod_of("job-a")), ("status", "job-a")]
+    assert api.objects[f"{JOBS}/job-a"]["status"]["state"] == "queued"
 
 
 async def test_the_echo_of_its_own_status_write_is_looked_at_and_the_look_sets_the_lease_wake_up():

@@ -10,6 +10,7 @@ import logging
 import re
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import kopf
@@ -509,6 +510,18 @@ def test_operator_flags_reach_kopf():
     assert (settings.kopf_watches, settings.kopf_liveness) == (False, "http://0.0.0.0:8081/healthz")
     assert kopfapp.namespace_scope(settings.namespaces)["clusterwide"] is True
     assert _settings(build_parser().parse_args(["operator", "--kopf-watches"]), conn).kopf_watches is True
+    assert settings.record_queued_after == timedelta(seconds=5)
+    args = build_parser().parse_args(["operator", "--record-queued-after", "1h"])
+    assert _settings(args, conn).record_queued_after == timedelta(hours=1)
+
+
+@pytest.mark.parametrize("value", ["0s", "soon"])
+def test_a_record_queued_after_that_is_not_a_positive_duration_is_refused(value, capsys):
+    from sextant.cli.main import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["operator", "--record-queued-after", value])
+    assert "--record-queued-after" in capsys.readouterr().err
 
 
 def test_operator_help_says_it_is_a_kopf_operator(capsys):

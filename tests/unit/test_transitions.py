@@ -450,6 +450,26 @@ def test_a_new_job_in_line_for_a_slot_is_not_written_queued_until_it_has_waited(
     assert T.hold_first_write(job.snap(), later, at(1), job.now) is later and later.status.state == Q
 
 
+def test_a_longer_record_queued_after_holds_the_first_write_longer_but_never_a_stuck_pod():
+    """`sextant operator --record-queued-after`: a pod starting quietly for 5 minutes keeps its new job unwritten
+    under a 1 h setting (the start is then the first write); a pod that says it is stuck is written at once."""
+    hour = timedelta(hours=1)
+    job = Job(now=at(1))
+    job.pods[1] = pod(1, "Pending", created_at=at(1))
+    job.advance(300)
+    d = T.reconcile(job.snap(), job.observe(), job.now, hour)
+    assert d.status == JobStatus() and d.actions == []
+    assert d.wake_at == at(1) + timedelta(minutes=10)  # the queue's startTimeout ends before the hold
+    assert T.reconcile(job.snap(), job.observe(), job.now).status.state == Q  # the default: 5 s
+    job.pods[1] = pod(1, "Pending", created_at=at(1), unschedulable=True)
+    assert T.reconcile(job.snap(), job.observe(), job.now, hour).status.state == Q
+    # In line for a slot: the same hold, from when the job became runnable.
+    fresh = Job(now=at(1))
+    decided = T.reconcile(fresh.snap(), fresh.observe(), fresh.now, hour)
+    assert T.hold_first_write(fresh.snap(), decided, at(1), at(301), hour).status == JobStatus()
+    assert T.hold_first_write(fresh.snap(), decided, at(1), at(1) + hour, hour) is decided
+
+
 def test_a_blocked_new_job_is_written_at_once():
     job = Job(now=at(1))
     decided = T.reconcile(job.snap(), T.Observations(None, None), job.now)  # no Queue, no Handler

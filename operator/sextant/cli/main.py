@@ -39,6 +39,7 @@ def _settings(args: argparse.Namespace, conn: kubeconfig.Connection):
                                     renew_deadline=parse_duration(args.leader_election_renew_deadline).total_seconds(),
                                     retry_period=parse_duration(args.leader_election_retry_period).total_seconds())
     return Settings(namespaces=args.watch_namespace or [], workers=args.workers, pending_pods=args.max_pending_pods,
+                    record_queued_after=parse_duration(args.record_queued_after),
                     events=not args.no_events,
                     http_host=args.http_host, http_port=None if args.http_port < 0 else args.http_port,
                     http_tls=(args.http_tls_cert, args.http_tls_key) if args.http_tls_cert else None,
@@ -82,6 +83,11 @@ def _operator_flags(op: argparse.ArgumentParser) -> None:
                     help="while the scheduler is behind (it finds no node for one of a queue's pods, or one stays "
                          "unbound over 2 s), at most this many of the queue's pods wait for a node; the rest of the "
                          "queue waits queued, in priority order (default 200; 0: no limit)")
+    op.add_argument("--record-queued-after", type=_positive_duration, default="5s",
+                    help="how long a new job whose attempt's pod is starting, or that waits in line for a slot, may "
+                         "go without a state written (default 5s). Its start is then its first status write; a longer "
+                         "wait writes `queued` first. A longer setting spares that write per job in long bursts; "
+                         "meanwhile `kubectl get sjob` shows no STATE for the job, and its queue counts it as queued")
     op.add_argument("--no-events", action="store_true", help="post no Kubernetes Events")
     op.add_argument("--log-level", default="warning", help="debug, info, warning (default) or error")
     op.add_argument("--http-port", type=int, default=8080,

@@ -69,8 +69,10 @@ def pod_path(namespace: str, name: str = "") -> str:
 
 class JobController:
     def __init__(self, kube: Kube, view: View, events: EventRecorder, timers: Timers, *,
-                 workers: int, pending_pods: int, now: Callable[[], datetime] = utcnow) -> None:
+                 workers: int, pending_pods: int, record_queued_after: timedelta = T.RECORD_QUEUED_AFTER,
+                 now: Callable[[], datetime] = utcnow) -> None:
         self.kube = kube
+        self.record_queued_after = record_queued_after
         self.view = view
         self.events = events
         self.now = now
@@ -252,7 +254,7 @@ class JobController:
             return
         now = self.now()
         obs = self.view.observations(key, job, now)
-        decision = before = T.reconcile(job, obs, now)
+        decision = before = T.reconcile(job, obs, now, self.record_queued_after)
         if any(c.type == COND_INVALID and c.status == "True" for c in decision.status.conditions):
             T.set_condition(decision.status, COND_INVALID, False, "Valid", "the job can be read", now, job.generation)
         queue = (key[0], job.spec.queue)
@@ -265,11 +267,13 @@ class JobController:
                 started = T.admit(snapshot, obs, now, worker=worker)
                 started.events[:0] = decision.events
                 # Pod mode: a job first seen now is not written queued while its pod starts (at most 3 writes).
-                decision = started if worker is not None else T.hold_first_write(job, started, now, now)
+                decision = started if worker is not None else T.hold_first_write(job, started, now, now,
+                                                                                 self.record_queued_after)
             elif not granted:
                 # In line for a slot: a job first seen now is not written queued if a slot comes soon (the take
                 # is then its first write: create, take, finish).
-                decision = T.hold_first_write(job, decision, parse_time(decision.status.queued_at) or now, now)
+                decision = T.hold_first_write(job, decision, parse_time(decision.status.queued_at) or now, now,
+                                              self.record_queued_after)
         else:
             self.slots.withdraw(key)
         retry = False

@@ -8,6 +8,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from .. import metrics
@@ -19,7 +20,7 @@ from .informer import Informer
 from .leader import ElectionSettings, LeaderElector, default_identity
 from .jobs import JobController, utcnow
 from ..kube import Kube
-from ..lifecycle.transitions import Event
+from ..lifecycle.transitions import RECORD_QUEUED_AFTER, Event
 from ..resources import API_VERSION
 from .schedules import ScheduleController
 from .timers import Timers
@@ -33,6 +34,7 @@ class Settings:
     namespaces: list[str] = field(default_factory=list)  # empty: all namespaces
     workers: int = 64  # an admission is 2 sequential writes; completions must not wait behind them
     pending_pods: int = 200  # per queue, attempt pods waiting for a node (0: no limit); see slots.py
+    record_queued_after: timedelta = RECORD_QUEUED_AFTER  # a job about to start goes this long without a state
     events: bool = True
     http_host: str = "0.0.0.0"
     http_port: int | None = 8080  # health, readiness, metrics and the /v2 API; None: no server
@@ -70,7 +72,8 @@ class Operator:
         self.events = EventRecorder(self.kube, utcnow, enabled=self.settings.events)
         self.timers = Timers(utcnow)
         self.jobs = JobController(self.kube, self.view, self.events, self.timers, workers=self.settings.workers,
-                                  pending_pods=self.settings.pending_pods)
+                                  pending_pods=self.settings.pending_pods,
+                                  record_queued_after=self.settings.record_queued_after)
         self.schedules = ScheduleController(self.kube, self.view, self.events, self.timers)
         if self.elector is not None:
             self.jobs.leading.clear()

@@ -42,7 +42,8 @@ from .states import (CANCELLED, DEAD, FAILED, FINISHED, QUEUED, RUNNING, SCHEDUL
 # How long past its grace period a stopping pod may linger before it is force-deleted.
 FORCE_DELETE_AFTER = timedelta(seconds=5)
 
-# How long a job first seen and admitted at once may go without a state in the API while its pod starts.
+# How long a job first seen and admitted at once may go without a state in the API while its pod starts, or while it
+# waits in line for a slot (the default of `sextant operator --record-queued-after`).
 RECORD_QUEUED_AFTER = timedelta(seconds=5)
 
 # How long after its handler started a pod's start may wait to be recorded: a short job is then written once, at its
@@ -227,8 +228,9 @@ class _Step:
         self.status.next_attempt_at = None
 
 
-def reconcile(job: JobSnapshot, obs: Observations, now: datetime) -> Decision:
-    """Everything that moves a job except taking a queue slot (see admit)."""
+def reconcile(job: JobSnapshot, obs: Observations, now: datetime,
+              record_queued_after: timedelta = RECORD_QUEUED_AFTER) -> Decision:
+    """Everything that moves a job except taking a queue slot (see admit). record_queued_after: see hold_first_write."""
     s = _Step(job, obs, now)
     if obs.queue is not None and s.status.state not in FINISHED:  # a finished job keeps the limit it ran under
         s.status.max_attempts = obs.queue.max_attempts
@@ -248,7 +250,8 @@ def reconcile(job: JobSnapshot, obs: Observations, now: datetime) -> Decision:
     _remove_strays(s)
     s.status.observed_generation = job.generation
     _keep_transition_times(job.status, s.status)
-    decision = _starting(s)  # may set the message of a first write, which the health conditions repeat
+    # _starting may set the message of a first write, which the health conditions repeat
+    decision = _starting(s, record_queued_after)
     if decision is s.decision:
         set_health(decision.status, now, job.generation)
     return decision
@@ -292,12 +295,13 @@ def admit(job: JobSnapshot, obs: Observations, now: datetime, worker: str | None
     return s.decision
 
 
-def hold_first_write(job: JobSnapshot, decision: Decision, since: datetime, now: datetime) -> Decision:
+def hold_first_write(job: JobSnapshot, decision: Decision, since: datetime, now: datetime,
+                     record_queued_after: timedelta = RECORD_QUEUED_AFTER) -> Decision:
     """A job without a state yet that is about to start (its attempt's pod is starting, or it waits in line for a
-    slot): the decision without its status write (the stored status, no events), for at most RECORD_QUEUED_AFTER
+    slot): the decision without its status write (the stored status, no events), for at most record_queued_after
     after `since` (the pod's creation, or when it became runnable). The write that records the start says all; a
     longer wait gets the `queued` write when this wakes. A job that is Blocked is written at once: it says why."""
-    until = since + RECORD_QUEUED_AFTER
+    until = since + record_queued_after
     blocked = any(c.type == COND_BLOCKED and c.status == "True" for c in decision.status.conditions)
     if job.status.state is not None or decision.status.state != QUEUED or now >= until or blocked:
         return decision
@@ -440,7 +444,7 @@ def _remove_strays(s: _Step) -> None:
             s.decision.actions.append(DeletePod(pod.name, None))
 
 
-def _starting(s: _Step) -> Decision:
+def _starting(s: _Step, record_queued_after: timedelta) -> Decision:
     """The decision, with the first write of a job whose pod is starting held back (hold_first_write), unless
     the pod's status already says it waits for something (a node, an image): then the job is written queued,
     its message saying so."""
@@ -449,7 +453,7 @@ def _starting(s: _Step) -> Decision:
         return s.decision
     blocked = pod.unschedulable or (pod.waiting_reason is not None and pod.waiting_reason not in A.STARTING_REASONS)
     if not blocked:
-        held = hold_first_write(s.job, s.decision, pod.created_at or s.now, s.now)
+        held = hold_first_write(s.job, s.decision, pod.created_at or s.now, s.now, record_queued_after)
         if held is not s.decision:
             return held
     if s.job.status.state is None:  # this write is the job's first: say where it is
