@@ -87,8 +87,8 @@ def _operator_flags(op: argparse.ArgumentParser) -> None:
                     help="how long a new job whose attempt's pod is starting, or that waits in line for a slot, may "
                          "go without a state written (default 5s). Its start is then its first status write; a longer "
                          "wait writes `queued` first. A longer setting spares that write per job in long bursts; "
-                         "meanwhile `kubectl get sjob` shows no STATE for the job and no conditions (Flux and Argo CD "
-                         "then see it as ready), and its queue counts it as queued")
+                         "meanwhile `kubectl get sjob` shows no STATE for the job and no conditions (Flux's kstatus "
+                         "then reads it as Current; docs/gitops.md), and its queue counts it as queued")
     op.add_argument("--no-events", action="store_true", help="post no Kubernetes Events")
     op.add_argument("--log-level", default="warning", help="debug, info, warning (default) or error")
     op.add_argument("--http-port", type=int, default=8080,
