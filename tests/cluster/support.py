@@ -131,6 +131,7 @@ def wait_state(cluster: Any, namespace: str, name: str, *states: str, timeout: f
     seen: dict[str, Any] = {}
 
     def reached() -> bool:
+        seen.clear()  # the status as it is now: a field the operator removed must not linger from an earlier poll
         seen.update(status(cluster, namespace, name))
         return seen.get("state") in states
 
