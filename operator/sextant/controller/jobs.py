@@ -266,7 +266,7 @@ class JobController:
                 snapshot = T.JobSnapshot(job.name, job.uid, job.generation, job.created_at, job.spec, decision.status)
                 started = T.admit(snapshot, obs, now, worker=worker)
                 started.events[:0] = decision.events
-                # Pod mode: a job first seen now is not written queued while its pod starts (at most 3 writes).
+                # Pod mode: a job first seen now is not written queued while its pod starts (3 writes in all).
                 decision = started if worker is not None else T.hold_first_write(job, started, now, now,
                                                                                  self.record_queued_after)
             elif not granted:
