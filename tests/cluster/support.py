@@ -123,6 +123,23 @@ def jobs(cluster: Any, namespace: str) -> dict[str, dict[str, Any]]:
     return {j["metadata"]["name"]: j for j in get_json(cluster, namespace, "jobs.sextant.dev")["items"]}
 
 
+def follow(list_call: Any, *args: Any, on_event: Any, stop: threading.Event, version: str | None = None,
+           **kwargs: Any) -> None:
+    """Watch list_call(*args, **kwargs) from `version` (None: from a list) and hand each event to on_event, until
+    `stop` is set; a dropped watch resumes from the last resourceVersion seen. For the recorders' threads."""
+    while not stop.is_set():
+        since = {"resource_version": version} if version is not None else {}
+        try:
+            for event in k8s_watch.Watch().stream(list_call, *args, timeout_seconds=5, **since, **kwargs):
+                obj = event["object"]
+                version = obj["metadata"]["resourceVersion"] if isinstance(obj, dict) else obj.metadata.resource_version
+                on_event(event)
+                if stop.is_set():
+                    return
+        except Exception:  # a dropped watch resumes from the last version seen
+            stop.wait(0.2)
+
+
 def status(cluster: Any, namespace: str, name: str) -> dict[str, Any]:
     return get_json(cluster, namespace, "jobs.sextant.dev", name).get("status") or {}
 
@@ -197,22 +214,17 @@ class PodRecorder:
         listed = api.list_namespaced_pod(self.namespace, label_selector="sextant.dev/job")
         version = listed.metadata.resource_version
         self._ready.set()
-        while not self._stop.is_set():
-            stream = k8s_watch.Watch()
-            try:
-                for event in stream.stream(api.list_namespaced_pod, self.namespace, label_selector="sextant.dev/job",
-                                           resource_version=version, timeout_seconds=5):
-                    pod = event["object"]
-                    version = pod.metadata.resource_version
-                    labels = pod.metadata.labels or {}
-                    self.records.append(PodRecord(
-                        time.monotonic(), event["type"], pod.metadata.name, labels.get("sextant.dev/job", ""),
-                        labels.get("sextant.dev/queue", ""), pod.status.phase or "Pending",
-                        pod.metadata.deletion_timestamp is not None, str(pod.metadata.creation_timestamp)))
-                    if self._stop.is_set():
-                        break
-            except Exception:  # a dropped watch resumes from the last version seen
-                time.sleep(0.2)
+
+        def record(event: dict[str, Any]) -> None:
+            pod = event["object"]
+            labels = pod.metadata.labels or {}
+            self.records.append(PodRecord(
+                time.monotonic(), event["type"], pod.metadata.name, labels.get("sextant.dev/job", ""),
+                labels.get("sextant.dev/queue", ""), pod.status.phase or "Pending",
+                pod.metadata.deletion_timestamp is not None, str(pod.metadata.creation_timestamp)))
+
+        follow(api.list_namespaced_pod, self.namespace, label_selector="sextant.dev/job", on_event=record,
+               stop=self._stop, version=version)
 
     def _replay(self) -> list[tuple[PodRecord, dict[str, PodRecord]]]:
         alive: dict[str, PodRecord] = {}
@@ -344,21 +356,16 @@ class JobRecorder:
         version = api.list_namespaced_custom_object(*args)["metadata"]["resourceVersion"]
         order: dict[str, int] = {}
         self._ready.set()
-        while not self._stop.is_set():
-            try:
-                for event in k8s_watch.Watch().stream(api.list_namespaced_custom_object, *args,
-                                                      resource_version=version, timeout_seconds=5):
-                    obj = event["object"]
-                    version = obj["metadata"]["resourceVersion"]
-                    name, st = obj["metadata"]["name"], obj.get("status") or {}
-                    order.setdefault(name, len(order))
-                    self.records.append(JobRecord(time.monotonic(), event["type"], name, st.get("state") or "new",
-                                                  st.get("worker"), st.get("sequence", 0),
-                                                  (obj.get("spec") or {}).get("priority", 0), order[name]))
-                    if self._stop.is_set():
-                        break
-            except Exception:  # a dropped watch resumes from the last version seen
-                time.sleep(0.2)
+
+        def record(event: dict[str, Any]) -> None:
+            obj = event["object"]
+            name, st = obj["metadata"]["name"], obj.get("status") or {}
+            order.setdefault(name, len(order))
+            self.records.append(JobRecord(time.monotonic(), event["type"], name, st.get("state") or "new",
+                                          st.get("worker"), st.get("sequence", 0),
+                                          (obj.get("spec") or {}).get("priority", 0), order[name]))
+
+        follow(api.list_namespaced_custom_object, *args, on_event=record, stop=self._stop, version=version)
 
     def _replay(self) -> list[dict[str, JobRecord]]:
         """After each event: the jobs running at that moment."""

@@ -9,14 +9,14 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
-from kubernetes import watch as k8s_watch
 
 from tests.harness import holds_for, wait_for
 
-from .support import JobRecorder, apply, get_json, handler, job, queue, status, timeline_of, wait_all, wait_state
+from .support import JobRecorder, apply, follow, get_json, handler, job, queue, timeline_of, wait_all, wait_state
 
 
 def ts(text: str) -> datetime:
@@ -121,18 +121,16 @@ class QueueRecorder:
     def _run(self, api: k8s_client.CustomObjectsApi, version: str) -> None:
         args = ("sextant.dev", "v1alpha1", self.namespace, "queues")
         last = None
-        while not self._stop.is_set():
-            try:
-                for event in k8s_watch.Watch().stream(api.list_namespaced_custom_object, *args,
-                                                      resource_version=version, timeout_seconds=5):
-                    obj = event["object"]
-                    version = obj["metadata"]["resourceVersion"]
-                    if obj["metadata"]["name"] == self.name and obj.get("status") != last:
-                        last = obj.get("status")
-                        if last:
-                            self.statuses.append((time.monotonic(), last))
-            except Exception:  # a dropped watch resumes from the last version seen
-                time.sleep(0.2)
+
+        def record(event: dict[str, Any]) -> None:
+            nonlocal last
+            obj = event["object"]
+            if obj["metadata"]["name"] == self.name and obj.get("status") != last:
+                last = obj.get("status")
+                if last:
+                    self.statuses.append((time.monotonic(), last))
+
+        follow(api.list_namespaced_custom_object, *args, on_event=record, stop=self._stop, version=version)
 
 
 def test_a_queue_shows_its_live_numbers_written_at_a_bounded_rate(cluster, namespace, operator):

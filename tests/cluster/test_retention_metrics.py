@@ -5,17 +5,17 @@ from __future__ import annotations
 import threading
 import time
 from datetime import datetime
+from typing import Any
 
 import httpx
 import yaml
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
-from kubernetes import watch as k8s_watch
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.harness import wait_for
 
-from .support import Operator, apply, get_json, handler, job, jobs, queue, status, token_kubeconfig, wait_state
+from .support import Operator, apply, follow, get_json, handler, job, jobs, queue, status, token_kubeconfig, wait_state
 
 FAST = {"backoff": {"policy": "fixed", "initial": "200ms"}}
 EXIT = "sextant.dev/test-exit-code"
@@ -32,14 +32,12 @@ class Deletions:
         threading.Thread(target=self._run, daemon=True).start()
 
     def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                for event in k8s_watch.Watch().stream(self.api.list_namespaced_custom_object, "sextant.dev",
-                                                      "v1alpha1", self.namespace, "jobs", timeout_seconds=5):
-                    if event["type"] == "DELETED":
-                        self.at.setdefault(event["object"]["metadata"]["name"], time.time())
-            except Exception:
-                time.sleep(0.1)
+        def record(event: dict[str, Any]) -> None:
+            if event["type"] == "DELETED":
+                self.at.setdefault(event["object"]["metadata"]["name"], time.time())
+
+        follow(self.api.list_namespaced_custom_object, "sextant.dev", "v1alpha1", self.namespace, "jobs",
+               on_event=record, stop=self._stop)
 
     def stop(self) -> None:
         self._stop.set()

@@ -13,12 +13,11 @@ from pathlib import Path
 
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
-from kubernetes import watch as k8s_watch
 
 from sextant.localnode import AgentProcess
 from tests.harness import wait_for
 
-from .support import apply, get_json, job, jobs, queue, status, timeline_of, wait_state
+from .support import apply, follow, get_json, job, jobs, queue, status, timeline_of, wait_state
 
 HANDLERS_DIR = Path(__file__).parent / "handlers"
 
@@ -134,14 +133,8 @@ class LeaseWrites:
         threading.Thread(target=self._run, daemon=True).start()
 
     def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                for event in k8s_watch.Watch().stream(self.api.list_namespaced_lease, self.namespace,
-                                                      field_selector=f"metadata.name={self.name}",
-                                                      timeout_seconds=5):
-                    self.versions.add(event["object"].metadata.resource_version)
-            except Exception:
-                time.sleep(0.1)
+        follow(self.api.list_namespaced_lease, self.namespace, field_selector=f"metadata.name={self.name}",
+               on_event=lambda event: self.versions.add(event["object"].metadata.resource_version), stop=self._stop)
 
     def stop(self) -> None:
         self._stop.set()

@@ -21,12 +21,11 @@ from typing import Any
 
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
-from kubernetes import watch as k8s_watch
 
 from sextant.runner.env import scheduled_at_of
 from tests.harness import holds_for, wait_for
 
-from .support import Operator, apply, get_json, handler, queue
+from .support import Operator, apply, follow, get_json, handler, queue
 
 GROUP, VERSION = "sextant.dev", "v1alpha1"
 LABEL, SCHEDULED_AT = "sextant.dev/schedule", "sextant.dev/scheduled-at"
@@ -81,22 +80,16 @@ class JobRecorder:
         args = (GROUP, VERSION, self.namespace, "jobs")
         version = self.api.list_namespaced_custom_object(*args)["metadata"]["resourceVersion"]
         self._ready.set()
-        while not self._stop.is_set():
-            try:
-                for event in k8s_watch.Watch().stream(self.api.list_namespaced_custom_object, *args,
-                                                      resource_version=version, timeout_seconds=5):
-                    now = time.time()
-                    obj = event["object"]
-                    meta = obj["metadata"]
-                    version = meta["resourceVersion"]
-                    tick = (meta.get("annotations") or {}).get(SCHEDULED_AT)
-                    self.records.append(Seen(now, event["type"], meta["name"],
-                                             (meta.get("labels") or {}).get(LABEL, ""), ts(tick) if tick else None,
-                                             (obj.get("status") or {}).get("state"), obj))
-                    if self._stop.is_set():
-                        break
-            except Exception:  # a dropped watch resumes from the last version seen
-                time.sleep(0.2)
+
+        def record(event: dict[str, Any]) -> None:
+            obj = event["object"]
+            meta = obj["metadata"]
+            tick = (meta.get("annotations") or {}).get(SCHEDULED_AT)
+            self.records.append(Seen(time.time(), event["type"], meta["name"],
+                                     (meta.get("labels") or {}).get(LABEL, ""), ts(tick) if tick else None,
+                                     (obj.get("status") or {}).get("state"), obj))
+
+        follow(self.api.list_namespaced_custom_object, *args, on_event=record, stop=self._stop, version=version)
 
     def added(self, schedule_name: str | None = None) -> list[Seen]:
         return [r for r in list(self.records)

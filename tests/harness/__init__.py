@@ -1,4 +1,5 @@
-"""What every test may use: polling with a deadline (wait_for; until on an event loop), and the handle of the session's cluster.
+"""What every test may use: polling with a deadline (wait_for; until on an event loop), and the handle of the
+session's cluster.
 
 Tests never sleep for a fixed time: they poll a predicate until it holds (wait_for) or check that it keeps
 holding for a while (holds_for), so they finish as soon as the system does and fail with a message that

@@ -77,18 +77,21 @@ OPERATOR_DESCRIPTION = (
 
 
 def _operator_flags(op: argparse.ArgumentParser) -> None:
+    from ..lifecycle.transitions import RECORD_QUEUED_AFTER
+
     op.add_argument("--watch-namespace", action="append", help="watch only this namespace (repeatable)")
     op.add_argument("--workers", type=int, default=64, help="parallel reconciles (default 64)")
     op.add_argument("--max-pending-pods", type=int, default=200,
                     help="while the scheduler is behind (it finds no node for one of a queue's pods, or one stays "
                          "unbound over 2 s), at most this many of the queue's pods wait for a node; the rest of the "
                          "queue waits queued, in priority order (default 200; 0: no limit)")
-    op.add_argument("--record-queued-after", type=_positive_duration, default="5s",
+    op.add_argument("--record-queued-after", type=_positive_duration,
+                    default=f"{RECORD_QUEUED_AFTER.total_seconds():g}s",
                     help="how long a new job whose attempt's pod is starting, or that waits in line for a slot, may "
-                         "go without a state written (default 5s). Its start is then its first status write; a longer "
-                         "wait writes `queued` first. A longer setting spares that write per job in long bursts; "
-                         "meanwhile `kubectl get sjob` shows no STATE for the job and no conditions (Flux's kstatus "
-                         "then reads it as Current; docs/gitops.md), and its queue counts it as queued")
+                         "go without a state written (default %(default)s). Its start is then its first status write; "
+                         "a longer wait writes `queued` first. A longer setting spares that write per job in long "
+                         "bursts; meanwhile `kubectl get sjob` shows no STATE for the job and no conditions (Flux's "
+                         "kstatus then reads it as Current; docs/gitops.md), and its queue counts it as queued")
     op.add_argument("--no-events", action="store_true", help="post no Kubernetes Events")
     op.add_argument("--log-level", default="warning", help="debug, info, warning (default) or error")
     op.add_argument("--http-port", type=int, default=8080,

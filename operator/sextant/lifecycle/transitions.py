@@ -10,17 +10,19 @@ takes the job when its handler container starts: the reconcile that sees that re
 startedAt = the container's start, the timeout from there) and `running`, in one write, at most RECORD_RUNNING_AFTER
 after the start; a pod seen only once it has finished (or that finishes within that second) is recorded in one write
 to its end. So a successful single-attempt job costs three operator writes: the pod's create, `running`, and the
-terminal status (two when it ends within RECORD_RUNNING_AFTER; four when it is written `queued` first, below). Dropping the admission's own status write is safe
-because the pod *is* the record: its name is deterministic (status.sequence + 1), a second pod of that sequence number
-cannot be created (AlreadyExists, adopted), no other is admitted while it lives, and a pod of sequence status.sequence
-+ 1 is always read as the queued job's starting attempt (the rule that a crash between "create pod" and "record it"
-never starts a second pod, now the normal path rather than the repair one).
+terminal status (two when it ends within RECORD_RUNNING_AFTER; four when it is written `queued` first, below).
+Dropping the admission's own status write is safe because the pod *is* the record: its name is deterministic
+(status.sequence + 1), a second pod of that sequence number cannot be created (AlreadyExists, adopted), no other is
+admitted while it lives, and a pod of sequence status.sequence + 1 is always read as the queued job's starting attempt
+(the rule that a crash between "create pod" and "record it" never starts a second pod, now the normal path rather
+than the repair one).
 A pod that never started and is deleted meanwhile never ran: its sequence number is simply used again.
 
 A job seen for the first time and admitted at once keeps no state in the API for at most RECORD_QUEUED_AFTER (the
 operator's --record-queued-after) while its pod starts (the running write says all); a pod slower than that,
-unschedulable, or waiting with a reason makes the job written `queued`. A pod that does not start within the queue's startTimeout fails the
-attempt (Unschedulable, the kubelet's waiting reason such as ErrImagePull, or StartTimeout), which counts.
+unschedulable, or waiting with a reason makes the job written `queued`. A pod that does not start within the queue's
+startTimeout fails the attempt (Unschedulable, the kubelet's waiting reason such as ErrImagePull, or StartTimeout),
+which counts.
 """
 
 from __future__ import annotations
