@@ -18,7 +18,7 @@ from typing import Any
 
 import aiohttp
 
-from sextant.kubeconfig import Connection
+from sextant.kube.kubeconfig import Connection
 
 USER_AGENT = "sextant-bench"
 RETRYABLE = {429, 500, 502, 503, 504}

@@ -27,8 +27,8 @@ from kubernetes import config as k8s_config
 from kubernetes import watch as k8s_watch
 
 from sextant.client import Client
-from sextant.kubeconfig import load
-from sextant.localcluster import LocalCluster, new_name
+from sextant.kube.kubeconfig import load
+from sextant.dev.localcluster import LocalCluster, new_name
 from sextant.resources.crds import RESOURCES, crd
 
 NS = "failover"

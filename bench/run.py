@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sextant import kubeconfig
+from sextant.kube import kubeconfig
 from sextant.resources import contract
-from sextant.localcluster import LocalCluster, LocalClusterError, new_name
+from sextant.dev.localcluster import LocalCluster, LocalClusterError, new_name
 
 from . import measure, profile, stages
 from .api import BATCH, SEXTANT, Api, Kind, Recorder

@@ -13,7 +13,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any
 
-from sextant import kubeconfig
+from sextant.kube import kubeconfig
 
 from . import measure
 from .api import SEXTANT, Api, Recorder

@@ -32,7 +32,7 @@ from kubernetes import watch as k8s_watch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "operator"))
 
-from sextant.localcluster import LocalCluster, new_name  # noqa: E402
+from sextant.dev.localcluster import LocalCluster, new_name  # noqa: E402
 
 KWOK = {"tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}],
         "nodeSelector": {"type": "kwok"}}

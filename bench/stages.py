@@ -1,4 +1,4 @@
-"""The kwok Stages of the benchmark: the tests' Stages (sextant/localcluster/kwok-stages.yaml) plus one per-attempt
+"""The kwok Stages of the benchmark: the tests' Stages (sextant/dev/localcluster/kwok-stages.yaml) plus one per-attempt
 outcome for batch/v1 pods.
 
 Sextant's pods carry their attempt number as a label (sextant.dev/attempt), so the tests' annotation
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sextant.localcluster import DEFAULT_STAGES
+from sextant.dev.localcluster import DEFAULT_STAGES
 
 FAILURE_COUNT = "batch.kubernetes.io/job-index-failure-count"
 FAIL_FIRST_BATCH = {"sextant.dev/test-exit-code-failures-0": "1"}  # a batch pod template annotation

@@ -1,4 +1,4 @@
-"""The thin pytest side of sextant.localcluster.
+"""The thin pytest side of sextant.dev.localcluster.
 
 - `cluster` (session): one local control plane for the whole run, started only if a test asks for it
   (unit tests never do); SEXTANT_TEST_KUBECONFIG points the tests at an existing cluster instead.
@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # `from tests.harness import ...` in any import mode
     sys.path.insert(0, str(ROOT))
 
-from sextant.localcluster import ControlPlaneUnavailable, LocalCluster, LocalClusterError, new_name  # noqa: E402
+from sextant.dev.localcluster import ControlPlaneUnavailable, LocalCluster, LocalClusterError, new_name  # noqa: E402
 from tests.harness import Cluster, namespace_name  # noqa: E402
 
 CLUSTER_DIR = Path(__file__).resolve().parent / "cluster"

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import secrets
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import httpx
 
-from . import idempotency
-from .kubeconfig import Connection
+from .lifecycle import idempotency
+from .resources import inputs
+from .kube.kubeconfig import Connection
 from .resources import API_VERSION, GROUP, VERSION, contract
 from .resources.common import format_time, parse_time
 from .resources.job import object_name
@@ -48,8 +50,12 @@ def _raise_for(resp: httpx.Response) -> None:
 
 
 class Client:
-    def __init__(self, conn: Connection, user_agent: str = "sextant-cli", timeout: float = 30) -> None:
+    def __init__(self, conn: Connection, user_agent: str = "sextant-cli", timeout: float = 30,
+                 idempotency_window: timedelta | None = None) -> None:
         self.conn = conn
+        # The operator's window (SEXTANT_IDEMPOTENCY_WINDOW, read once here unless given): both must agree.
+        self.idempotency_window = (idempotency_window if idempotency_window is not None
+                                   else inputs.idempotency_window(os.environ))
         self.http = httpx.Client(base_url=conn.server, verify=conn.ssl_context, timeout=timeout,
                                  headers={"User-Agent": user_agent, "Accept": "application/json"})
 
@@ -136,7 +142,7 @@ class Client:
                 return held, False
         for generation in range(1000):
             name = (idempotency.keyed_name(namespace, idempotency_key, generation) if idempotency_key
-                    else idempotency.random_name())
+                    else inputs.random_name())
             body = {"apiVersion": API_VERSION, "kind": "Job",
                     "metadata": {"name": name, "labels": labels or {}, "annotations": annotations or {}},
                     "spec": spec}
@@ -150,7 +156,8 @@ class Client:
             existing = self.get_job(namespace, name)
             created = parse_time(existing["metadata"]["creationTimestamp"])
             if (existing["spec"].get("idempotencyKey") == idempotency_key
-                    and idempotency.still_claimed(created, now or datetime.now(timezone.utc))):
+                    and idempotency.still_claimed(created, now or datetime.now(timezone.utc),
+                                               self.idempotency_window)):
                 return existing, False
             # The key's claim ran out (or, rarely, another key hashed to this name): the next generation.
         raise ClientError(409, f"no free name for idempotency key {idempotency_key!r}")
@@ -162,7 +169,7 @@ class Client:
         path = self.jobs_path(namespace)
         try:
             try:
-                found, _ = self.list_all(path, field_selector="spec.idempotencyKey=" + idempotency.selector_value(key))
+                found, _ = self.list_all(path, field_selector="spec.idempotencyKey=" + inputs.selector_value(key))
             except ClientError as exc:
                 if not (exc.status == 400 and "field label not supported" in str(exc)):
                     raise
@@ -182,9 +189,25 @@ class Client:
             if created is None or meta.get("deletionTimestamp") or (job.get("spec") or {}).get("idempotencyKey") != key:
                 continue
             carriers[meta["name"]] = job
-            candidates.append((created, idempotency.undecided(job), meta["name"]))
-        name = idempotency.holder(candidates, now)
+            candidates.append((created, meta["name"]))
+        tied = len({created for created, _ in candidates}) < len(candidates)
+        name = idempotency.holder(((created, idempotency.undecided(carriers[name].get("status"),
+                                                                   started=tied and self._has_attempt_pod(namespace, name)),
+                                    name) for created, name in candidates), now, self.idempotency_window)
         return carriers[name] if name is not None else None
+
+    def _has_attempt_pod(self, namespace: str, job: str) -> bool:
+        """Whether an attempt pod of this job exists: the operator admitted a job on first sight when it created
+        one (its state is written when the pod starts). Asked only to break a tie of creation times, as the
+        operator does; without the right to list pods, False."""
+        try:
+            pods, _ = self.list_all(f"/api/v1/namespaces/{namespace}/pods",
+                                    label_selector=f"{contract.LABEL_JOB}={job}")
+        except ClientError as exc:
+            if exc.status == 403:
+                return False
+            raise
+        return bool(pods)
 
     def list_jobs(self, namespace: str | None) -> tuple[list[dict[str, Any]], str]:
         """Every job of a namespace (None: of all namespaces), and the list's resourceVersion."""

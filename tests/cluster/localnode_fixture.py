@@ -1,4 +1,4 @@
-"""The `local_node` fixture: a node whose pods really run, as local processes (sextant.localnode).
+"""The `local_node` fixture: a node whose pods really run, as local processes (sextant.dev.localnode).
 
 tests/cluster/conftest.py registers the fixture once for the session (importing it into several test modules
 would make one agent per module, all serving the same node, and run each pod several times). A test asks for it:
@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from sextant.localnode import NODE_SELECTOR, TAINT_KEY, TOLERATION, AgentProcess, read
+from sextant.dev.localnode import NODE_SELECTOR, TAINT_KEY, TOLERATION, AgentProcess, read
 from tests.harness import wait_for
 
 NODE_NAME = "local-node-0"

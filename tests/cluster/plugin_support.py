@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from sextant.idempotency import ALPHABET
+from sextant.lifecycle.idempotency import ALPHABET
 
 ID_RE = re.compile(rf"^job_[{ALPHABET}]{{8}}$")
 

@@ -1,6 +1,6 @@
 """`kubectl sextant …` on the real control plane: the real kubectl binary runs the plugin (kubectl-sextant).
 
-Jobs that must run use kwok handlers (sextant/localcluster/kwok-stages.yaml), `logs` uses the local node agent
+Jobs that must run use kwok handlers (sextant/dev/localcluster/kwok-stages.yaml), `logs` uses the local node agent
 whose pods really run. Every call asserts that no stack trace reaches the user (plugin_support.sextant).
 """
 
@@ -14,7 +14,7 @@ from datetime import datetime, timedelta, timezone
 
 import yaml
 
-from sextant import kubeconfig
+from sextant.kube import kubeconfig
 from sextant.client import Client
 from tests.harness import wait_for
 

@@ -23,8 +23,8 @@ import httpx
 import pytest
 import yaml
 
-from sextant import kubeconfig
-from sextant.kube import Kube
+from sextant.kube import kubeconfig
+from sextant.kube.client import Kube
 from tests.harness import wait_for
 
 from .plugin_support import ID_RE, ok, sextant, token_kubeconfig

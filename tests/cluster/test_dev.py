@@ -12,7 +12,7 @@ import sys
 import threading
 from pathlib import Path
 
-from sextant.localcluster import LocalCluster, cache_root
+from sextant.dev.localcluster import LocalCluster, cache_root
 from tests.harness import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]

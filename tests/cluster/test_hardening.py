@@ -28,8 +28,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sextant import kubeconfig
-from sextant.localcluster import LocalCluster, new_name
+from sextant.kube import kubeconfig
+from sextant.dev.localcluster import LocalCluster, new_name
 from tests.harness import Cluster, holds_for, wait_for
 from tests.harness.faultproxy import FaultProxy
 

@@ -10,9 +10,9 @@ from datetime import datetime, timezone
 
 import httpx
 
-from sextant import kubeconfig
+from sextant.kube import kubeconfig
 from sextant.client import Client
-from sextant.idempotency import WINDOW_ENV
+from sextant.resources.contract import ENV_IDEMPOTENCY_WINDOW as WINDOW_ENV
 from sextant.resources.common import parse_time
 from sextant.runner.chaining import Jobs
 from tests.harness import wait_for

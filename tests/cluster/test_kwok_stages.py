@@ -1,4 +1,4 @@
-"""The simulated nodes behave as sextant/localcluster/kwok-stages.yaml promises: pods end as their annotations say."""
+"""The simulated nodes behave as sextant/dev/localcluster/kwok-stages.yaml promises: pods end as their annotations say."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from sextant.localcluster import KWOK_NODE_LABELS
+from sextant.dev.localcluster import KWOK_NODE_LABELS
 from tests.harness import Cluster, external_cluster, holds_for, wait_for
 
 DURATION = "sextant.dev/test-duration"

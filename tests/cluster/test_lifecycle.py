@@ -1,5 +1,5 @@
 """The job lifecycle on the real control plane: kwok pods end as their annotations say
-(sextant/localcluster/kwok-stages.yaml)."""
+(sextant/dev/localcluster/kwok-stages.yaml)."""
 
 from __future__ import annotations
 

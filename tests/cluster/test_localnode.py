@@ -1,4 +1,4 @@
-"""The local node agent (sextant.localnode) against the real control plane: pods run as local processes."""
+"""The local node agent (sextant.dev.localnode) against the real control plane: pods run as local processes."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from sextant.localnode import LocalNode
+from sextant.dev.localnode import LocalNode
 from tests.harness import wait_for
 
 from .localnode_fixture import LocalNodeHandle
@@ -262,7 +262,7 @@ def test_local_node_in_a_thread(cluster, namespace, tmp_path: Path):
 
 def test_agent_stop_kills_its_processes(cluster, namespace, local_node: LocalNodeHandle, tmp_path: Path):
     """A second agent in its own process, stopped with SIGTERM: its pod's process dies and is reported."""
-    from sextant.localnode import AgentProcess
+    from sextant.dev.localnode import AgentProcess
 
     name = "local-node-stopper"
     agent = AgentProcess(cluster.kubeconfig, name, tmp_path / "agent", "--label", "type=local-stopper",
@@ -302,7 +302,7 @@ def test_agent_killed_then_restarted_reaps_its_processes(cluster, namespace, loc
                                                          tmp_path: Path):
     """kill -9 leaves the pod's process running (as a dead kubelet leaves its containers); the next agent of
     the same workdir kills it and reports the pod Failed, since it cannot know how the process ended."""
-    from sextant.localnode import AgentProcess
+    from sextant.dev.localnode import AgentProcess
 
     name = "local-node-restarted"
     workdir = tmp_path / "agent"

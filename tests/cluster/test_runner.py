@@ -14,7 +14,7 @@ from pathlib import Path
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
-from sextant.localnode import AgentProcess
+from sextant.dev.localnode import AgentProcess
 from tests.harness import wait_for
 
 from .support import apply, follow, get_json, job, jobs, queue, status, timeline_of, wait_state

@@ -122,8 +122,8 @@ def test_a_killed_worker_loses_its_attempt_and_another_worker_runs_the_retry(clu
     assert timeline_of(final) == [("failed", "LeaseExpired"), ("succeeded", None)]
     assert [a["node"] for a in final["attempts"]] == ["wa", "wb"]
     # The killed incarnation's late result, at the version it read, through the worker's own results code: refused.
-    from sextant import kubeconfig
-    from sextant.kube import Kube
+    from sextant.kube import kubeconfig
+    from sextant.kube.client import Kube
     from sextant.resources.handler import HandlerSpec
     from sextant.resources.queue import QueueSpec
     from sextant.worker.results import Recorder, Report
@@ -190,8 +190,8 @@ def test_at_exit_a_worker_deletes_its_lease_even_after_a_renewal_it_never_read_b
                                                                                                        namespace):
     """The drain ends by cancelling the renewal loop; a PUT already sent lands without its answer being read, so the
     worker's resourceVersion is stale. That Lease is still its own and is deleted; one taken over is left alone."""
-    from sextant import kubeconfig
-    from sextant.kube import Kube
+    from sextant.kube import kubeconfig
+    from sextant.kube.client import Kube
     from sextant.worker.registration import Offer, Registration, lease_body, utcnow
 
     offer = Offer(frozenset({"q"}), frozenset({"nap"}), 2, timedelta(seconds=3))

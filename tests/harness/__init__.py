@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sextant.localcluster import LocalCluster
+from sextant.dev.localcluster import LocalCluster
 
 T = TypeVar("T")
 Message = str | Callable[[], str] | None

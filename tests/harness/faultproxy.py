@@ -26,7 +26,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from sextant.kubeconfig import Connection
+from sextant.kube.kubeconfig import Connection
 
 _HOP_HEADERS = {"content-type", "accept", "user-agent"}
 

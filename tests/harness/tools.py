@@ -11,7 +11,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from sextant.localcluster import REPO_ROOT
+from sextant.dev.localcluster import REPO_ROOT
 
 BUILD_SCRIPT = REPO_ROOT / "hack" / "build-tools.sh"
 TOOLS = ("helm", "kube-score")

@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from _builders import Job, queue, snapshot, spec
-from sextant import inputs
+from sextant.resources import inputs
 from sextant.controller.pods import build_pod
 from sextant.http import api, models
 from sextant.lifecycle import transitions as T

@@ -11,15 +11,16 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from pydantic import ValidationError
 
-from sextant import inputs
+from sextant.resources import inputs
 from sextant.cli import output
 from sextant.cli import queues as Q
 from sextant.cli.main import build_parser
 from sextant.client import refusal_message
 from sextant.http import api, models
 from sextant.http.openapi import document
-from sextant.idempotency import ALPHABET, keyed_name, random_name
-from sextant.queuestats import queue_stats
+from sextant.lifecycle.idempotency import ALPHABET, keyed_name
+from sextant.resources.inputs import random_name
+from sextant.lifecycle.queueing import queue_stats
 
 T0 = datetime(2026, 5, 1, 10, 0, 0, tzinfo=timezone.utc)
 
@@ -119,11 +120,12 @@ def test_queue_stats_count_states_running_and_oldest_queued():
     jobs = [
         _job("a", "emails", "running", T0), _job("b", "emails", "queued", T0, queued_at=T0 + timedelta(seconds=5)),
         _job("c", "emails", "queued", T0 + timedelta(seconds=1)), _job("d", "emails", "succeeded", T0),
-        _job("e", "emails", None, T0), _job("f", "missing", "queued", T0),
+        _job("e", "emails", None, T0 + timedelta(seconds=2)), _job("f", "missing", "queued", T0),
     ]
-    emails, missing = queue_stats(queues, jobs)
+    emails, missing = queue_stats(queues, jobs, T0 + timedelta(minutes=1))
     assert (emails.name, emails.exists, emails.concurrency, emails.running) == ("emails", True, 2, 1)
-    assert emails.jobs == {"scheduled": 0, "queued": 2, "running": 1, "succeeded": 1, "failed": 0, "dead": 0,
+    # e has no state yet: new and runnable, it counts as queued (as in the Queue's status: lifecycle/queueing.py)
+    assert emails.jobs == {"scheduled": 0, "queued": 3, "running": 1, "succeeded": 1, "failed": 0, "dead": 0,
                            "cancelled": 0}
     assert emails.oldest_queued_at == T0 + timedelta(seconds=1)  # c (created later, but queued earlier than b)
     assert (missing.name, missing.exists, missing.concurrency, missing.jobs["queued"]) == ("missing", False, None, 1)
@@ -217,7 +219,7 @@ def test_list_filters_read_the_fields_the_crd_makes_selectable():
     jobs_crd = next(crd(e) for e in RESOURCES if e["model"].__name__ == "Job")
     selectable = [f["jsonPath"] for f in jobs_crd["spec"]["versions"][0]["selectableFields"]]
     # the HTTP API's filters, status.worker: what a worker watches its own jobs by (docs/workers.md), and
-    # spec.idempotencyKey: what every create path finds a key's holder by (sextant/idempotency.py)
+    # spec.idempotencyKey: what every create path finds a key's holder by (sextant/lifecycle/idempotency.py)
     assert sorted(selectable) == sorted([*(f".{path}" for path in api.FIELD_SELECTORS.values()), ".status.worker",
                                          ".spec.idempotencyKey"])
     job = _job("job-a", "emails", "failed", T0)

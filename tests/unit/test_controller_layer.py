@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from sextant import metrics
+from sextant.kube import metrics
 from sextant.controller.runtime import Runtime
 from sextant.controller.schedules import ScheduleController
 from sextant.controller.timers import Timers
 from sextant.controller.view import View, is_slim
-from sextant.controller.workqueue import Backoff, WorkQueue
-from sextant.kube import ApiError, NotLeader
+from sextant.kube.workqueue import Backoff, WorkQueue
+from sextant.kube.client import ApiError, NotLeader
 from sextant.lifecycle import schedule as S
 from sextant.resources.common import format_time
 from tests.harness import until
@@ -702,7 +702,7 @@ async def test_a_deposed_leaders_writes_are_refused_and_its_key_waits_for_the_ne
     controller.on_job("modify", api.put(f"{JOBS}/job-c", {"metadata": {"name": "job-c", "namespace": NS},
                                                           "spec": {"queue": QUEUE, "handler": POD_HANDLER}}))
     assert not controller.slots.reserved((NS, "job-c"))
-    api.leader = True  # and later leads again (controller/main.py: leading set, then resync)
+    api.leader = True  # and later leads again (controller/operator.py: leading set, then resync)
     controller.leading.set()
     controller.resync()
     while len(controller.queue):

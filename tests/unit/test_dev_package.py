@@ -1,5 +1,5 @@
 """`sextant dev` works from an installed wheel: the control plane's build script and the kwok Stages are package
-data of sextant.localcluster (not files of the checkout), and hack/build-controlplane.sh still runs the script."""
+data of sextant.dev.localcluster (not files of the checkout), and hack/build-controlplane.sh still runs the script."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from pathlib import Path
 
 import yaml
 
-from sextant import localcluster
+from sextant.dev import localcluster
 
 DATA = ("build-controlplane.sh", "kwok-stages.yaml")
 
 
 def test_the_build_script_and_the_stages_are_package_data():
-    files = importlib.resources.files("sextant.localcluster")
+    files = importlib.resources.files("sextant.dev.localcluster")
     assert all(files.joinpath(name).is_file() for name in DATA)
     assert localcluster.BUILD_SCRIPT == Path(str(files.joinpath("build-controlplane.sh")))
     assert localcluster.DEFAULT_STAGES == Path(str(files.joinpath("kwok-stages.yaml")))
@@ -27,7 +27,7 @@ def test_the_build_script_and_the_stages_are_package_data():
 
 def test_the_wheel_takes_them_along():
     pyproject = tomllib.loads((localcluster.REPO_ROOT / "pyproject.toml").read_text())
-    assert sorted(pyproject["tool"]["setuptools"]["package-data"]["sextant.localcluster"]) == sorted(DATA)
+    assert sorted(pyproject["tool"]["setuptools"]["package-data"]["sextant.dev.localcluster"]) == sorted(DATA)
 
 
 def fake_cache(tmp_path: Path) -> tuple[dict[str, str], Path]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sextant.controller.events import EventRecorder, TokenBucket
+from sextant.kube.events import EventRecorder, TokenBucket
 from sextant.lifecycle.transitions import Event
 
 JOB: dict[str, Any] = {"apiVersion": "sextant.dev/v1alpha1", "kind": "Job",
@@ -46,7 +46,7 @@ def test_disabled_records_nothing():
 
 def test_a_token_bucket_refills_at_its_rate(monkeypatch):
     clock = [100.0]
-    monkeypatch.setattr("sextant.controller.events.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("sextant.kube.events.time.monotonic", lambda: clock[0])
     bucket = TokenBucket(qps=2.0, burst=2)
     assert [bucket.try_take() for _ in range(3)] == [True, True, False]
     clock[0] += 0.5  # one token

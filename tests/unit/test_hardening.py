@@ -18,14 +18,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from sextant import jsontext
-from sextant.controller.informer import Informer
-from sextant.controller.invalid import COND_INVALID, invalid_conditions
+from sextant.kube import jsontext
+from sextant.kube.informer import Informer
+from sextant.lifecycle.reading import COND_INVALID, invalid_conditions
 from sextant.controller.slots import line_position
-from sextant.controller.main import supervise
+from sextant.controller.operator import supervise
 from sextant.controller.view import InvalidJob, View
-from sextant.controller.workqueue import RETRY_CAP, Backoff, WorkQueue, describe, failed
-from sextant.kube import MAX_RETRY_AFTER, ApiError, Gone, _event, retry_after
+from sextant.kube.workqueue import RETRY_CAP, Backoff, WorkQueue, describe, failed
+from sextant.kube.client import MAX_RETRY_AFTER, ApiError, Gone, _event, retry_after
 from sextant.lifecycle import transitions as T
 from sextant.lifecycle.backoff import backoff_delay
 from sextant.resources.common import (MAX_DURATION, MAX_TIME, MIN_TIME, format_time, json_depth, parse_duration,
@@ -35,7 +35,7 @@ from sextant.resources.job import MAX_PAYLOAD_DEPTH, JobSpec, JobStatus, State
 from sextant.resources.queue import Backoff as QueueBackoff
 from sextant.resources.queue import QueueSpec
 from sextant.resources.schedule import ScheduleSpec, ScheduleStatus
-from sextant.retention import Expiry, expiry
+from sextant.lifecycle.retention import Expiry, expiry
 from tests.harness import until
 
 from _builders import T0, Job, at, queue, spec
@@ -712,7 +712,7 @@ async def test_leader_election_survives_any_error():
 
 
 async def test_the_event_poster_survives_any_error():
-    from sextant.controller.events import EventRecorder
+    from sextant.kube.events import EventRecorder
 
     kube = RecordingKube(failures=[RuntimeError("odd"), ApiError(500, "down")])
     recorder = EventRecorder(kube, lambda: T0, parallel=1)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from sextant.controller.invalid import invalid_conditions
+from sextant.lifecycle.reading import invalid_conditions
 from sextant.lifecycle import transitions as T
 from sextant.lifecycle.health import COND_READY, COND_RECONCILING, COND_STALLED, health
 from sextant.resources.common import Condition

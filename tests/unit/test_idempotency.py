@@ -2,38 +2,39 @@
 when a keyed job's claim ends."""
 
 from datetime import datetime, timedelta, timezone
+from types import SimpleNamespace
 
 import httpx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sextant import idempotency as I
+from sextant.lifecycle import idempotency as I
 from sextant.client import Client
-from sextant.kubeconfig import Connection
+from sextant.kube.kubeconfig import Connection
+from sextant.resources import inputs
+from sextant.resources.contract import ENV_IDEMPOTENCY_WINDOW
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
 
 
-@pytest.fixture(autouse=True)
-def default_window(monkeypatch):
-    monkeypatch.delenv(I.WINDOW_ENV, raising=False)
-
-
-def test_the_window_is_24_hours_unless_set(monkeypatch):
-    assert I.window() == timedelta(hours=24)
-    monkeypatch.setenv(I.WINDOW_ENV, "5s")
-    assert I.window() == timedelta(seconds=5)
-    assert I.still_claimed(T0, T0 + timedelta(seconds=4.9)) and not I.still_claimed(T0, T0 + timedelta(seconds=5))
-    monkeypatch.setenv(I.WINDOW_ENV, "")
-    assert I.window() == timedelta(hours=24)
+def test_the_window_is_24_hours_unless_set():
+    assert inputs.idempotency_window({}) == I.WINDOW == timedelta(hours=24)
+    assert inputs.idempotency_window({ENV_IDEMPOTENCY_WINDOW: "5s"}) == timedelta(seconds=5)
+    five = timedelta(seconds=5)
+    assert I.still_claimed(T0, T0 + timedelta(seconds=4.9), five) and not I.still_claimed(T0, T0 + five, five)
+    assert inputs.idempotency_window({ENV_IDEMPOTENCY_WINDOW: ""}) == timedelta(hours=24)
 
 
 @pytest.mark.parametrize("text", ["soon", "0s", "-5s", "5"])
-def test_a_bad_window_is_refused_naming_the_variable(monkeypatch, text):
-    monkeypatch.setenv(I.WINDOW_ENV, text)
-    with pytest.raises(ValueError, match=I.WINDOW_ENV):
-        I.window()
+def test_a_bad_window_is_refused_naming_the_variable(text):
+    with pytest.raises(ValueError, match=ENV_IDEMPOTENCY_WINDOW):
+        inputs.idempotency_window({ENV_IDEMPOTENCY_WINDOW: text})
+
+
+def test_the_client_reads_the_window_once_from_the_environment(monkeypatch):
+    monkeypatch.setenv(ENV_IDEMPOTENCY_WINDOW, "90s")
+    assert Client(Connection(server="https://api.example", ssl_context=False)).idempotency_window == timedelta(seconds=90)
 
 
 def test_the_holder_is_the_first_use_while_its_claim_runs():
@@ -55,7 +56,7 @@ def test_equal_creation_times_prefer_the_job_the_operator_already_let_run():
                 unique_by=lambda t: t[2]), st.integers(0, 200))
 def test_the_holder_is_the_job_that_claimant_does_not_call_a_duplicate(rows, at):
     # The operator (claimant) and the create paths (holder) must agree on who holds a key.
-    window = I.window()
+    window = I.WINDOW
     jobs = [(T0 + window * (minutes / 40), undecided, f"job-{name}") for minutes, undecided, name in rows]
     now = T0 + window * (at / 40)
     held = I.holder([j for j in jobs if j[0] <= now], now)
@@ -68,23 +69,24 @@ def test_the_holder_is_the_job_that_claimant_does_not_call_a_duplicate(rows, at)
                 assert I.claimant(jobs, other[0], other[2]) is not None
 
 
-def test_undecided_means_no_state_yet_or_a_duplicate():
-    assert I.undecided({}) and I.undecided({"status": {}})
-    assert I.undecided({"status": {"state": "cancelled", "duplicateOf": "job-a"}})
-    assert not I.undecided({"status": {"state": "queued"}})
+def test_undecided_means_no_state_and_no_attempt_yet_or_a_duplicate():
+    assert I.undecided(None, started=False) and I.undecided({}, started=False)
+    assert I.undecided({"state": "cancelled", "duplicateOf": "job-a"}, started=False)
+    assert not I.undecided({"state": "queued"}, started=False)
+    # admitted on first sight: its pod exists, its state is written when the pod starts
+    assert not I.undecided({}, started=True)
 
 
 @pytest.mark.parametrize("key, escaped", [("receipt-42", "receipt-42"), ("a,b=c", "a\\,b\\=c"),
                                           ("back\\slash", "back\\\\slash"), ("x!=y", "x!\\=y")])
 def test_a_key_is_escaped_for_a_field_selector(key, escaped):
-    assert I.selector_value(key) == escaped
+    assert inputs.selector_value(key) == escaped
 
 
-def test_a_keyed_jobs_claim_ends_a_window_after_its_creation(monkeypatch):
+def test_a_keyed_jobs_claim_ends_a_window_after_its_creation():
     job = {"metadata": {"creationTimestamp": "2026-12-01T12:00:00Z"}, "spec": {"idempotencyKey": "k"}}
     assert I.claim_ends(job) == T0 + timedelta(hours=24)
-    monkeypatch.setenv(I.WINDOW_ENV, "90s")
-    assert I.claim_ends(job) == T0 + timedelta(seconds=90)
+    assert I.claim_ends(job, timedelta(seconds=90)) == T0 + timedelta(seconds=90)
     assert I.claim_ends({**job, "spec": {}}) is None
     assert I.claim_ends({"metadata": {"creationTimestamp": "yesterday"}, "spec": {"idempotencyKey": "k"}}) is None
 
@@ -145,3 +147,29 @@ def test_an_expired_claim_is_no_holder():
         return httpx.Response(200, json=listed(raw_job("job-old", "k", created="2026-11-30T11:00:00Z")))
 
     assert scripted_client(answer).key_holder("shop", "k", T0) is None
+
+
+def test_client_and_operator_name_the_same_holder_when_a_started_job_ties_with_a_later_name():
+    # Two jobs with one key created in the same second; job-zzz's pod was created on first sight (the operator let it
+    # run; its state is written when the pod starts), job-aaa is new. The operator keeps job-zzz; the client must
+    # return job-zzz too (on the main before the layout change it returned job-aaa: only the view counted the pod).
+    from sextant.controller.view import View
+
+    created = "2026-12-01T12:00:00Z"
+    zzz, aaa = raw_job("job-zzz", "k", created), raw_job("job-aaa", "k", created)
+
+    def answer(request):
+        if request.url.path.endswith("/pods"):
+            started = request.url.params.get("labelSelector") == "sextant.dev/job=job-zzz"
+            return httpx.Response(200, json={"kind": "PodList", "metadata": {}, "items": [{}] if started else []})
+        return httpx.Response(200, json=listed(zzz, aaa))
+
+    assert scripted_client(answer).key_holder("shop", "k", T0)["metadata"]["name"] == "job-zzz"
+    view = View(now=lambda: T0)
+    for name in ("job-zzz", "job-aaa"):
+        view.upsert_job({"apiVersion": "sextant.dev/v1alpha1", "kind": "Job",
+                         "metadata": {"name": name, "namespace": "shop", "uid": name, "resourceVersion": "1",
+                                      "creationTimestamp": created},
+                         "spec": {"queue": "q", "handler": "h", "idempotencyKey": "k"}})
+    view.pods[("shop", "job-zzz")] = {1: SimpleNamespace(owner_uid="job-zzz")}  # the pod created on first sight
+    assert not view._undecided(("shop", "job-zzz")) and view._undecided(("shop", "job-aaa"))

@@ -17,10 +17,10 @@ import kopf
 import pytest
 import yaml
 
-from sextant import kubeconfig
+from sextant.kube import kubeconfig
 from sextant.controller import kopfapp
 from sextant.controller.feed import TOMBSTONE_SECONDS, Feed
-from sextant.controller.main import Operator, Settings
+from sextant.controller.operator import Operator, Settings
 from sextant.resources import GROUP, VERSION
 
 OPERATOR_DIR = Path(__file__).resolve().parents[2] / "operator" / "sextant"
@@ -138,7 +138,7 @@ def run_infinite_watch(monkeypatch, outcomes: list, feeds: dict[str, Feed]) -> t
 
 
 def failures(kind: str) -> float:
-    from sextant import metrics
+    from sextant.kube import metrics
 
     return sum(sample.value for metric in metrics.KOPF_WATCH_FAILURES.collect() for sample in metric.samples
                if sample.name.endswith("_total") and sample.labels["kind"] == kind)

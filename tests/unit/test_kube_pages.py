@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from sextant.kube import Kube
-from sextant.kubeconfig import Connection
+from sextant.kube.client import Kube
+from sextant.kube.kubeconfig import Connection
 
 PAGES = 4
 

@@ -8,7 +8,7 @@ import ssl
 import pytest
 import yaml
 
-from sextant import kubeconfig
+from sextant.kube import kubeconfig
 
 
 def write(tmp_path, user: dict, cluster: dict | None = None, namespace: str | None = None, name: str = "c"):

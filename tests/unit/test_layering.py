@@ -1,15 +1,24 @@
-"""The layering (README, Layout), read from the source: lifecycle/ (the pure rules) imports nothing of the project but
-resources/ (the public API's models) and itself, so that its rules stay testable without I/O, a clock or a cluster."""
+"""The layering (README, Layout; docs/operator.md), read from the source:
+
+- lifecycle/ (the pure rules) imports nothing of the project but resources/ (the public API's models) and itself, so
+  that its rules stay testable without I/O, a clock or a cluster; nor does it read the environment or the clock;
+- kube/ (Kubernetes plumbing for every process) imports only resources/ and itself: it knows no lifecycle rule;
+- only controller/ imports controller/ (the operator's internals), except the `sextant` command's composition root;
+- no two packages import each other, directly or through others (no package cycles).
+"""
 
 from __future__ import annotations
 
 import ast
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
 PACKAGE_DIR = Path(__file__).resolve().parents[2] / "operator" / "sextant"
-ALLOWED = ("sextant.resources", "sextant.lifecycle")
+MODULES = sorted(PACKAGE_DIR.rglob("*.py"))
+# The one module that composes every command of `sextant` (the operator's among them).
+COMPOSITION_ROOT = "sextant.__main__"
 
 
 def project_imports(source: str, package: str) -> set[str]:
@@ -28,23 +37,118 @@ def project_imports(source: str, package: str) -> set[str]:
     return {m for m in found if m == "sextant" or m.startswith("sextant.")}
 
 
-def outside(modules: set[str]) -> set[str]:
-    return {m for m in modules if not any(m == a or m.startswith(a + ".") for a in ALLOWED)}
+def module_name(path: Path) -> str:
+    parts = ["sextant", *path.relative_to(PACKAGE_DIR).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-@pytest.mark.parametrize("path", sorted(PACKAGE_DIR.joinpath("lifecycle").rglob("*.py")), ids=lambda p: p.name)
+def package_of(path: Path) -> str:
+    return ".".join(["sextant", *path.relative_to(PACKAGE_DIR).parent.parts])
+
+
+def imports_of(path: Path) -> set[str]:
+    return project_imports(path.read_text(), package_of(path))
+
+
+def outside(modules: set[str], allowed: tuple[str, ...]) -> set[str]:
+    return {m for m in modules if not any(m == a or m.startswith(a + ".") for a in allowed)}
+
+
+def top_package(module: str) -> str:
+    """sextant.kube.client → kube; sextant.sdk → sdk; sextant → sextant."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def in_package(name: str):
+    return [p for p in MODULES if p.relative_to(PACKAGE_DIR).parts[0] == name]
+
+
+@pytest.mark.parametrize("path", in_package("lifecycle"), ids=lambda p: p.name)
 def test_lifecycle_imports_nothing_of_sextant_but_resources_and_itself(path: Path):
-    package = ".".join(["sextant", *path.relative_to(PACKAGE_DIR).parent.parts])
-    assert not outside(project_imports(path.read_text(), package)), path.relative_to(PACKAGE_DIR)
+    assert not outside(imports_of(path), ("sextant.resources", "sextant.lifecycle")), path.relative_to(PACKAGE_DIR)
+
+
+@pytest.mark.parametrize("path", in_package("lifecycle"), ids=lambda p: p.name)
+def test_lifecycle_reads_no_environment_clock_or_randomness(path: Path):
+    tree = ast.parse(path.read_text())
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    attrs = {f"{n.value.id}.{n.attr}" for n in ast.walk(tree)
+             if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)}
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom) for a in n.names}
+    imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert not imported & {"os", "random", "secrets", "time"}, path.name
+    assert not attrs & {"datetime.now", "datetime.utcnow", "date.today", "os.environ"}, path.name
+    assert "environ" not in names, path.name
+
+
+@pytest.mark.parametrize("path", in_package("kube"), ids=lambda p: p.name)
+def test_kube_imports_nothing_of_sextant_but_resources_and_itself(path: Path):
+    assert not outside(imports_of(path), ("sextant.resources", "sextant.kube")), path.relative_to(PACKAGE_DIR)
+
+
+@pytest.mark.parametrize("path", [p for p in MODULES if p.relative_to(PACKAGE_DIR).parts[0] != "controller"
+                                  and module_name(p) != COMPOSITION_ROOT], ids=lambda p: str(p.relative_to(PACKAGE_DIR)))
+def test_only_controller_imports_controller(path: Path):
+    assert not {m for m in imports_of(path) if m == "sextant.controller" or m.startswith("sextant.controller.")}, \
+        path.relative_to(PACKAGE_DIR)
+
+
+def test_only_controller_imports_kopf():
+    for path in MODULES:
+        if path.relative_to(PACKAGE_DIR).parts[0] == "controller":
+            continue
+        tree = ast.parse(path.read_text())
+        names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module
+                  and not n.level}
+        assert "kopf" not in names, path.relative_to(PACKAGE_DIR)
+
+
+def package_graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = defaultdict(set)
+    for path in MODULES:
+        source = top_package(module_name(path))
+        if module_name(path) == COMPOSITION_ROOT:
+            continue  # it composes everything, and nothing imports it
+        for module in imports_of(path):
+            target = top_package(module)
+            if target not in (source, "sextant"):
+                graph[source].add(target)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every cycle of the graph, once each (as found by a depth-first walk from each node)."""
+    found: list[list[str]] = []
+    for start in sorted(graph):
+        stack = [(start, [start])]
+        while stack:
+            node, path = stack.pop()
+            for nxt in sorted(graph.get(node, ())):
+                if nxt == start:
+                    found.append(path)
+                elif nxt not in path and nxt > start:
+                    stack.append((nxt, [*path, nxt]))
+    return found
+
+
+def test_no_package_imports_another_that_imports_it_back():
+    assert cycles(package_graph()) == []
+
+
+def test_the_cycle_finder_finds_cycles():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
 
 
 def test_the_scan_sees_every_form_of_import():
-    source = ("import sextant.kube\nfrom sextant import metrics\nfrom ..idempotency import keyed_name\n"
-              "from .. import retention\nfrom . import states\nfrom ..resources.job import State\n"
+    source = ("import sextant.kube.client\nfrom sextant import sdk\nfrom ..idempotency import keyed_name\n"
+              "from .. import client\nfrom . import states\nfrom ..resources.job import State\n"
               "import os\nfrom datetime import datetime\n"
               "def f():\n    from ..controller import view\n")
     found = project_imports(source, "sextant.lifecycle")
-    assert outside(found) == {"sextant.kube", "sextant", "sextant.metrics", "sextant.idempotency",
-                              "sextant.idempotency.keyed_name", "sextant.retention", "sextant.controller",
-                              "sextant.controller.view"}
-    assert {"sextant.lifecycle.states", "sextant.resources.job.State"} <= found - outside(found)
+    assert outside(found, ("sextant.resources", "sextant.lifecycle")) == {
+        "sextant.kube.client", "sextant", "sextant.sdk", "sextant.idempotency", "sextant.idempotency.keyed_name",
+        "sextant.client", "sextant.controller", "sextant.controller.view"}
+    assert {"sextant.lifecycle.states", "sextant.resources.job.State"} <= found

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from sextant import metrics
+from sextant.kube import metrics
 from sextant.controller.leader import ElectionSettings, LeaderElector
 from sextant.controller.runtime import Runtime
-from sextant.kube import ApiError, Kube, NotLeader
-from sextant.kubeconfig import Connection
+from sextant.kube.client import ApiError, Kube, NotLeader
+from sextant.kube.kubeconfig import Connection
 from sextant.resources.common import parse_time
 from tests.harness import until
 

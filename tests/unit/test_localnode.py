@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from sextant.localnode import logs
-from sextant.localnode.pods import exit_code_of, expand
+from sextant.dev.localnode import logs
+from sextant.dev.localnode.pods import exit_code_of, expand
 
 
 @pytest.mark.parametrize(("text", "expected"), [

@@ -1,8 +1,10 @@
-"""A Queue's live numbers (queuestats.count_unfinished / status_body), as controller/queuestatus.py writes them."""
+"""A Queue's live numbers (queueing.count_unfinished / status_body), as controller/queuestatus.py writes them."""
 
 from __future__ import annotations
 
-from sextant.queuestats import QueueNumbers, count_unfinished, same_status, status_body
+from datetime import datetime, timezone
+
+from sextant.lifecycle.queueing import QueueNumbers, count_unfinished, queue_stats, same_status, status_body
 
 
 def job(state: str | None, queued_at: str | None = None, created: str = "2026-03-01T12:00:00Z") -> dict:
@@ -12,40 +14,55 @@ def job(state: str | None, queued_at: str | None = None, created: str = "2026-03
     return {"metadata": {"name": "j", "creationTimestamp": created}, "status": status}
 
 
+NOW = datetime(2026, 3, 1, 13, 0, tzinfo=timezone.utc)
+
+
 def test_counts_each_unfinished_state_and_the_starting_pods():
     numbers = count_unfinished([
-        (job("running"), False, False),
-        (job("running"), False, False),
-        (job("queued", "2026-03-01T12:00:30Z"), True, True),  # its pod is starting: queued, not running
-        (job("queued", "2026-03-01T12:00:10Z"), False, False),
-        (job("scheduled"), False, False),
-        (job("failed"), False, False),
-    ])
+        (job("running"), False),
+        (job("running"), False),
+        (job("queued", "2026-03-01T12:00:30Z"), True),  # its pod is starting: queued, not running
+        (job("queued", "2026-03-01T12:00:10Z"), False),
+        (job("scheduled"), False),
+        (job("failed"), False),
+    ], NOW)
     assert numbers == QueueNumbers(running=2, queued=2, starting=1, scheduled=1, failed=1,
                                    oldest_queued_at=numbers.oldest_queued_at)
     assert numbers.oldest_queued_at.isoformat() == "2026-03-01T12:00:10+00:00"
 
 
-def test_a_job_without_a_state_counts_as_queued_only_while_its_pod_starts():
-    numbers = count_unfinished([(job(None, created="2026-03-01T11:00:00Z"), True, False), (job(None), False, False)])
-    assert (numbers.queued, numbers.starting) == (1, 1)
+def test_a_job_without_a_state_counts_as_queued_and_starting_while_its_pod_starts():
+    numbers = count_unfinished([(job(None, created="2026-03-01T11:00:00Z"), True), (job(None), False)], NOW)
+    assert (numbers.queued, numbers.starting) == (2, 1)
     assert numbers.oldest_queued_at.isoformat() == "2026-03-01T11:00:00+00:00"
 
 
-def test_a_job_without_a_state_held_in_line_for_a_slot_counts_as_queued():
-    numbers = count_unfinished([(job(None, created="2026-03-01T11:00:00Z"), False, True)])
-    assert (numbers.queued, numbers.starting) == (1, 0)
-    assert numbers.oldest_queued_at.isoformat() == "2026-03-01T11:00:00+00:00"
+def test_a_job_without_a_state_whose_run_at_is_ahead_counts_as_scheduled_and_an_invalid_one_not_at_all():
+    ahead = {**job(None), "spec": {"runAt": "2026-03-01T14:00:00Z"}}
+    invalid = {**job(None), "status": {"conditions": [{"type": "Invalid", "status": "True", "reason": "InvalidSpec"}]}}
+    numbers = count_unfinished([(ahead, False), (invalid, False)], NOW)
+    assert (numbers.queued, numbers.scheduled) == (0, 1)
+
+
+def test_the_queue_status_and_the_v2_api_count_a_new_job_alike():
+    # One rule (queueing.counted_state) for `kubectl get squeue` and GET /v2/queues and the dashboard: a job the
+    # operator holds without a state (hold_first_write) is queued in both. On the main before the layout change the
+    # Queue's status said queued 1 and /v2/queues said 0.
+    new = {**job(None), "metadata": {"name": "j", "namespace": "ns", "creationTimestamp": "2026-03-01T12:00:00Z"},
+           "spec": {"queue": "emails"}}
+    queue = {"metadata": {"name": "emails", "namespace": "ns"}, "spec": {}}
+    (stats,) = queue_stats([queue], [new], NOW)
+    assert stats.jobs["queued"] == count_unfinished([(new, False)], NOW).queued == 1
 
 
 def test_an_empty_queue_has_zeros_and_no_oldest():
-    body = status_body(count_unfinished([]), 3)
+    body = status_body(count_unfinished([], NOW), 3)
     assert body == {"observedGeneration": 3, "running": 0, "queued": 0, "starting": 0, "scheduled": 0, "failed": 0,
                     "oldestQueuedAt": None}
 
 
 def test_only_a_change_is_written():
-    body = status_body(count_unfinished([(job("running"), False, False)]), 1)
+    body = status_body(count_unfinished([(job("running"), False)], NOW), 1)
     assert not same_status({}, body)  # never written
     stored = {k: v for k, v in body.items() if v is not None}  # the API server drops the nulls of a merge patch
     assert same_status(stored, body)

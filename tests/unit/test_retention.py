@@ -6,7 +6,7 @@ import pytest
 
 from sextant.resources.job import State
 from sextant.resources.queue import Retention
-from sextant.retention import expiry
+from sextant.lifecycle.retention import expiry
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
 FINISHED = "2026-11-30T12:00:00.000000Z"
@@ -45,7 +45,7 @@ def test_no_finish_time_no_expiry():
     assert expiry(State.SUCCEEDED, None, Retention(succeeded="1s")).job_at is None
 
 
-# A keyed job is kept until its key's claim ends (sextant/idempotency.py), so a second create with the key finds it.
+# A keyed job is kept until its key's claim ends (sextant/lifecycle/idempotency.py), so a second create with the key finds it.
 CREATED = T0 - timedelta(hours=1)  # created an hour before it finished
 
 

@@ -15,7 +15,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from sextant import idempotency
+from sextant.lifecycle import idempotency
 from sextant.lifecycle import schedule as S
 from sextant.resources.common import parse_time
 from sextant.resources.job import State

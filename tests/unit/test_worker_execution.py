@@ -18,7 +18,7 @@ import pytest
 from _builders import T0
 from tests.harness import until
 from sextant import sdk
-from sextant.worker.execution import CommandWork, Ended, Execution, FunctionWork
+from sextant.runner.execution import CommandWork, Ended, Execution, FunctionWork
 
 JOB = sdk.Job(id="job_a", name="job-a", namespace="shop", queue="emails", handler="h", attempt=1,
               payload={"orderId": 7}, scheduled_at="2026-03-01T12:00:00Z")

@@ -9,7 +9,8 @@ from datetime import datetime, timezone
 from functools import cached_property
 from typing import TextIO
 
-from .. import inputs, kubeconfig
+from ..resources import inputs
+from ..kube import kubeconfig
 from ..client import Client, ClientError, refusal_message
 
 

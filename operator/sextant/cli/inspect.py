@@ -7,7 +7,7 @@ import json
 from datetime import datetime
 from typing import Any
 
-from .. import inputs
+from ..resources import inputs
 from ..client import ClientError
 from ..resources.common import parse_time
 from ..resources.job import job_id, sequence_of

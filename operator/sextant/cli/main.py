@@ -16,19 +16,20 @@ import traceback
 
 import httpx
 
-from .. import inputs, kubeconfig
+from ..resources import inputs
+from ..kube import kubeconfig
 from ..client import ClientError
 from . import inspect as inspect_cmd
 from ..worker import main as worker_cmd
 from . import jobs, queues, schedules, workers
-from ..dashboard import cli as dashboard
+from . import dashboard
 from .args import positive_int
 from .context import CliError, Context, api_error
 
 
 def _settings(args: argparse.Namespace, conn: kubeconfig.Connection):
     from ..controller.leader import ElectionSettings
-    from ..controller.main import Settings
+    from ..controller.operator import Settings
     from ..resources.common import parse_duration
 
     election = None
@@ -40,6 +41,7 @@ def _settings(args: argparse.Namespace, conn: kubeconfig.Connection):
                                     retry_period=parse_duration(args.leader_election_retry_period).total_seconds())
     return Settings(namespaces=args.watch_namespace or [], workers=args.workers, pending_pods=args.max_pending_pods,
                     record_queued_after=parse_duration(args.record_queued_after),
+                    idempotency_window=inputs.idempotency_window(os.environ),
                     events=not args.no_events,
                     http_host=args.http_host, http_port=None if args.http_port < 0 else args.http_port,
                     http_tls=(args.http_tls_cert, args.http_tls_key) if args.http_tls_cert else None,
@@ -50,7 +52,7 @@ def _settings(args: argparse.Namespace, conn: kubeconfig.Connection):
 
 
 def _operator(args: argparse.Namespace) -> int:
-    from ..controller.main import run
+    from ..controller.operator import run
 
     logging.basicConfig(level=getattr(logging, args.log_level.upper()),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -60,7 +62,7 @@ def _operator(args: argparse.Namespace) -> int:
 
 
 def _dev(args: argparse.Namespace) -> int:
-    from ..dev import dev
+    from ..dev.command import dev
 
     logging.basicConfig(level=getattr(logging, args.log_level.upper()),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

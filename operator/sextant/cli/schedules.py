@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .. import inputs
+from ..resources import inputs
 from ..client import ClientError
 from ..resources import contract
 from ..resources.common import parse_time

@@ -29,8 +29,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from .. import metrics
-from .informer import Key, OnChange, key_of, trim
+from ..kube import metrics
+from ..kube.informer import Key, OnChange, key_of, trim
 
 log = logging.getLogger(__name__)
 

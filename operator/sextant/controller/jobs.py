@@ -14,7 +14,8 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from .. import idempotency, metrics, retention
+from ..lifecycle import idempotency, retention
+from ..kube import metrics
 from ..lifecycle import transitions as T
 from ..lifecycle import workers as W
 from ..lifecycle.states import FINISHED
@@ -22,10 +23,10 @@ from ..resources import API_VERSION, GROUP, VERSION, contract
 from ..resources.job import JobStatus
 from ..resources.queue import QueueSpec
 from ..resources.common import parse_time
-from .events import EventRecorder
-from .informer import Key, key_of
-from .invalid import COND_INVALID, invalid_conditions, read_spec
-from ..kube import ApiError, Kube
+from ..kube.events import EventRecorder
+from ..kube.informer import Key, key_of
+from ..lifecycle.reading import COND_INVALID, invalid_conditions, read_spec
+from ..kube.client import ApiError, Kube
 from .pods import build_pod, controller_uid
 from .queuestatus import QueueStatusWriter
 from .slots import Slots
@@ -87,7 +88,7 @@ class JobController:
                            active=lambda: self.started.is_set() and self.leading.is_set())
         self._acting: set[Key] = set()  # jobs being reconciled now: their reservations are theirs to give back
         # The Queues' status (their live numbers): the leader writes it, through the same fenced client.
-        self.queue_status = QueueStatusWriter(kube, view, timers, now, self.leading, in_line=self.slots.in_line)
+        self.queue_status = QueueStatusWriter(kube, view, timers, now, self.leading)
 
     # --- informer callbacks ---------------------------------------------------------------------------------
     def on_job(self, kind: str, obj: dict[str, Any]) -> None:
@@ -332,7 +333,7 @@ class JobController:
         status, spec = raw.get("status") or {}, raw.get("spec") or {}
         queue = self.view.queues.get((key[0], spec.get("queue", "")))
         return retention.expiry(state_of(raw), status.get("finishedAt"),
-                                queue.retention if queue else QueueSpec().retention, idempotency.claim_ends(raw))
+                                queue.retention if queue else QueueSpec().retention, idempotency.claim_ends(raw, self.view.idempotency_window))
 
     async def _retain(self, key: Key, now: datetime) -> datetime | None:
         """Delete a finished job, or its pods, once its retention is over; else when to look again."""

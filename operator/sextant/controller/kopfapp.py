@@ -39,13 +39,13 @@ from typing import Any
 import kopf
 from kopf._cogs.clients import watching as kopf_watching  # the one internal of kopf Sextant touches (see above)
 
-from .. import metrics
-from ..kubeconfig import Connection
+from ..kube import metrics
+from ..kube.kubeconfig import Connection
 from ..resources import GROUP, VERSION
 from .feed import Feed
-from .informer import RETRY_INITIAL, RETRY_MAX, jittered
-from .main import Operator, Settings
-from .workqueue import describe
+from ..kube.informer import RETRY_INITIAL, RETRY_MAX, jittered
+from .operator import Operator, Settings
+from ..kube.workqueue import describe
 
 log = logging.getLogger("sextant.operator")
 

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from ..kube import ApiError, Kube
+from ..kube.client import ApiError, Kube
 from ..resources.common import time_or_none
 
 log = logging.getLogger("sextant.leader")

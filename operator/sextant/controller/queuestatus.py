@@ -19,11 +19,11 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..kube import ApiError, Kube, NotLeader
-from ..queuestats import count_unfinished, same_status, status_body
+from ..kube.client import ApiError, Kube, NotLeader
+from ..lifecycle.queueing import count_unfinished, same_status, status_body
 from ..resources import GROUP, VERSION
 from ..resources.job import sequence_of
-from .informer import Key, key_of
+from ..kube.informer import Key, key_of
 from .timers import Timers
 from .view import View
 
@@ -46,9 +46,8 @@ def queue_status_path(key: Key) -> str:
 
 class QueueStatusWriter:
     def __init__(self, kube: Kube, view: View, timers: Timers, now: Callable[[], datetime], leading: asyncio.Event,
-                 interval: timedelta = INTERVAL, in_line: Callable[[Key], bool] = lambda job: False) -> None:
+                 interval: timedelta = INTERVAL) -> None:
         self.kube, self.view, self.timers, self.now, self.leading = kube, view, timers, now, leading
-        self.in_line = in_line  # the job waits in its queue's line (Slots.in_line)
         self.interval = interval
         self.generation: dict[Key, int | None] = {}
         self.stored: dict[Key, dict[str, Any]] = {}  # each Queue's status as last seen (watch) or written
@@ -95,13 +94,12 @@ class QueueStatusWriter:
                 continue
             status = raw.get("status")
             if isinstance(status, dict) and status.get("state") not in (None, "queued"):
-                jobs.append((raw, False, False))  # only a queued job (or one held so) may be starting or in line
+                jobs.append((raw, False))  # only a queued job (or one not yet written) may be starting
                 continue
             sequence = sequence_of(status)
             pods = self.view.pods_of(job_key)
-            starting = any(p.sequence > sequence and p.alive and not p.started for p in pods.values())
-            jobs.append((raw, starting, self.in_line(job_key)))
-        return status_body(count_unfinished(jobs), self.generation.get(key))
+            jobs.append((raw, any(p.sequence > sequence and p.alive and not p.started for p in pods.values())))
+        return status_body(count_unfinished(jobs, self.now()), self.generation.get(key))
 
     async def write(self, key: Key) -> bool:
         """Write the queue's numbers when they changed; True when a write was made."""

@@ -7,9 +7,9 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Hashable, Iterable
 
-from .. import metrics
-from ..kube import NotLeader
-from .workqueue import WorkQueue, failed
+from ..kube import metrics
+from ..kube.client import NotLeader
+from ..kube.workqueue import WorkQueue, failed
 
 
 class Runtime:

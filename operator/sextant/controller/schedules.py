@@ -18,15 +18,15 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .. import metrics
-from ..kube import ApiError, Kube
+from ..kube import metrics
+from ..kube.client import ApiError, Kube
 from ..lifecycle import schedule as S
 from ..lifecycle.transitions import Event
 from ..resources import API_VERSION, GROUP, VERSION
 from ..resources.common import time_or_none
 from ..resources.schedule import KIND, ScheduleSpec, ScheduleStatus
-from .events import EventRecorder
-from .informer import Key, key_of
+from ..kube.events import EventRecorder
+from ..kube.informer import Key, key_of
 from .runtime import Runtime
 from .timers import Timers
 from .view import Versions, View

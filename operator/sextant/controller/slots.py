@@ -32,10 +32,11 @@ from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from ..lifecycle import workers as W
+from ..lifecycle.queueing import line_position
 from ..lifecycle.attempts import PodObservation
 from ..resources.common import parse_time
 from ..resources.job import State
-from .informer import Key
+from ..kube.informer import Key
 from .timers import Timers
 from .view import View, state_of
 
@@ -381,19 +382,3 @@ def assigned_worker(raw: dict[str, Any]) -> str | None:
     """The worker a running job is assigned to (status.worker), if any."""
     status = raw.get("status") or {}
     return status.get("worker") if status.get("state") == "running" else None
-
-
-def line_position(raw: dict[str, Any]) -> datetime | None:
-    """When the job became runnable, as lifecycle.transitions records it in status.queuedAt; None when a time
-    cannot be read (the reconcile then holds the job as Invalid)."""
-    status, spec = raw.get("status") or {}, raw.get("spec") or {}
-    try:
-        if status.get("state") == "queued" and status.get("queuedAt"):
-            return parse_time(status["queuedAt"])
-        created = parse_time(raw["metadata"]["creationTimestamp"])
-        run_at = parse_time(spec.get("runAt"))
-    except (ValueError, KeyError):
-        return None
-    if created is None:
-        return None
-    return max(created, run_at) if run_at else created

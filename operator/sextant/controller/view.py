@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..idempotency import claimant
+from ..lifecycle.idempotency import WINDOW, claimant, undecided
 from ..lifecycle.attempts import PodObservation
 from ..lifecycle.states import FINISHED
 from ..lifecycle import workers as W
@@ -24,7 +24,7 @@ from ..resources.common import parse_duration, parse_time, problems, time_or_non
 from ..resources.handler import HandlerSpec
 from ..resources.job import JobSpec, JobStatus, State, sequence_of
 from ..resources.queue import QueueSpec
-from .informer import Key, key_of
+from ..kube.informer import Key, key_of
 from .pods import controller_uid, observe
 
 log = logging.getLogger(__name__)
@@ -193,8 +193,9 @@ def attempt_of(obj: dict[str, Any]) -> tuple[str, int] | None:
 
 
 class View:
-    def __init__(self, now: Callable[[], datetime] = _utcnow) -> None:
+    def __init__(self, now: Callable[[], datetime] = _utcnow, idempotency_window: timedelta = WINDOW) -> None:
         self.now = now
+        self.idempotency_window = idempotency_window
         self.jobs: dict[Key, dict[str, Any]] = {}
         # job → sequence → pod: every pod named and labelled as the job's attempt, its owner compared when read
         # (pods_of), since a pod may be seen before its job.
@@ -453,13 +454,10 @@ class View:
         if len(holders) < 2:
             return None
         return claimant(((created, self._undecided((key[0], name)), name) for name, created in holders.items()),
-                        job.created_at, job.name)
+                        job.created_at, job.name, self.idempotency_window)
 
     def _undecided(self, key: Key) -> bool:
-        """Not yet let run by the operator: no state yet (and no pod: admitted on first sight, its state is
-        written when the pod starts), or itself a duplicate."""
-        status = (self.jobs.get(key) or {}).get("status") or {}
-        return (not status.get("state") and not self.pods_of(key)) or bool(status.get("duplicateOf"))
+        return undecided((self.jobs.get(key) or {}).get("status"), started=bool(self.pods_of(key)))
 
     def _heartbeat(self, key: Key, sequence: int, pods: dict[int, PodObservation],
                    handler: HandlerSpec | None) -> datetime | None:

@@ -12,7 +12,7 @@ from urllib.parse import urlencode
 from ..cli.output import age, human_duration, until
 from ..resources.common import time_or_none
 from ..resources.job import job_id
-from ..inputs import STATES
+from ..resources.inputs import STATES
 from .views import Bar, JobFilter, QueueRow, ScheduleRow, chart_svg
 
 NAV = [("queues", "/"), ("jobs", "/jobs"), ("schedules", "/schedules"), ("workers", "/workers")]

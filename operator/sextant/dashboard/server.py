@@ -22,14 +22,14 @@ from typing import Any
 import httpx
 from aiohttp import web
 
-from .. import inputs
+from ..resources import inputs
 from ..cli import jobs as jobs_cmd
 from ..cli import schedules as schedules_cmd
 from ..cli import workers as workers_cmd
 from ..cli.context import CliError, Context, api_error
 from ..client import Client, ClientError
-from ..kube import ApiError, Gone, Kube
-from ..kubeconfig import Connection
+from ..kube.client import ApiError, Gone, Kube
+from ..kube.kubeconfig import Connection
 from ..resources.job import job_id
 from . import pages
 from .views import (PAGE_SIZE, SCAN_LIMIT, FilterError, JobFilter, allowed_hosts, finished_series, list_params,

@@ -11,8 +11,8 @@ from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
-from .. import inputs
-from ..queuestats import QueueStats, queue_stats
+from ..resources import inputs
+from ..lifecycle.queueing import QueueStats, queue_stats
 from ..resources.common import time_or_none
 from ..resources.job import job_id
 
@@ -158,7 +158,7 @@ def queue_rows(queues: Iterable[dict[str, Any]], jobs: Iterable[dict[str, Any]],
             key = (job["metadata"].get("namespace", ""), (job.get("spec") or {}).get("queue", ""))
             per_queue[key] = per_queue.get(key, 0) + 1
     rows = []
-    for s in queue_stats(queues, jobs):
+    for s in queue_stats(queues, jobs, now):
         rows.append(QueueRow(
             s.namespace, s.name, s.exists, s.concurrency, s.jobs["running"], s.jobs["queued"], s.jobs["scheduled"],
             s.jobs["failed"], s.jobs["dead"], per_queue.get((s.namespace, s.name), 0),

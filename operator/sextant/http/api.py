@@ -37,11 +37,12 @@ from typing import Any
 from aiohttp import web
 from pydantic import ValidationError
 
-from .. import inputs, metrics
+from ..resources import inputs
+from ..kube import metrics
 from ..client import Client, ClientError, refusal_message
 from ..controller.view import is_slim
-from ..kube import ApiError, Kube
-from ..queuestats import queue_stats
+from ..kube.client import ApiError, Kube
+from ..lifecycle.queueing import queue_stats
 from ..resources import GROUP, VERSION, contract
 from ..resources.job import job_id
 from . import models
@@ -375,8 +376,8 @@ class Api:
             queue_objects, _ = await self.kube.list(self._path(ns, "queues"))
         except ApiError as exc:
             raise self._upstream(exc, ns) from None
-        stats = queue_stats(queue_objects, jobs)
         now = self.now()
+        stats = queue_stats(queue_objects, jobs, now)
         return _json(models.dump(models.QueueList(items=[models.queue_out(s, now) for s in stats])))
 
 

@@ -20,8 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import metrics
-from ..kube import ApiError, Kube
+from ..kube import metrics
+from ..kube.client import ApiError, Kube
 from ..resources import GROUP
 from .limits import ExpiringCache, TokenBuckets
 

@@ -10,8 +10,8 @@ from typing import Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
-from .. import inputs
-from ..queuestats import QueueStats
+from ..resources import inputs
+from ..lifecycle.queueing import QueueStats
 from ..resources import contract
 from ..resources.common import format_time
 from ..resources.job import job_id, sequence_of

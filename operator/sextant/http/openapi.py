@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic.json_schema import models_json_schema
 
-from .. import inputs
+from ..resources import inputs
 from . import models
 from .models import CONTINUE_MAX, CONTINUE_PATTERN, DEFAULT_LIMIT, MAX_LIMIT
 

@@ -38,6 +38,7 @@ from . import attempts as A
 from .health import health
 from .workers import REPORT_AFTER_GRACE, on_worker
 from .backoff import backoff_delay, jitter_sample
+from .queueing import runnable_since
 from .states import (CANCELLED, DEAD, FAILED, FINISHED, QUEUED, RUNNING, SCHEDULED, SUCCEEDED, cancel_refusal,
                      retry_refusal)
 
@@ -353,8 +354,7 @@ def _first_sight(s: _Step) -> None:
         st.next_attempt_at = format_time(run_at)
         s.move(SCHEDULED, "Scheduled", f"waiting for runAt {st.next_attempt_at}")
     else:
-        since = max(job.created_at, run_at) if run_at else job.created_at
-        s.queued(since, "Queued", "runnable, waiting for a slot in queue " + job.spec.queue)
+        s.queued(runnable_since(job.created_at, run_at), "Queued", "runnable, waiting for a slot in queue " + job.spec.queue)
 
 
 def _taken_unrecorded(s: _Step) -> bool:

@@ -48,3 +48,7 @@ def holder_identity(worker: str, incarnation: str) -> str:
 
 def worker_of(holder: str) -> str:
     return holder.split("/", 1)[0]
+
+# How long an idempotency key stays claimed (a duration; default 24h), for tests and experiments: the operator and
+# every client must be given the same value (resources/inputs.idempotency_window reads it).
+ENV_IDEMPOTENCY_WINDOW = "SEXTANT_IDEMPOTENCY_WINDOW"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any
 
@@ -270,6 +270,14 @@ def cancel_wanted(spec: JobSpec, status: JobStatus) -> bool:
 class Job(Model):
     spec: JobSpec
     status: JobStatus = Field(default_factory=JobStatus)
+
+
+# A job's name: job- and ID_LENGTH of these lower-case letters and digits that cannot be misread (no 0/o, 1/l/i),
+# since people type them.
+ID_ALPHABET = "23456789abcdefghjkmnpqrstuvwxyz"
+ID_LENGTH = 8
+# How long an idempotency key stays claimed (core-concepts: Jobs), unless SEXTANT_IDEMPOTENCY_WINDOW says otherwise.
+IDEMPOTENCY_WINDOW = timedelta(hours=24)
 
 
 def job_id(name: str) -> str:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from .. import inputs
+from ..resources import inputs
 from ..client import Client
 from ..resources.job import job_id
 
@@ -22,7 +22,7 @@ class Jobs:
                namespace: str | None = None) -> str:
         """Create a job and return its id; with a key used in the last 24 h, the id of that job.
 
-        Raises sextant.inputs.InputError (a ValueError) for a payload that is not a JSON object or is over the cap
+        Raises sextant.resources.inputs.InputError (a ValueError) for a payload that is not a JSON object or is over the cap
         (256 KiB as JSON), before anything is sent."""
         payload = inputs.payload("payload", payload or {})
         if self._client is None:

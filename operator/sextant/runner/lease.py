@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable
 from datetime import datetime, timezone
 
-from ..kube import ApiError, Kube
+from ..kube.client import ApiError, Kube
 from ..resources import API_VERSION, contract
 from .env import AttemptEnv
 

@@ -8,7 +8,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ..kube import ApiError, Kube
+from ..kube.client import ApiError, Kube
 from ..resources import GROUP, VERSION
 from ..resources.job import PAYLOAD_ENV_MAX_BYTES, payload_json
 from .env import AttemptEnv

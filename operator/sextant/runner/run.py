@@ -22,8 +22,9 @@ import sys
 import traceback
 from pathlib import Path
 
-from .. import kubeconfig, sdk
-from ..kube import Kube
+from ..kube import kubeconfig
+from .. import sdk
+from ..kube.client import Kube
 from .env import AttemptEnv
 from .lease import LeaseKeeper
 from .payload import PayloadError, handler_environ, read_attempt

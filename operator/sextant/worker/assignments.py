@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ..controller.informer import Informer
-from ..kube import Kube
+from ..kube.informer import Informer
+from ..kube.client import Kube
 from ..resources import API_VERSION
 from ..resources.common import parse_time
 from ..resources.job import sequence_of

@@ -24,7 +24,8 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from .. import inputs, kubeconfig
+from ..resources import inputs
+from ..kube import kubeconfig
 from ..cli.args import port, positive_int
 from ..resources.common import parse_duration
 
@@ -117,7 +118,7 @@ def _read(kind: Any, items: list[dict[str, Any]]) -> dict[str, Any]:
 
 async def serve(conn: kubeconfig.Connection, args: argparse.Namespace, namespace: str, name: str,
                 functions: dict[str, Callable[..., Any]]) -> int:
-    from ..kube import ApiError, Kube
+    from ..kube.client import ApiError, Kube
     from ..resources.handler import HandlerSpec
     from ..resources.queue import QueueSpec
     from .metrics import WorkerMetrics

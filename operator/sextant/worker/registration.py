@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from ..kube import ApiError, Kube
+from ..kube.client import ApiError, Kube
 from ..resources import contract
 from ..resources.common import parse_time
 from ..runner.lease import micro_time

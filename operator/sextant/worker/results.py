@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from ..controller.view import View
-from ..kube import ApiError, Kube
+from ..kube.client import ApiError, Kube
 from ..lifecycle import attempts as A
 from ..lifecycle.states import RUNNING
 from ..lifecycle.transitions import Decision, Event, JobSnapshot, Observations, reconcile

@@ -17,11 +17,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from .. import sdk
-from ..controller.events import EventRecorder
-from ..controller.informer import Informer
+from ..kube.events import EventRecorder
+from ..kube.informer import Informer
 from ..controller.pods import scheduled_at
 from ..controller.view import View
-from ..kube import Kube
+from ..kube.client import Kube
 from ..resources import API_VERSION, contract
 from ..resources.common import parse_duration
 from ..resources.handler import HandlerSpec
@@ -29,7 +29,7 @@ from ..resources.job import job_id
 from ..resources.queue import QueueSpec
 from ..runner.env import attempt_variables
 from . import assignments as S
-from .execution import CommandWork, Ended, Execution, FunctionWork, Work
+from ..runner.execution import CommandWork, Ended, Execution, FunctionWork, Work
 from .metrics import WorkerMetrics
 from .plan import Served, serving
 from .registration import Offer, Registration, utcnow

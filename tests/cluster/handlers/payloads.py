@@ -2,7 +2,7 @@
 
 import json
 
-from sextant.inputs import InputError
+from sextant.resources.inputs import InputError
 from sextant.resources.job import PAYLOAD_MAX_BYTES, payload_size
 from sextant.sdk import handler
 

@@ -6,11 +6,11 @@ file). The binaries come from build-controlplane.sh (next to this file; hack/bui
 runs it): built once from the Go module proxy, then cached; nothing is downloaded when a cluster starts. Both
 files are package data, so `sextant dev` works from an installed wheel as from a checkout.
 
-    python -m sextant.localcluster up [--name N] [--nodes 2] [--audit]   # prints `export KUBECONFIG=...`
-    python -m sextant.localcluster env|down [--name N]
-    python -m sextant.localcluster build                                  # prints the bin directory
+    python -m sextant.dev.localcluster up [--name N] [--nodes 2] [--audit]   # prints `export KUBECONFIG=...`
+    python -m sextant.dev.localcluster env|down [--name N]
+    python -m sextant.dev.localcluster build                                  # prints the bin directory
 
-    from sextant.localcluster import LocalCluster
+    from sextant.dev.localcluster import LocalCluster
     with LocalCluster(name="demo") as cluster:
         cluster.kubectl("get", "nodes")
 
@@ -44,7 +44,7 @@ KUBE_VERSION = "v1.36.3"
 BUILD_SCRIPT = Path(__file__).resolve().parent / "build-controlplane.sh"
 DEFAULT_STAGES = Path(__file__).resolve().parent / "kwok-stages.yaml"
 # The checkout this module lies in (tests/harness reads hack/ there); meaningless in an installed wheel.
-REPO_ROOT = Path(__file__).resolve().parents[3]
+REPO_ROOT = Path(__file__).resolve().parents[4]
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kwokctl")
 # kwokctl's component names (also the names of their log and pid files).
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok-controller")
@@ -161,7 +161,7 @@ def _teardown_all() -> None:
         try:
             cluster.down()
         except Exception as exc:  # noqa: BLE001 - best effort at exit
-            print(f"sextant.localcluster: teardown of {cluster.name} failed: {exc}", file=sys.stderr)
+            print(f"sextant.dev.localcluster: teardown of {cluster.name} failed: {exc}", file=sys.stderr)
 
 
 def _on_signal(signum: int, frame: Any) -> None:
@@ -604,7 +604,7 @@ def new_name(prefix: str = "sextant-test") -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sextant.localcluster", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m sextant.dev.localcluster", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p_up = sub.add_parser("up", help="start a cluster (or keep the running one) and print `export KUBECONFIG=...`")
     p_up.add_argument("--name", default="sextant")
@@ -633,12 +633,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"export KUBECONFIG={cluster.kubeconfig}")
         elif args.command == "env":
             if not cluster.external and not cluster.kubeconfig.exists():
-                print(f"sextant.localcluster: no cluster named {args.name}; run `up` first", file=sys.stderr)
+                print(f"sextant.dev.localcluster: no cluster named {args.name}; run `up` first", file=sys.stderr)
                 return 1
             print(f"export KUBECONFIG={cluster.kubeconfig}")
         elif args.command == "down":
             cluster.down()
         return 0
     except (ControlPlaneUnavailable, LocalClusterError, ValueError) as exc:
-        print(f"sextant.localcluster: {exc}", file=sys.stderr)
+        print(f"sextant.dev.localcluster: {exc}", file=sys.stderr)
         return 1

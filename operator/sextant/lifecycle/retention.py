@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from .resources.common import parse_duration, parse_time
-from .resources.job import State
-from .resources.queue import Retention
+from ..resources.common import parse_duration, parse_time
+from ..resources.job import State
+from ..resources.queue import Retention
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,7 @@ def expiry(state: State | None, finished_at: str | None, retention: Retention,
     next finishes. A retention of 0 keeps the job forever.
 
     A job with an idempotency key is kept at least until its key's claim ends (`claim_ends`: its creation plus
-    the 24-hour window, sextant/idempotency.py), so that a second create with that key still finds it and returns
+    the 24-hour window, sextant/lifecycle/idempotency.py), so that a second create with that key still finds it and returns
     it; its pods still go when the job alone would have."""
     try:
         finished = parse_time(finished_at)

@@ -1,7 +1,7 @@
 """`sextant dev`: run Sextant on the configured cluster, or on a local control plane when there is none.
 
 It installs (server-side applies) the CRDs generated from the models, then runs the operator in the
-foreground. On a local control plane it also starts a local node (sextant.localnode) whose pods really run,
+foreground. On a local control plane it also starts a local node (sextant.dev.localnode) whose pods really run,
 as processes on this machine, so a job whose handler is a local command runs without Docker. A local
 control plane it started is torn down when it stops, unless --keep.
 """
@@ -13,9 +13,9 @@ import logging
 import os
 from pathlib import Path
 
-from . import kubeconfig
-from .kube import ApiError, Kube
-from .resources.crds import RESOURCES, crd
+from ..kube import kubeconfig
+from ..kube.client import ApiError, Kube
+from ..resources.crds import RESOURCES, crd
 
 log = logging.getLogger("sextant.dev")
 DEV_CLUSTER = os.environ.get("SEXTANT_DEV_CLUSTER", "sextant-dev")
@@ -52,7 +52,7 @@ async def install_crds(conn: kubeconfig.Connection) -> None:
 
 
 def dev(kubeconfig_path: str | None, context: str | None, keep: bool, settings) -> int:
-    from .controller.main import run
+    from ..controller.operator import run
 
     cluster = node = None
     path = kubeconfig_path or configured_cluster()

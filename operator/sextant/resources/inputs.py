@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
+from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from .resources.common import parse_duration
-from .resources.job import State, payload_refusal
+from .common import parse_duration
+from .contract import ENV_IDEMPOTENCY_WINDOW
+from .job import ID_ALPHABET, ID_LENGTH, IDEMPOTENCY_WINDOW, State, payload_refusal
 
 # A queue, handler or schedule: a Kubernetes object name (DNS-1123 subdomain) that also fits a label value
 # (pods carry it), so at most 63 characters. A namespace is a DNS-1123 label (no dots).
@@ -134,3 +137,28 @@ def timeout(field: str, text: str) -> timedelta:
         return parse_duration(text)
     except ValueError:
         raise InputError(field, f"{text!r} is not a duration: use e.g. 30s, 10m or 1h") from None
+
+
+def idempotency_window(environ: Mapping[str, str]) -> timedelta:
+    """How long an idempotency key stays claimed: 24 hours, or SEXTANT_IDEMPOTENCY_WINDOW (a positive duration).
+    ValueError naming the variable for anything else."""
+    text = environ.get(ENV_IDEMPOTENCY_WINDOW) or None
+    if text is None:
+        return IDEMPOTENCY_WINDOW
+    try:
+        value = parse_duration(text)
+    except ValueError as exc:
+        raise ValueError(f"{ENV_IDEMPOTENCY_WINDOW}: {exc}") from None
+    if value <= timedelta(0):
+        raise ValueError(f"{ENV_IDEMPOTENCY_WINDOW}: the idempotency window must be longer than 0s, got {text!r}")
+    return value
+
+
+def random_name() -> str:
+    """The name of a job created without an idempotency key: job- and eight unambiguous characters."""
+    return "job-" + "".join(secrets.choice(ID_ALPHABET) for _ in range(ID_LENGTH))
+
+
+def selector_value(text: str) -> str:
+    """A field selector's value, escaped as the API server reads it (backslash, comma and equals sign)."""
+    return text.replace("\\", "\\\\").replace(",", "\\,").replace("=", "\\=")

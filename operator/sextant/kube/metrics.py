@@ -13,8 +13,8 @@ from datetime import datetime
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from .resources.common import parse_time
-from .resources.job import JobSpec, JobStatus
+from ..resources.common import parse_time
+from ..resources.job import JobSpec, JobStatus
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..lifecycle.health import invalid_health
+from .health import invalid_health
 from ..resources.common import format_time, problems
 
 COND_INVALID = "Invalid"

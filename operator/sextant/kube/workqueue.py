@@ -11,7 +11,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Hashable
 
-from .. import metrics
+from . import metrics
 
 RETRY_BASE = 1.0  # seconds, after the first failure
 RETRY_CAP = 300.0  # seconds: 5 minutes

@@ -16,10 +16,10 @@ import socket
 import time
 from typing import Any
 
-from .. import metrics
+from . import metrics
 from ..lifecycle.transitions import Event
 from ..resources.common import format_time
-from ..kube import ApiError, Kube
+from .client import ApiError, Kube
 
 log = logging.getLogger(__name__)
 

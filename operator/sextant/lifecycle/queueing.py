@@ -1,19 +1,28 @@
-"""Per-queue numbers counted from the jobs, for GET /v2/queues and the dashboard (jobs per state, running vs
-concurrency, the age of the oldest queued job), and the numbers of a Queue's status, which the operator writes from
-its view and `sextant queues list` reads. Pure: raw Queue and Job objects in, numbers out."""
+"""Queueing: a job's place in its queue's line, what counts as queued, and the per-queue numbers built on them.
+
+- `runnable_since`/`line_position`: when a job became runnable (its creation, or its runAt): the FIFO order among
+  equal priorities, recorded as status.queuedAt when the job is written queued.
+- `counted_state`: the one rule of what a job counts as in a queue's numbers. A job the operator has not written a
+  state for yet is new and runnable (core-concepts: "queued: runnable, no worker has taken it"), so it counts as
+  queued (scheduled while its runAt is ahead), unless it is Invalid; the operator holds many jobs so on purpose
+  (lifecycle.transitions.hold_first_write). The Queue's status (`count_unfinished`, written by the operator), GET
+  /v2/queues and the dashboard (`queue_stats`) all count with it, so `kubectl get squeue` and /v2/queues agree.
+
+Pure: raw Queue and Job objects in, numbers out."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from pydantic import ValidationError
 
-from .resources.common import time_or_none
-from .resources.job import State
-from .resources.queue import QueueSpec
+from ..resources.common import parse_time, time_or_none
+from ..resources.job import State
+from ..resources.queue import QueueSpec
+from .reading import COND_INVALID
 
 STATES = [s.value for s in State]
 
@@ -34,12 +43,50 @@ class QueueStats:
         return self.jobs["running"]
 
 
+def runnable_since(created_at: datetime, run_at: datetime | None) -> datetime:
+    """When a new job became runnable: its creation, or its runAt when that is later."""
+    return max(created_at, run_at) if run_at is not None else created_at
+
+
+def line_position(raw: dict[str, Any]) -> datetime | None:
+    """When the job became runnable, as lifecycle.transitions records it in status.queuedAt; None when a time
+    cannot be read (the reconcile then holds the job as Invalid)."""
+    status, spec = raw.get("status") or {}, raw.get("spec") or {}
+    try:
+        if status.get("state") == "queued" and status.get("queuedAt"):
+            return parse_time(status["queuedAt"])
+        created = parse_time(raw["metadata"]["creationTimestamp"])
+        run_at = parse_time(spec.get("runAt"))
+    except (ValueError, KeyError):
+        return None
+    return runnable_since(created, run_at) if created is not None else None
+
+
+def counted_state(job: dict[str, Any], now: datetime) -> str | None:
+    """What a job counts as in its queue's numbers: its state; with none written yet, queued (scheduled while its
+    runAt is ahead); None for a job that is Invalid (it does not run) or unreadable."""
+    status = job.get("status") if isinstance(job.get("status"), dict) else {}
+    state = status.get("state")
+    if state is not None:
+        return state if state in STATES else None
+    if any(isinstance(c, dict) and c.get("type") == COND_INVALID and c.get("status") == "True"
+           for c in status.get("conditions") or () if isinstance(status.get("conditions"), list)):
+        return None
+    try:
+        run_at = parse_time((job.get("spec") or {}).get("runAt"))
+    except ValueError:
+        return None
+    if run_at is not None and run_at.tzinfo is None:
+        run_at = run_at.replace(tzinfo=timezone.utc)
+    return "scheduled" if run_at is not None and run_at > now else "queued"
+
+
 def _queued_since(job: dict[str, Any]) -> datetime | None:
     status = job.get("status") or {}
     return time_or_none(status.get("queuedAt")) or time_or_none(job["metadata"].get("creationTimestamp"))
 
 
-def queue_stats(queues: Iterable[dict[str, Any]], jobs: Iterable[dict[str, Any]]) -> list[QueueStats]:
+def queue_stats(queues: Iterable[dict[str, Any]], jobs: Iterable[dict[str, Any]], now: datetime) -> list[QueueStats]:
     """One entry per Queue object, plus one per queue that jobs name but that does not exist; sorted."""
     out: dict[tuple[str, str], QueueStats] = {}
     for raw in queues:
@@ -56,9 +103,9 @@ def queue_stats(queues: Iterable[dict[str, Any]], jobs: Iterable[dict[str, Any]]
         stats = out.get((ns, queue))
         if stats is None:
             stats = out[(ns, queue)] = QueueStats(ns, queue, False)
-        state = (job.get("status") or {}).get("state")
-        if state not in stats.jobs:
-            continue  # not yet looked at by the operator
+        state = counted_state(job, now)
+        if state is None:
+            continue
         stats.jobs[state] += 1
         if state == "queued":
             since = _queued_since(job)
@@ -80,19 +127,13 @@ class QueueNumbers:
     oldest_queued_at: datetime | None = None
 
 
-def count_unfinished(jobs: Iterable[tuple[dict[str, Any], bool, bool]]) -> QueueNumbers:
-    """The numbers of one queue from its unfinished jobs, each with whether a pod of it is alive and unstarted, and
-    whether the operator holds it queued without having written a state yet.
-
-    A job with no state yet is queued while the operator holds it so (its pod is starting, or it waits in line for
-    a slot: lifecycle.transitions.hold_first_write); one without any state otherwise is not counted (it is about to
-    be looked at)."""
+def count_unfinished(jobs: Iterable[tuple[dict[str, Any], bool]], now: datetime) -> QueueNumbers:
+    """The numbers of one queue from its unfinished jobs, each with whether a pod of it is alive and unstarted
+    (counted as `starting` among the queued). What each job counts as: `counted_state`."""
     counts = {"running": 0, "queued": 0, "starting": 0, "scheduled": 0, "failed": 0}
     oldest: datetime | None = None
-    for job, starting, held in jobs:
-        state = (job.get("status") or {}).get("state")
-        if state is None and (starting or held):
-            state = "queued"
+    for job, starting in jobs:
+        state = counted_state(job, now)
         if state not in counts:
             continue
         counts[state] += 1
@@ -106,7 +147,7 @@ def count_unfinished(jobs: Iterable[tuple[dict[str, Any], bool, bool]]) -> Queue
 
 def status_body(numbers: QueueNumbers, generation: int | None) -> dict[str, Any]:
     """A Queue's status as a JSON merge patch body (oldestQueuedAt null removes it when nothing is queued)."""
-    from .resources.common import format_time
+    from ..resources.common import format_time
 
     oldest = numbers.oldest_queued_at
     return {

@@ -11,7 +11,7 @@ from pathlib import Path
 
 
 class AgentProcess:
-    """`python -m sextant.localnode` in its own process (so a test may also kill -9 it)."""
+    """`python -m sextant.dev.localnode` in its own process (so a test may also kill -9 it)."""
 
     def __init__(self, kubeconfig: str | Path, name: str = "local-node-0", workdir: str | Path | None = None,
                  *extra: str, log_file: str | Path | None = None) -> None:
@@ -31,7 +31,7 @@ class AgentProcess:
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         with self.log_file.open("ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "sextant.localnode", "--kubeconfig", str(self.kubeconfig), "--name", self.name,
+                [sys.executable, "-m", "sextant.dev.localnode", "--kubeconfig", str(self.kubeconfig), "--name", self.name,
                  "--workdir", str(self.workdir), "--ready-file", str(self.ready_file), *self.extra],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},

@@ -11,17 +11,18 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from .. import metrics
-from ..kubeconfig import Connection
+from ..kube import metrics
+from ..kube.kubeconfig import Connection
 from ..resources import GROUP, VERSION, contract
-from .events import EventRecorder
+from ..kube.events import EventRecorder
 from .feed import Feed
-from .informer import Informer
+from ..kube.informer import Informer
 from .leader import ElectionSettings, LeaderElector, default_identity
 from .jobs import JobController, utcnow
-from ..kube import Kube
+from ..kube.client import Kube
 from ..lifecycle.transitions import RECORD_QUEUED_AFTER, Event
 from ..resources import API_VERSION
+from ..resources.job import IDEMPOTENCY_WINDOW
 from .schedules import ScheduleController
 from .timers import Timers
 from .view import View
@@ -35,6 +36,7 @@ class Settings:
     workers: int = 64  # an admission is 2 sequential writes; completions must not wait behind them
     pending_pods: int = 200  # per queue, attempt pods waiting for a node (0: no limit); see slots.py
     record_queued_after: timedelta = RECORD_QUEUED_AFTER  # a job about to start goes this long without a state
+    idempotency_window: timedelta = IDEMPOTENCY_WINDOW  # SEXTANT_IDEMPOTENCY_WINDOW: every client must agree
     events: bool = True
     http_host: str = "0.0.0.0"
     http_port: int | None = 8080  # health, readiness, metrics and the /v2 API; None: no server
@@ -68,7 +70,7 @@ class Operator:
             self.elector = LeaderElector(Kube(conn, user_agent=f"sextant-leader-election/{self.identity}"),
                                          election, self.identity, on_change=self._on_leadership)
             self.kube.fence = self.elector.is_leader
-        self.view = View()
+        self.view = View(idempotency_window=self.settings.idempotency_window)
         self.events = EventRecorder(self.kube, utcnow, enabled=self.settings.events)
         self.timers = Timers(utcnow)
         self.jobs = JobController(self.kube, self.view, self.events, self.timers, workers=self.settings.workers,

@@ -3,9 +3,9 @@
 For tests that need a real process in a pod (the runner, leases, signals) and for `make run` on a laptop
 without Docker. kwok nodes simulate pods; this node runs them.
 
-    python -m sextant.localnode --kubeconfig K --name local-node-0 [--workdir DIR] [--label type=local]
+    python -m sextant.dev.localnode --kubeconfig K --name local-node-0 [--workdir DIR] [--label type=local]
 
-    from sextant.localnode import LocalNode
+    from sextant.dev.localnode import LocalNode
     await LocalNode(kubeconfig=K, name="local-node-0").run()           # until .stop()
     node = LocalNode(...).start_in_thread(); node.wait_ready(); ...; node.stop_thread()
     proc = AgentProcess(K, "local-node-0", workdir).start(); proc.wait_ready(); ...; proc.stop()
@@ -51,7 +51,7 @@ and init containers are not run (reported as waiting, reason NotRunOnLocalNode; 
 Logs: `kubectl logs POD [-f]` works: the agent serves the kubelet's /containerLogs endpoint over HTTPS with a
 self-signed certificate (made with openssl, kept in <workdir>/pki/) on 127.0.0.1, and publishes its port as
 daemonEndpoints.kubeletEndpoint.Port. Without openssl, or when the API server verifies kubelet certificates,
-read the files: `sextant.localnode.logs.read(workdir, namespace, pod, container)`. See logs.py.
+read the files: `sextant.dev.localnode.logs.read(workdir, namespace, pod, container)`. See logs.py.
 
 The workdir defaults to $SEXTANT_CACHE/localnode/<name> (~/.cache/sextant/localnode/<name>).
 """

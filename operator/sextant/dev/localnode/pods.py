@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..kube import ApiError
+from ...kube.client import ApiError
 from .logs import log_path
 
 if TYPE_CHECKING:

@@ -14,8 +14,8 @@ from typing import Any
 
 import aiohttp
 
-from .. import kubeconfig as kubeconfig_module
-from ..kube import ApiError, Gone, Kube
+from ...kube import kubeconfig as kubeconfig_module
+from ...kube.client import ApiError, Gone, Kube
 from .logs import KubeletServer, self_signed_certificate
 from .pods import PodRunner, now, reap_leftovers
 

@@ -1,4 +1,4 @@
-"""python -m sextant.localnode --kubeconfig K --name local-node-0 [--workdir DIR]: run the local node agent."""
+"""python -m sextant.dev.localnode --kubeconfig K --name local-node-0 [--workdir DIR]: run the local node agent."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from .agent import LocalNode, default_workdir
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m sextant.localnode",
+    parser = argparse.ArgumentParser(prog="python -m sextant.dev.localnode",
                                      description="A node whose pods run as local processes (images are ignored).")
     parser.add_argument("--kubeconfig", help="default: KUBECONFIG, then ~/.kube/config")
     parser.add_argument("--context")
@@ -59,8 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         asyncio.run(serve(args))
     except Exception as exc:  # noqa: BLE001 - one line for the user, the trace in the log
-        logging.getLogger("sextant.localnode").exception("the local node agent failed")
-        print(f"sextant.localnode: {exc}", file=sys.stderr)
+        logging.getLogger("sextant.dev.localnode").exception("the local node agent failed")
+        print(f"sextant.dev.localnode: {exc}", file=sys.stderr)
         return 1
     return 0
 

@@ -6,14 +6,14 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from ..cli.args import port_or_zero
+from .args import port_or_zero
 
 if TYPE_CHECKING:
-    from ..cli.context import Context
+    from .context import Context
 
 
 def _run(ctx: Context) -> int:
-    from .server import dashboard_cmd
+    from ..dashboard.server import dashboard_cmd
 
     return dashboard_cmd(ctx)
 

@@ -24,8 +24,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .. import metrics
-from ..kube import Gone, Kube
+from . import metrics
+from .client import Gone, Kube
 from .workqueue import Backoff, describe
 
 log = logging.getLogger(__name__)

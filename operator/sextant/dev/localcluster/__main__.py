@@ -1,0 +1,7 @@
+"""`python -m sextant.dev.localcluster up|env|down|build`."""
+
+import sys
+
+from . import main
+
+sys.exit(main())
