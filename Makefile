@@ -44,7 +44,7 @@ unit: $(VENV)/.installed
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit
 
 run: $(VENV)/.installed
-	$(PY) -m sextant.cli.main dev
+	$(PY) -m sextant dev
 
 # The benchmark of issue 10 (bench/, not part of `make test`): Sextant against the Kubernetes Job controller.
 # BENCH_ARGS passes options, e.g. make bench BENCH_ARGS=--quick; .venv/bin/python -m bench --help lists them.

@@ -42,7 +42,7 @@ HANDLER = {"apiVersion": "sextant.dev/v1alpha1", "kind": "Handler", "metadata": 
 
 def replica(kubeconfig: Path, log: Path, timing: list[str]) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "sextant.cli.main", "--kubeconfig", str(kubeconfig), "operator", "--leader-elect",
+        [sys.executable, "-m", "sextant", "--kubeconfig", str(kubeconfig), "operator", "--leader-elect",
          "--leader-election-namespace", NS, "--watch-namespace", NS, "--http-port", "-1", "--no-events", *timing],
         stdout=log.open("ab"), stderr=subprocess.STDOUT)
 

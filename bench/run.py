@@ -172,7 +172,7 @@ class OperatorProcess:
         self.port = free_port()
         self.source = source  # another checkout whose operator/ runs instead of this one's
         self.log_path = log_path
-        self.cmd = [sys.executable, "-m", "sextant.cli.main", "--kubeconfig", str(kubeconfig_path), "operator",
+        self.cmd = [sys.executable, "-m", "sextant", "--kubeconfig", str(kubeconfig_path), "operator",
                     "--http-host", "127.0.0.1", "--http-port", str(self.port), *(extra or [])]
         self.proc: subprocess.Popen[bytes] | None = None
         self.started_at = 0.0
@@ -243,7 +243,7 @@ class WorkerProcess:
     def __init__(self, kubeconfig_path: Path, namespace: str, name: str, slots: int, log_path: Path) -> None:
         self.name = name
         self.log_path = log_path
-        self.cmd = [sys.executable, "-m", "sextant.cli.main", "--kubeconfig", str(kubeconfig_path), "worker",
+        self.cmd = [sys.executable, "-m", "sextant", "--kubeconfig", str(kubeconfig_path), "worker",
                     "-n", namespace, "--module", WORKER_MODULE, "--concurrency", str(slots), "--name", name,
                     "--log-level", "warning"]
         self.proc: subprocess.Popen[bytes] | None = None

@@ -74,7 +74,7 @@ def main() -> int:
         cluster.kubectl("wait", "--for=create", "serviceaccount/default", "-n", ns, "--timeout=30s")
         log_path = work / "operator.log"
         operator = subprocess.Popen(
-            [sys.executable, "-m", "sextant.cli.main", "--kubeconfig", str(cluster.kubeconfig), "operator",
+            [sys.executable, "-m", "sextant", "--kubeconfig", str(cluster.kubeconfig), "operator",
              "--watch-namespace", ns, "--log-level", "info", "--http-port", "-1"],
             stdout=open(log_path, "wb"), stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         api = k8s_client.CustomObjectsApi(k8s_config.new_client_from_config(str(cluster.kubeconfig)))

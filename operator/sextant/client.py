@@ -1,4 +1,6 @@
-"""A small synchronous client for Sextant's resources, shared by the CLI and the SDK (httpx)."""
+"""A small synchronous client for Sextant's resources, shared by the CLI, the dashboard and the SDK (httpx); and what
+its requests mean for a person: an API answer in words, and what a cancel, a retry or a trigger did (the CLI and the
+dashboard say the same)."""
 
 from __future__ import annotations
 
@@ -6,18 +8,22 @@ import json
 import os
 import re
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import httpx
 
 from .lifecycle import idempotency
+from .lifecycle.workers import Worker, read_lease, running_jobs
 from .resources import inputs
 from .kube.kubeconfig import Connection
 from .resources import API_VERSION, GROUP, VERSION, contract
 from .resources.common import format_time, parse_time
-from .resources.job import object_name
+from .resources.job import job_id, object_name
+
+LEASES = "/apis/coordination.k8s.io/v1"
 
 
 class ClientError(Exception):
@@ -252,6 +258,18 @@ class Client:
             labels={contract.LABEL_SCHEDULE: name}, annotations={contract.ANNOTATION_SCHEDULED_AT: stamp}, now=moment)
         return job, created, key
 
+    def list_workers(self, namespace: str | None) -> list[Worker]:
+        """The namespace's workers (None: every namespace's), each with its running jobs: one list of registration
+        Leases (label-selected), then one list of jobs per worker (fieldSelector=status.worker=NAME)."""
+        path = LEASES + (f"/namespaces/{namespace}" if namespace else "") + "/leases"
+        leases, _ = self.list_all(path, label_selector=contract.LABEL_WORKER)
+        workers = [w for w in map(read_lease, leases) if w is not None]
+        out = []
+        for w in workers:
+            jobs, _ = self.list_all(self.jobs_path(w.namespace), field_selector=f"status.worker={w.name}")
+            out.append(replace(w, jobs=running_jobs(jobs, w.name)))
+        return out
+
     def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
         return self.request("GET", self.path("pods", namespace, name, core=True))
 
@@ -266,3 +284,76 @@ class Client:
                 resp.read()
                 _raise_for(resp)
             yield from resp.iter_text()
+
+
+# --- what a request means, in words --------------------------------------------------------------------------
+class Refused(Exception):
+    """A request the API server refused or could not serve, in one line that says what and where (str())."""
+
+
+_CRD_MISSING = "the server could not find the requested resource"
+
+
+def refused(exc: ClientError, *, kind: str | None = None, name: str | None = None,
+            namespace: str | None = None) -> Refused:
+    """An API answer as a message: not-found names the object and namespace, other errors carry the API
+    server's own message, as kubectl prints it ("Error from server (Forbidden): ...")."""
+    message = str(exc)
+    if exc.status == 404 and _CRD_MISSING in message:
+        return Refused("the Sextant CRDs are not installed in this cluster (the API server does not know "
+                       "sextant.dev resources): kubectl apply -f crds/")
+    if exc.status == 404 and kind and name:
+        return Refused(f"{kind} {name} not found in namespace {namespace}")
+    if exc.status == 401:
+        return Refused("You must be logged in to the server (Unauthorized): the API server did not accept the "
+                       "credentials of the kubeconfig (or --token)")
+    reason = exc.reason or {401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 409: "Conflict",
+                            422: "Invalid"}.get(exc.status, str(exc.status))
+    return Refused(f"Error from server ({reason}): {message}")
+
+
+def _job_request(call: Callable[[], dict[str, Any]], namespace: str, name: str) -> dict[str, Any]:
+    """Ask for a cancel or a retry; a refusal names the job's state (the API server's CEL rules say why)."""
+    ident = job_id(name)
+    try:
+        return call()
+    except ClientError as exc:
+        words = refusal_message(str(exc)) if exc.status == 422 else None
+        if words:
+            raise Refused(f"job {ident}: {words}") from None
+        raise refused(exc, kind="job", name=ident, namespace=namespace) from None
+
+
+def cancel(client: Client, namespace: str, name: str) -> str:
+    """Request a job's cancel; what it did, in words. Refused when the API server refuses it."""
+    ident = job_id(name)
+    job = _job_request(lambda: client.cancel_job(namespace, name), namespace, name)
+    state = (job.get("status") or {}).get("state")
+    if state == "cancelled":
+        return f"job {ident} is cancelled"
+    if state == "running":
+        return (f"job {ident}: cancel requested; the running handler is stopped (SIGTERM, then SIGKILL after the "
+                "queue's cancelGrace)")
+    return f"job {ident}: cancel requested (it was {state or 'not yet admitted'})"
+
+
+def retry(client: Client, namespace: str, name: str) -> str:
+    """Request a job's retry; what it did, in words. Refused when the API server refuses it."""
+    job = _job_request(lambda: client.retry_job(namespace, name), namespace, name)
+    state = (job.get("status") or {}).get("state")
+    return f"job {job_id(name)}: retry requested (it was {state}); its attempts start again from 1"
+
+
+def trigger(client: Client, namespace: str, name: str) -> tuple[str, str | None]:
+    """Create one job now from a Schedule: (the job's id, a note when the trigger of this second made it already).
+    Refused when the API server refuses it."""
+    try:
+        job, created, key = client.trigger_schedule(namespace, name)
+    except ClientError as exc:
+        if exc.status == 404 and f'"{name}"' in str(exc) and "schedules" in str(exc):
+            raise refused(exc, kind="schedule", name=name, namespace=namespace) from None
+        raise refused(exc) from None
+    ident = job_id(job["metadata"]["name"])
+    note = None if created else (f"schedule {name} was already triggered this second (idempotency key {key!r}): "
+                                 f"returning job {ident} instead of creating another")
+    return ident, note

@@ -49,7 +49,7 @@ class Operator:
         log.write(f"--- start {self.starts}\n".encode())
         log.flush()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sextant.cli.main", "--kubeconfig", str(self.kubeconfig), "operator",
+            [sys.executable, "-m", "sextant", "--kubeconfig", str(self.kubeconfig), "operator",
              "--watch-namespace", self.namespace, "--log-level", "info", "--http-host", "127.0.0.1",
              "--http-port", str(self.http_port), *self.extra],
             stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -282,7 +282,7 @@ class WorkerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def command(self) -> list[str]:
-        return [sys.executable, "-m", "sextant.cli.main", "--kubeconfig", str(self.kubeconfig), "worker",
+        return [sys.executable, "-m", "sextant", "--kubeconfig", str(self.kubeconfig), "worker",
                 "-n", self.namespace, "--name", self.name, *self.args]
 
     def start(self) -> WorkerProcess:

@@ -43,7 +43,7 @@ class DashboardProcess:
     def __init__(self, kubeconfig_path: Path, namespace: str, log_dir: Path) -> None:
         self.log_path = log_dir / "dashboard.log"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sextant.cli.main", "--kubeconfig", str(kubeconfig_path), "dashboard",
+            [sys.executable, "-m", "sextant", "--kubeconfig", str(kubeconfig_path), "dashboard",
              "-n", namespace, "--port", "0"], stdout=subprocess.PIPE, stderr=open(self.log_path, "wb"), text=True)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()  # the URL line, once it listens

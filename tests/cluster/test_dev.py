@@ -23,7 +23,7 @@ def test_run_command_without_a_cluster_runs_the_first_example(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "SEXTANT_TEST_KUBECONFIG")}
     env.update(HOME=str(tmp_path), SEXTANT_CACHE=str(cache_root()), SEXTANT_DEV_CLUSTER=name,
                PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen([sys.executable, "-m", "sextant.cli.main", "dev", "--http-port", "-1"], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "sextant", "dev", "--http-port", "-1"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
     output: list[str] = []
     threading.Thread(target=lambda: output.extend(proc.stdout), daemon=True).start()

@@ -9,7 +9,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from sextant.cli.main import build_parser
+from sextant.__main__ import build_parser
 
 OPERATOR_DIR = Path(__file__).resolve().parents[2] / "operator"
 
@@ -37,7 +37,7 @@ def test_every_help_exits_0_without_kubeconfig_cluster_or_environment(tmp_path):
     calls += [["-h"], ["run", "-h"], ["-n", "shop", "run", "--help"], ["--kubeconfig", "/nowhere", "jobs", "--help"]]
 
     def run(args: list[str]) -> tuple[list[str], subprocess.CompletedProcess[str]]:
-        proc = subprocess.run([sys.executable, "-m", "sextant.cli.main", *args], env=env, cwd=tmp_path,
+        proc = subprocess.run([sys.executable, "-m", "sextant", *args], env=env, cwd=tmp_path,
                               capture_output=True, text=True, timeout=60)
         return args, proc
 

@@ -16,6 +16,7 @@ from sextant.cli import output
 from sextant.cli import queues as Q
 from sextant.cli.main import build_parser
 from sextant.client import refusal_message
+from sextant.resources import common
 from sextant.http import api, models
 from sextant.http.openapi import document
 from sextant.lifecycle.idempotency import ALPHABET, keyed_name
@@ -32,17 +33,17 @@ T0 = datetime(2026, 5, 1, 10, 0, 0, tzinfo=timezone.utc)
     (3 * 365 * 86400 + 20 * 86400, "3y20d"), (9 * 365 * 86400, "9y"),
 ])
 def test_human_duration_is_kubectls(seconds, want):
-    assert output.human_duration(timedelta(seconds=seconds)) == want
+    assert common.human_duration(timedelta(seconds=seconds)) == want
 
 
 def test_precise_duration_and_until():
-    assert output.precise_duration(timedelta(milliseconds=43)) == "43ms"
-    assert output.precise_duration(timedelta(seconds=12.34)) == "12.3s"
-    assert output.precise_duration(timedelta(seconds=245)) == "4m05s"
-    assert output.precise_duration(timedelta(hours=2, minutes=3)) == "2h03m"
-    assert output.until(T0 + timedelta(minutes=4), T0) == "in 4m"
-    assert output.until(T0 - timedelta(seconds=30), T0) == "30s ago"
-    assert output.age(None, T0) == "<none>"
+    assert common.precise_duration(timedelta(milliseconds=43)) == "43ms"
+    assert common.precise_duration(timedelta(seconds=12.34)) == "12.3s"
+    assert common.precise_duration(timedelta(seconds=245)) == "4m05s"
+    assert common.precise_duration(timedelta(hours=2, minutes=3)) == "2h03m"
+    assert common.until(T0 + timedelta(minutes=4), T0) == "in 4m"
+    assert common.until(T0 - timedelta(seconds=30), T0) == "30s ago"
+    assert common.age(None, T0) == "<none>"
 
 
 def test_table_aligns_columns_and_marks_empty_cells():
@@ -325,7 +326,7 @@ def test_bad_command_lines_fail_before_any_request(argv, words, code, capsys, mo
      "--http-tls-cert/--http-tls-key: cannot use /nonexistent/tls.crt and /nonexistent/tls.key"),
 ])
 def test_bad_tls_flags_stop_the_operator_before_it_starts(flags, expected, capsys):
-    from sextant.cli.main import main
+    from sextant.__main__ import main
 
     with pytest.raises(SystemExit) as exit_:
         main(["operator", *flags])
@@ -333,7 +334,7 @@ def test_bad_tls_flags_stop_the_operator_before_it_starts(flags, expected, capsy
 
 
 def test_a_key_that_does_not_match_is_refused(tmp_path, capsys):
-    from sextant.cli.main import main
+    from sextant.__main__ import main
 
     not_a_pair = tmp_path / "tls.crt"
     not_a_pair.write_text("-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n")

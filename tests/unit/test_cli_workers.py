@@ -13,6 +13,7 @@ import pytest
 from sextant.cli import output
 from sextant.cli import workers as W
 from sextant.cli.main import build_parser
+from sextant.lifecycle import workers as LW
 from sextant.resources.common import format_time
 
 T0 = datetime(2026, 5, 1, 10, 0, 0, tzinfo=timezone.utc)
@@ -38,7 +39,7 @@ def job(name: str, worker: str | None, state: str) -> dict[str, Any]:
 
 
 def test_a_lease_reads_as_the_worker_it_announces():
-    w = W.read_lease(lease("w1", queues="emails, reports,emails", handlers="b,a", slots="8"))
+    w = LW.read_lease(lease("w1", queues="emails, reports,emails", handlers="b,a", slots="8"))
     assert w is not None
     assert (w.namespace, w.name, w.holder) == ("shop", "w1", "w1/abc123")
     assert w.queues == ("emails", "reports") and w.handlers == ("a", "b")  # sorted, deduplicated, trimmed
@@ -49,11 +50,11 @@ def test_a_lease_reads_as_the_worker_it_announces():
 def test_leases_that_are_not_workers_are_skipped_and_odd_values_do_not_fail():
     other = lease("x")
     del other["metadata"]["labels"]
-    assert W.read_lease(other) is None  # e.g. an attempt's or the leader-election Lease
-    odd = W.read_lease(lease("w", slots="many", renewed=None, duration=None, queues="", handlers=""))
+    assert LW.read_lease(other) is None  # e.g. an attempt's or the leader-election Lease
+    odd = LW.read_lease(lease("w", slots="many", renewed=None, duration=None, queues="", handlers=""))
     assert odd is not None and odd.slots is None and odd.renewed_at is None and odd.queues == ()
-    assert odd.lease_duration == timedelta(seconds=W.DEFAULT_LEASE_SECONDS)
-    assert odd.state(T0) == W.EXPIRED  # never renewed: nothing vouches for it
+    assert odd.lease_duration == LW.DEFAULT_LEASE_DURATION
+    assert odd.state(T0) == LW.EXPIRED  # never renewed: nothing vouches for it
 
 
 @pytest.mark.parametrize("age,draining,want", [
@@ -61,24 +62,24 @@ def test_leases_that_are_not_workers_are_skipped_and_odd_values_do_not_fail():
     (5, True, "draining"), (31, True, "expired"),  # an expired worker's attempts fail, whatever it last said
 ])
 def test_state_is_live_draining_or_expired_by_the_lease_duration(age, draining, want):
-    w = W.read_lease(lease("w", draining=draining))
+    w = LW.read_lease(lease("w", draining=draining))
     assert w is not None and w.state(T0 + timedelta(seconds=age)) == want
 
 
 def test_busy_counts_only_running_jobs_assigned_to_that_worker():
     jobs = [job("job-a", "w1", "running"), job("job-b", "w1", "running"), job("job-c", "w2", "running"),
             job("job-d", "w1", "succeeded"), job("job-e", None, "queued")]
-    assert W.running_jobs(jobs, "w1") == ("job-a", "job-b")
-    assert W.running_jobs(jobs, "w3") == ()
+    assert LW.running_jobs(jobs, "w1") == ("job-a", "job-b")
+    assert LW.running_jobs(jobs, "w3") == ()
 
 
-def workers_at(now: datetime) -> list[W.Worker]:
+def workers_at(now: datetime) -> list[LW.Worker]:
     from dataclasses import replace
 
-    a = W.read_lease(lease("alpha", queues="emails,reports", handlers="send-receipt,build-report", slots="2",
+    a = LW.read_lease(lease("alpha", queues="emails,reports", handlers="send-receipt,build-report", slots="2",
                            renewed=now - timedelta(seconds=4)))
-    b = W.read_lease(lease("beta", slots="64", renewed=now - timedelta(seconds=2), draining=True))
-    c = W.read_lease(lease("gamma", ns="billing", renewed=now - timedelta(minutes=5)))
+    b = LW.read_lease(lease("beta", slots="64", renewed=now - timedelta(seconds=2), draining=True))
+    c = LW.read_lease(lease("gamma", ns="billing", renewed=now - timedelta(minutes=5)))
     assert a and b and c
     return [replace(b, jobs=()), replace(a, jobs=("job-1", "job-2")), c]
 
@@ -104,7 +105,7 @@ def test_all_namespaces_and_wide_add_their_columns():
 
 def test_json_speaks_the_same_numbers():
     out = io.StringIO()
-    output.dump({"items": [W.as_dict(w, T0) for w in workers_at(T0)]}, "json", out)
+    output.dump({"items": [LW.as_dict(w, T0) for w in workers_at(T0)]}, "json", out)
     items = {i["name"]: i for i in json.loads(out.getvalue())["items"]}
     assert items["alpha"] == {
         "namespace": "shop", "name": "alpha", "holder": "alpha/abc123", "queues": ["emails", "reports"],

@@ -689,7 +689,8 @@ class RecordingKube:
 @pytest.mark.parametrize("renew,duration", [("10000-01-01T00:59:59.000000Z", 15), ("garbage", 15), (None, "15"),
                                             ("2026-03-01T12:00:00.000000Z", -5), (17, 2**40), ("", None)])
 async def test_leader_election_reads_any_lease(renew, duration):
-    from sextant.controller.leader import ElectionSettings, LeaderElector
+    from sextant.controller.leader import LeaderElector
+    from sextant.controller.settings import ElectionSettings
 
     lease = {"metadata": {"resourceVersion": "1"},
              "spec": {"holderIdentity": "someone-else", "renewTime": renew, "leaseDurationSeconds": duration}}
@@ -699,7 +700,8 @@ async def test_leader_election_reads_any_lease(renew, duration):
 
 
 async def test_leader_election_survives_any_error():
-    from sextant.controller.leader import ElectionSettings, LeaderElector
+    from sextant.controller.leader import LeaderElector
+    from sextant.controller.settings import ElectionSettings
 
     kube = RecordingKube({"metadata": {"resourceVersion": "1"}, "spec": {}},
                          [RuntimeError("a defect"), KeyError("metadata"), ApiError(0, "refused")])

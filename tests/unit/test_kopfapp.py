@@ -20,7 +20,8 @@ import yaml
 from sextant.kube import kubeconfig
 from sextant.controller import kopfapp
 from sextant.controller.feed import TOMBSTONE_SECONDS, Feed
-from sextant.controller.operator import Operator, Settings
+from sextant.controller.operator import Operator
+from sextant.controller.settings import Settings
 from sextant.resources import GROUP, VERSION
 
 OPERATOR_DIR = Path(__file__).resolve().parents[2] / "operator" / "sextant"
@@ -497,7 +498,8 @@ def test_deletes_are_forgotten_after_a_while():
 
 # ------------------------------------------------------------------------------------------------ the CLI
 def test_operator_flags_reach_kopf():
-    from sextant.cli.main import _settings, build_parser
+    from sextant.__main__ import build_parser
+    from sextant.controller.command import settings as _settings
 
     conn = kubeconfig.Connection(server="http://127.0.0.1:1", ssl_context=False)
     args = build_parser().parse_args(["operator", "--watch-namespace", "a", "--watch-namespace", "b"])
@@ -517,7 +519,7 @@ def test_operator_flags_reach_kopf():
 
 @pytest.mark.parametrize("value", ["0s", "soon"])
 def test_a_record_queued_after_that_is_not_a_positive_duration_is_refused(value, capsys):
-    from sextant.cli.main import build_parser
+    from sextant.__main__ import build_parser
 
     with pytest.raises(SystemExit):
         build_parser().parse_args(["operator", "--record-queued-after", value])
@@ -525,7 +527,7 @@ def test_a_record_queued_after_that_is_not_a_positive_duration_is_refused(value,
 
 
 def test_operator_help_says_it_is_a_kopf_operator(capsys):
-    from sextant.cli.main import build_parser
+    from sextant.__main__ import build_parser
 
     with pytest.raises(SystemExit):
         build_parser().parse_args(["operator", "--help"])

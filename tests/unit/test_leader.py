@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from sextant.kube import metrics
-from sextant.controller.leader import ElectionSettings, LeaderElector
+from sextant.controller.leader import LeaderElector
+from sextant.controller.settings import ElectionSettings
 from sextant.controller.runtime import Runtime
 from sextant.kube.client import ApiError, Kube, NotLeader
 from sextant.kube.kubeconfig import Connection

@@ -1,5 +1,5 @@
 """What every CLI command shares: the parsed flags, the connection (made only when a command needs it), the
-namespace, and the translation of API answers into messages that say what and where."""
+namespace, and the error that ends a command (an API answer in words is client.py's Refused)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import TextIO
 
 from ..resources import inputs
 from ..kube import kubeconfig
-from ..client import Client, ClientError, refusal_message
+from ..client import Client
 
 
 class CliError(Exception):
@@ -71,30 +71,3 @@ class Context:
     def close(self) -> None:
         if "client" in self.__dict__:
             self.client.close()
-
-
-_CRD_MISSING = "the server could not find the requested resource"
-
-
-def api_error(exc: ClientError, *, kind: str | None = None, name: str | None = None,
-              namespace: str | None = None) -> CliError:
-    """An API answer as a message: not-found names the object and namespace, other errors carry the API
-    server's own message, as kubectl prints it ("Error from server (Forbidden): ...")."""
-    message = str(exc)
-    if exc.status == 404 and _CRD_MISSING in message:
-        return CliError("the Sextant CRDs are not installed in this cluster (the API server does not know "
-                        "sextant.dev resources): kubectl apply -f crds/")
-    if exc.status == 404 and kind and name:
-        return CliError(f"{kind} {name} not found in namespace {namespace}")
-    if exc.status == 401:
-        return CliError("You must be logged in to the server (Unauthorized): the API server did not accept the "
-                        "credentials of the kubeconfig (or --token)")
-    reason = exc.reason or {401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 409: "Conflict",
-                            422: "Invalid"}.get(exc.status, str(exc.status))
-    return CliError(f"Error from server ({reason}): {message}")
-
-
-def refusal(exc: ClientError) -> str | None:
-    """The CEL rule's words when the API server refused a cancel or retry for the job's state
-    ("cannot cancel: the job is succeeded; ..."), else None."""
-    return refusal_message(str(exc)) if exc.status == 422 else None

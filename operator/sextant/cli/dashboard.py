@@ -4,18 +4,21 @@ every other CLI call starts as fast as before."""
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
 
-from .args import port_or_zero
-
-if TYPE_CHECKING:
-    from .context import Context
+from ..resources.inputs import port_or_zero
+from .context import CliError, Context
 
 
 def _run(ctx: Context) -> int:
-    from ..dashboard.server import dashboard_cmd
+    from ..dashboard.server import run
 
-    return dashboard_cmd(ctx)
+    a = ctx.args
+    conn, namespace = ctx.conn, None if ctx.all_namespaces else ctx.namespace
+    try:
+        run(conn, namespace, a.address, a.port, ctx.say, ctx.note)
+    except OSError as exc:
+        raise CliError(f"cannot listen on {a.address}:{a.port}: {exc.strerror or exc}") from None
+    return 0
 
 
 def register(sub: argparse._SubParsersAction, flags: argparse.ArgumentParser) -> None:

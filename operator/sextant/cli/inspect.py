@@ -8,11 +8,11 @@ from datetime import datetime
 from typing import Any
 
 from ..resources import inputs
-from ..client import ClientError
-from ..resources.common import parse_time
+from ..client import ClientError, refused
+from ..resources.common import age, parse_time, precise_duration, until
 from ..resources.job import job_id, sequence_of
 from . import output
-from .context import CliError, Context, api_error
+from .context import CliError, Context
 from .jobs import attempt_text, error_text, fetch, state_text
 
 TIMELINE = ["ATTEMPT", "POD", "NODE", "STARTED", "FINISHED", "DURATION", "RESULT", "ERROR"]
@@ -46,8 +46,8 @@ def _duration(attempt: dict[str, Any], now: datetime) -> str:
     if started is None:
         return ""
     if finished is None:
-        return output.precise_duration(now - started) + " so far"
-    return output.precise_duration(finished - started)
+        return precise_duration(now - started) + " so far"
+    return precise_duration(finished - started)
 
 
 def timeline(job: dict[str, Any], now: datetime) -> list[dict[str, Any]]:
@@ -86,13 +86,13 @@ def inspect_cmd(ctx: Context) -> int:
         ("Handler", spec.get("handler")),
         ("State", state_text(job)),
         ("Attempt", attempt_text(job)),
-        ("Created", f"{_stamp(meta.get('creationTimestamp'))} ({output.age(created, now)} ago)"),
+        ("Created", f"{_stamp(meta.get('creationTimestamp'))} ({age(created, now)} ago)"),
     ]
     if spec.get("runAt"):
         fields.append(("Run at", _stamp(spec["runAt"])))
     if status.get("nextAttemptAt") and status.get("state") in ("scheduled", "failed"):
         fields.append(("Next attempt", f"{_stamp(status['nextAttemptAt'])} "
-                                       f"({output.until(parse_time(status['nextAttemptAt']), now)})"))
+                                       f"({until(parse_time(status['nextAttemptAt']), now)})"))
     if spec.get("idempotencyKey"):
         fields.append(("Idempotency key", spec["idempotencyKey"]))
     fields.append(("Priority", str(spec.get("priority", 0))))
@@ -150,7 +150,7 @@ def logs_cmd(ctx: Context) -> int:
         if exc.status == 404:
             raise CliError(f"the pod {pod_name} of {label} is gone (deleted after the attempt ended, or by "
                            "cancel or retention): its log is no longer available") from None
-        raise api_error(exc) from None
+        raise refused(exc) from None
     containers = (pod.get("spec") or {}).get("containers") or [{}]
     try:
         for chunk in ctx.client.pod_log(ns, pod_name, containers[0].get("name"), follow=ctx.args.follow):

@@ -6,16 +6,16 @@ import argparse
 import math
 import sys
 import time
-from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from .. import client
 from ..resources import inputs
-from ..client import ClientError
-from ..resources.common import parse_time
+from ..client import ClientError, refused
+from ..resources.common import age, parse_time, precise_duration
 from ..resources.job import job_id
 from . import output
-from .context import CliError, Context, api_error, refusal
+from .context import CliError, Context
 
 FINISHED = ("succeeded", "dead", "cancelled")
 EXIT_TIMEOUT = 124  # as timeout(1)
@@ -97,7 +97,7 @@ def attempt_text(job: dict[str, Any]) -> str:
 def row(job: dict[str, Any], now: datetime, with_namespace: bool) -> list[Any]:
     meta, spec = job["metadata"], job.get("spec") or {}
     cells = [job_id(meta["name"]), state_text(job), attempt_text(job), spec.get("queue"), spec.get("handler"),
-             spec.get("priority", 0), output.age(parse_time(meta.get("creationTimestamp")), now)]
+             spec.get("priority", 0), age(parse_time(meta.get("creationTimestamp")), now)]
     return [meta.get("namespace"), *cells] if with_namespace else cells
 
 
@@ -147,10 +147,10 @@ def create_cmd(ctx: Context) -> int:
         job, created = ctx.client.create_job(ns, queue=queue, handler=handler, payload=payload, run_at=run_at,
                                              idempotency_key=key, priority=priority)
     except ClientError as exc:
-        raise api_error(exc) from None
+        raise refused(exc) from None
     ident = job_id(job["metadata"]["name"])
     if not created:
-        made = output.age(parse_time(job["metadata"].get("creationTimestamp")), ctx.now())
+        made = age(parse_time(job["metadata"].get("creationTimestamp")), ctx.now())
         ctx.note(f"idempotency key {key!r} was already used {made} ago in namespace {ns}: returning job {ident} "
                  "instead of creating another")
     if a.output:
@@ -235,7 +235,7 @@ def fetch(ctx: Context, ns: str, name: str) -> dict[str, Any]:
     try:
         return ctx.client.get_job(ns, name)
     except ClientError as exc:
-        raise api_error(exc, kind="job", name=job_id(name), namespace=ns) from None
+        raise refused(exc, kind="job", name=job_id(name), namespace=ns) from None
 
 
 def get_cmd(ctx: Context) -> int:
@@ -249,37 +249,15 @@ def get_cmd(ctx: Context) -> int:
     return 0
 
 
-def _request(ctx: Context, command: str, call: Callable[[Any, str, str], dict[str, Any]]) -> tuple[str, dict]:
-    """Ask for a cancel or a retry; a refusal names the job's state (the API server's CEL rules say why)."""
-    name = inputs.job_name("ID", ctx.args.id)
-    ns = ctx.single_namespace(command)
-    ident = job_id(name)
-    try:
-        return ident, call(ctx.client, ns, name)
-    except ClientError as exc:
-        words = refusal(exc)
-        if words:
-            raise CliError(f"job {ident}: {words}") from None
-        raise api_error(exc, kind="job", name=ident, namespace=ns) from None
-
-
 def cancel_cmd(ctx: Context) -> int:
-    ident, job = _request(ctx, "jobs cancel", lambda client, ns, name: client.cancel_job(ns, name))
-    state = (job.get("status") or {}).get("state")
-    if state == "cancelled":
-        ctx.say(f"job {ident} is cancelled")
-    elif state == "running":
-        ctx.say(f"job {ident}: cancel requested; the running handler is stopped (SIGTERM, then SIGKILL after the "
-                "queue's cancelGrace)")
-    else:
-        ctx.say(f"job {ident}: cancel requested (it was {state or 'not yet admitted'})")
+    name = inputs.job_name("ID", ctx.args.id)
+    ctx.say(client.cancel(ctx.client, ctx.single_namespace("jobs cancel"), name))
     return 0
 
 
 def retry_cmd(ctx: Context) -> int:
-    ident, job = _request(ctx, "jobs retry", lambda client, ns, name: client.retry_job(ns, name))
-    state = (job.get("status") or {}).get("state")
-    ctx.say(f"job {ident}: retry requested (it was {state}); its attempts start again from 1")
+    name = inputs.job_name("ID", ctx.args.id)
+    ctx.say(client.retry(ctx.client, ctx.single_namespace("jobs retry"), name))
     return 0
 
 
@@ -298,7 +276,7 @@ def _outcome(job: dict[str, Any]) -> tuple[int, str] | None:
         took = ""
         started, finished = parse_time(last.get("startedAt")), parse_time(last.get("finishedAt"))
         if started and finished:
-            took = f", {output.precise_duration(finished - started)}"
+            took = f", {precise_duration(finished - started)}"
         return 0, f"job {ident} succeeded (attempt {status.get('attempt', len(attempts))}{took})"
     if state == "dead":
         why = error_text(last)

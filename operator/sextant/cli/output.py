@@ -1,11 +1,11 @@
-"""How the CLI prints: aligned tables like kubectl's, ages like kubectl's, and -o json|yaml for scripts."""
+"""How the CLI prints: aligned tables like kubectl's and -o json|yaml for scripts (ages and durations are written
+by resources/common.py, for the dashboard too)."""
 
 from __future__ import annotations
 
 import json
 import re
 from collections.abc import Sequence
-from datetime import datetime, timedelta
 from typing import Any, TextIO
 
 import yaml
@@ -25,68 +25,6 @@ class _Dumper(yaml.SafeDumper):
 
 _Dumper.add_representer(str, _Dumper.represent_str)
 GAP = "   "  # kubectl separates columns by three spaces
-
-
-def human_duration(delta: timedelta) -> str:
-    """kubectl's duration.HumanDuration: 45s, 5m30s, 47m, 5h12m, 2d3h, 400d, 3y20d."""
-    seconds = int(delta.total_seconds())
-    if seconds < -1:
-        return "<invalid>"
-    if seconds < 0:
-        return "0s"
-    if seconds < 120:
-        return f"{seconds}s"
-    minutes = seconds // 60
-    if minutes < 10:
-        rest = seconds % 60
-        return f"{minutes}m{rest}s" if rest else f"{minutes}m"
-    if minutes < 180:
-        return f"{minutes}m"
-    hours = minutes // 60
-    if hours < 8:
-        rest = minutes % 60
-        return f"{hours}h{rest}m" if rest else f"{hours}h"
-    if hours < 48:
-        return f"{hours}h"
-    if hours < 24 * 8:
-        rest = hours % 24
-        return f"{hours // 24}d{rest}h" if rest else f"{hours // 24}d"
-    if hours < 24 * 365 * 2:
-        return f"{hours // 24}d"
-    if hours < 24 * 365 * 8:
-        days = (hours // 24) % 365
-        return f"{hours // 24 // 365}y{days}d" if days else f"{hours // 24 // 365}y"
-    return f"{hours // 24 // 365}y"
-
-
-def age(moment: datetime | None, now: datetime) -> str:
-    """How long ago, kubectl-style; '<none>' when unknown."""
-    return "<none>" if moment is None else human_duration(now - moment)
-
-
-def until(moment: datetime | None, now: datetime) -> str:
-    """A future time as 'in 4m' (or '4m ago' when it has passed)."""
-    if moment is None:
-        return "<none>"
-    if moment >= now:
-        return f"in {human_duration(moment - now)}"
-    return f"{human_duration(now - moment)} ago"
-
-
-def precise_duration(delta: timedelta) -> str:
-    """A duration for a timeline: 850ms, 12.3s, 4m05s, 2h03m."""
-    seconds = delta.total_seconds()
-    if seconds < 0:
-        return "<invalid>"
-    if seconds < 1:
-        return f"{round(seconds * 1000)}ms"
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, secs = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m"
 
 
 class Table:

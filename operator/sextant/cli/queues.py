@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..resources.common import format_time, time_or_none
+from ..resources.common import age, format_time, time_or_none
 from ..resources.queue import QueueSpec
 from . import output
 from .context import Context
@@ -106,7 +106,7 @@ def render(rows: Sequence[QueueRow], now: datetime, all_namespaces: bool) -> str
         c = q.counts
         cells = [q.name, f"{_cell(c['running'])}/{_cell(q.concurrency)}", _cell(c["queued"]), _cell(c["starting"]),
                  _cell(c["scheduled"]), _cell(c["failed"]),
-                 output.age(q.oldest_queued_at, now) if q.oldest_queued_at else "-", output.age(q.created_at, now)]
+                 age(q.oldest_queued_at, now) if q.oldest_queued_at else "-", age(q.created_at, now)]
         lines.append([q.namespace, *cells] if all_namespaces else cells)
     return output.table(["NAMESPACE", *COLUMNS] if all_namespaces else COLUMNS, lines)
 

@@ -5,13 +5,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..resources import inputs
-from ..client import ClientError
-from ..resources import contract
-from ..resources.common import parse_time
-from ..resources.job import job_id
+from .. import client
+from ..resources import contract, inputs
+from ..resources.common import age, parse_time, until
 from . import output
-from .context import Context, api_error
+from .context import Context
 
 COLUMNS = ["NAME", "SCHEDULE", "TIMEZONE", "SUSPEND", "ACTIVE", "LAST", "NEXT", "AGE"]
 
@@ -58,12 +56,12 @@ def list_cmd(ctx: Context) -> int:
         if spec.get("suspend"):
             next_text = "<suspended>"
         elif nxt:
-            next_text = f"{nxt.strftime('%Y-%m-%dT%H:%M:%SZ')} ({output.until(nxt, now)})"
+            next_text = f"{nxt.strftime('%Y-%m-%dT%H:%M:%SZ')} ({until(nxt, now)})"
         else:
             next_text = "<none>"
         cells = [meta["name"], _schedule_text(spec), spec.get("timeZone", "UTC"), str(bool(spec.get("suspend"))),
-                 len(status.get("active") or []), output.age(last, now) + " ago" if last else "<none>", next_text,
-                 output.age(parse_time(meta.get("creationTimestamp")), now)]
+                 len(status.get("active") or []), age(last, now) + " ago" if last else "<none>", next_text,
+                 age(parse_time(meta.get("creationTimestamp")), now)]
         rows.append([meta.get("namespace"), *cells] if ns is None else cells)
     ctx.say(output.table(["NAMESPACE", *COLUMNS] if ns is None else COLUMNS, rows))
     return 0
@@ -71,16 +69,8 @@ def list_cmd(ctx: Context) -> int:
 
 def trigger_cmd(ctx: Context) -> int:
     name = inputs.object_name("NAME", ctx.args.name, "schedule name")
-    ns = ctx.single_namespace("schedules trigger")
-    try:
-        job, created, key = ctx.client.trigger_schedule(ns, name)
-    except ClientError as exc:
-        if exc.status == 404 and f'"{name}"' in str(exc) and "schedules" in str(exc):
-            raise api_error(exc, kind="schedule", name=name, namespace=ns) from None
-        raise api_error(exc) from None
-    ident = job_id(job["metadata"]["name"])
-    if not created:
-        ctx.note(f"schedule {name} was already triggered this second (idempotency key {key!r}): returning job "
-                 f"{ident} instead of creating another")
+    ident, note = client.trigger(ctx.client, ctx.single_namespace("schedules trigger"), name)
+    if note:
+        ctx.note(note)
     ctx.say(ident)
     return 0

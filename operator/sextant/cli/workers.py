@@ -9,21 +9,17 @@ a list of every job of the namespace.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
-from ..resources import contract
-from ..resources.common import format_time, parse_time
+from ..lifecycle.workers import Worker, as_dict
+from ..resources.common import age, human_duration
 from . import output
 from .context import Context
 
-LEASES = "/apis/coordination.k8s.io/v1"
 COLUMNS = ["NAME", "QUEUES", "HANDLERS", "SLOTS", "BUSY", "LAST-RENEWAL", "STATE"]
 WIDE = ["HOLDER", "LEASE", "JOBS", "AGE"]
-LIVE, DRAINING, EXPIRED = "live", "draining", "expired"
-DEFAULT_LEASE_SECONDS = 30  # a Lease without leaseDurationSeconds: the queues' default leaseDuration
 
 
 def register(sub: argparse._SubParsersAction, flags: argparse.ArgumentParser) -> None:
@@ -40,84 +36,6 @@ def register(sub: argparse._SubParsersAction, flags: argparse.ArgumentParser) ->
     cmd.set_defaults(func=list_cmd, cli=True)
 
 
-@dataclass(frozen=True)
-class Worker:
-    """One worker as its registration Lease announces it."""
-
-    namespace: str
-    name: str
-    holder: str
-    queues: tuple[str, ...]
-    handlers: tuple[str, ...]
-    slots: int | None
-    draining: bool
-    renewed_at: datetime | None
-    lease_duration: timedelta
-    created_at: datetime | None
-    jobs: tuple[str, ...] = field(default=())  # running jobs assigned to it (object names)
-
-    def state(self, now: datetime) -> str:
-        """expired wins over draining: an expired worker's attempts are being failed, whatever it last said."""
-        if self.renewed_at is None or now >= self.renewed_at + self.lease_duration:
-            return EXPIRED
-        return DRAINING if self.draining else LIVE
-
-
-def _names(text: str | None) -> tuple[str, ...]:
-    return tuple(sorted({part.strip() for part in (text or "").split(",") if part.strip()}))
-
-
-def read_lease(lease: Mapping[str, Any]) -> Worker | None:
-    """A worker from its registration Lease; None for a Lease that is not one (no sextant.dev/worker label).
-    Odd values show as what they are (no slots, no renewal: expired) rather than failing the whole list."""
-    meta = lease.get("metadata") or {}
-    name = (meta.get("labels") or {}).get(contract.LABEL_WORKER)
-    if not name:
-        return None
-    notes = meta.get("annotations") or {}
-    spec = lease.get("spec") or {}
-    try:
-        slots: int | None = int(notes[contract.ANNOTATION_SLOTS])
-    except (KeyError, ValueError):
-        slots = None
-    try:
-        renewed = parse_time(spec.get("renewTime") or spec.get("acquireTime"))
-    except ValueError:
-        renewed = None
-    seconds = spec.get("leaseDurationSeconds")
-    if not isinstance(seconds, int) or seconds <= 0:
-        seconds = DEFAULT_LEASE_SECONDS
-    return Worker(
-        namespace=meta.get("namespace", ""), name=name, holder=spec.get("holderIdentity") or "",
-        queues=_names(notes.get(contract.ANNOTATION_QUEUES)), handlers=_names(notes.get(contract.ANNOTATION_HANDLERS)),
-        slots=slots, draining=notes.get(contract.ANNOTATION_DRAINING) == "true", renewed_at=renewed,
-        lease_duration=timedelta(seconds=seconds),
-        created_at=parse_time(meta.get("creationTimestamp")),
-    )
-
-
-def running_jobs(jobs: Iterable[Mapping[str, Any]], worker: str) -> tuple[str, ...]:
-    """The jobs that hold a slot of `worker`: assigned to it (status.worker) and running."""
-    out = []
-    for job in jobs:
-        status = job.get("status") or {}
-        if status.get("worker") == worker and status.get("state") == "running":
-            out.append(job["metadata"]["name"])
-    return tuple(sorted(out))
-
-
-def as_dict(worker: Worker, now: datetime) -> dict[str, Any]:
-    renewed = worker.renewed_at
-    return {
-        "namespace": worker.namespace, "name": worker.name, "holder": worker.holder,
-        "queues": list(worker.queues), "handlers": list(worker.handlers), "slots": worker.slots,
-        "busy": len(worker.jobs), "jobs": list(worker.jobs), "state": worker.state(now),
-        "draining": worker.draining, "renewTime": format_time(renewed) if renewed else None,
-        "lastRenewalSeconds": round((now - renewed).total_seconds(), 3) if renewed else None,
-        "leaseDurationSeconds": int(worker.lease_duration.total_seconds()),
-    }
-
-
 def _list(values: Sequence[str]) -> str:
     return ",".join(values) if values else "<none>"
 
@@ -127,29 +45,17 @@ def render(workers: Sequence[Worker], now: datetime, *, all_namespaces: bool, wi
     rows = []
     for w in sorted(workers, key=lambda w: (w.namespace, w.name)):
         cells: list[Any] = [w.name, _list(w.queues), _list(w.handlers), "<none>" if w.slots is None else w.slots,
-                            len(w.jobs), output.age(w.renewed_at, now), w.state(now)]
+                            len(w.jobs), age(w.renewed_at, now), w.state(now)]
         if wide:
-            cells += [w.holder, output.human_duration(w.lease_duration), _list(w.jobs), output.age(w.created_at, now)]
+            cells += [w.holder, human_duration(w.lease_duration), _list(w.jobs), age(w.created_at, now)]
         rows.append([w.namespace, *cells] if all_namespaces else cells)
     headers = [*COLUMNS, *(WIDE if wide else [])]
     return output.table(["NAMESPACE", *headers] if all_namespaces else headers, rows)
 
 
-def list_workers(ctx: Context, namespace: str | None) -> list[Worker]:
-    """The namespace's workers (None: every namespace's), each with its running jobs."""
-    path = LEASES + (f"/namespaces/{namespace}" if namespace else "") + "/leases"
-    leases, _ = ctx.client.list_all(path, label_selector=contract.LABEL_WORKER)
-    workers = [w for w in map(read_lease, leases) if w is not None]
-    out = []
-    for w in workers:
-        jobs, _ = ctx.client.list_all(ctx.client.jobs_path(w.namespace), field_selector=f"status.worker={w.name}")
-        out.append(replace(w, jobs=running_jobs(jobs, w.name)))
-    return out
-
-
 def list_cmd(ctx: Context) -> int:
     ns = ctx.list_namespace()
-    workers = list_workers(ctx, ns)
+    workers = ctx.client.list_workers(ns)
     now = ctx.now()
     fmt = ctx.args.output
     if fmt in output.FORMATS:

@@ -44,7 +44,8 @@ from ..kube.kubeconfig import Connection
 from ..resources import GROUP, VERSION
 from .feed import Feed
 from ..kube.informer import RETRY_INITIAL, RETRY_MAX, jittered
-from .operator import Operator, Settings
+from .operator import Operator
+from .settings import Settings
 from ..kube.workqueue import describe
 
 log = logging.getLogger("sextant.operator")

@@ -20,22 +20,13 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from ..kube.client import ApiError, Kube
 from ..resources.common import time_or_none
+from .settings import ElectionSettings
 
 log = logging.getLogger("sextant.leader")
-
-
-@dataclass(frozen=True)
-class ElectionSettings:
-    namespace: str
-    name: str = "sextant-operator"
-    lease_duration: float = 15.0
-    renew_deadline: float = 10.0
-    retry_period: float = 2.0
 
 
 def _micro(moment: datetime) -> str:

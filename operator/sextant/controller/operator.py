@@ -7,8 +7,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any
 
 from ..kube import metrics
@@ -17,36 +15,17 @@ from ..resources import GROUP, VERSION, contract
 from ..kube.events import EventRecorder
 from .feed import Feed
 from ..kube.informer import Informer
-from .leader import ElectionSettings, LeaderElector, default_identity
+from .leader import LeaderElector, default_identity
 from .jobs import JobController, utcnow
 from ..kube.client import Kube
-from ..lifecycle.transitions import RECORD_QUEUED_AFTER, Event
+from ..lifecycle.transitions import Event
 from ..resources import API_VERSION
-from ..resources.job import IDEMPOTENCY_WINDOW
 from .schedules import ScheduleController
+from .settings import Settings
 from .timers import Timers
 from .view import View
 
 log = logging.getLogger("sextant.operator")
-
-
-@dataclass
-class Settings:
-    namespaces: list[str] = field(default_factory=list)  # empty: all namespaces
-    workers: int = 64  # an admission is 2 sequential writes; completions must not wait behind them
-    pending_pods: int = 200  # per queue, attempt pods waiting for a node (0: no limit); see slots.py
-    record_queued_after: timedelta = RECORD_QUEUED_AFTER  # a job about to start goes this long without a state
-    idempotency_window: timedelta = IDEMPOTENCY_WINDOW  # SEXTANT_IDEMPOTENCY_WINDOW: every client must agree
-    events: bool = True
-    http_host: str = "0.0.0.0"
-    http_port: int | None = 8080  # health, readiness, metrics and the /v2 API; None: no server
-    http_tls: tuple[str, str] | None = None  # (certificate, key) files: serve HTTPS
-    http_max_in_flight: int = 100  # /v2 requests served at once; more are answered 429
-    http_request_timeout: float = 30.0  # seconds a /v2 request may take; then 503
-    leader_election: ElectionSettings | None = None  # None: this replica acts alone
-    kopf_watches: bool = True  # kopf's on.event handlers for Queue/Handler/Schedule, beside their informers
-                               # (docs/operator.md); False: the informers alone
-    kopf_liveness: str | None = None  # kopf's liveness endpoint with its probes (ready, role), e.g. :8081/healthz
 
 
 def _paths(plural: str, group: str | None, namespaces: list[str], version: str = VERSION) -> list[str]:

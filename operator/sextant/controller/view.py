@@ -150,7 +150,8 @@ def read_worker_lease(lease: dict[str, Any]) -> W.WorkerLease | None:
         handlers=frozenset(h for h in notes.get(contract.ANNOTATION_HANDLERS, "").split(",") if h),
         slots=min(int(slots), 100_000) if slots.isdigit() else 0,
         draining=notes.get(contract.ANNOTATION_DRAINING) == "true",
-        lease_duration=timedelta(seconds=seconds if isinstance(seconds, int) and 0 < seconds < 86_400 else 30),
+        lease_duration=(timedelta(seconds=seconds) if isinstance(seconds, int) and 0 < seconds < 86_400
+                        else W.DEFAULT_LEASE_DURATION),
     )
 
 

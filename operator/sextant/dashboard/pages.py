@@ -9,8 +9,7 @@ from html import escape
 from typing import Any
 from urllib.parse import urlencode
 
-from ..cli.output import age, human_duration, until
-from ..resources.common import time_or_none
+from ..resources.common import age, human_duration, time_or_none, until
 from ..resources.job import job_id
 from ..resources.inputs import STATES
 from .views import Bar, JobFilter, QueueRow, ScheduleRow, chart_svg

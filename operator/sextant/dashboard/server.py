@@ -1,6 +1,6 @@
 """`sextant dashboard`: a web server on loopback that shows queues, jobs, schedules and workers live, and acts with
 the user's own kubeconfig credentials (like `kubectl proxy`): every read goes to the API server as that user, every
-action runs the CLI's own command function (cli/jobs.py, cli/schedules.py), so its refusals are worded the same.
+action is the CLI's own request (client.py's cancel, retry and trigger), so its refusals are worded the same.
 
 Live: one server-side list+watch of the scope's jobs keeps a cache (for the queue counts, the chart and the
 schedules' jobs) and a version number that every watch event bumps; the page's script asks its regions again
@@ -9,9 +9,7 @@ the API server (fieldSelector on the Job CRD's selectableFields, labelSelector f
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import io
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
@@ -22,14 +20,12 @@ from typing import Any
 import httpx
 from aiohttp import web
 
+from .. import client as requests
 from ..resources import inputs
-from ..cli import jobs as jobs_cmd
-from ..cli import schedules as schedules_cmd
-from ..cli import workers as workers_cmd
-from ..cli.context import CliError, Context, api_error
-from ..client import Client, ClientError
+from ..client import Client, ClientError, Refused, refused
 from ..kube.client import ApiError, Gone, Kube
 from ..kube.kubeconfig import Connection
+from ..lifecycle.workers import as_dict
 from ..resources.job import job_id
 from . import pages
 from .views import (PAGE_SIZE, SCAN_LIMIT, FilterError, JobFilter, allowed_hosts, finished_series, list_params,
@@ -95,8 +91,8 @@ class JobCache:
 
 
 class Dashboard:
-    def __init__(self, conn: Connection, namespace: str | None, args: argparse.Namespace) -> None:
-        self.conn, self.namespace, self.args = conn, namespace, args
+    def __init__(self, conn: Connection, namespace: str | None) -> None:
+        self.conn, self.namespace = conn, namespace
         self.kube = Kube(conn, user_agent="sextant-dashboard", attempts=3)
         self.client = Client(conn, user_agent="sextant-dashboard")
         self.cache = JobCache(self.kube, namespace)
@@ -178,13 +174,6 @@ class Dashboard:
             return pages.forbidden(what, exc.message)
         return pages.error(f"the API server refused to {what}: {exc.status} {exc.reason}: {exc.message}"
                            if exc.status else f"cannot reach the API server at {self.conn.server}: {exc}")
-
-    def ctx(self, **args: Any) -> tuple[Context, io.StringIO, io.StringIO]:
-        """A CLI Context on this process's connection and client, for the CLI's own command functions."""
-        out, err = io.StringIO(), io.StringIO()
-        ctx = Context(argparse.Namespace(kubeconfig=None, context=None, all_namespaces=False, **args), out, err)
-        ctx.__dict__["conn"], ctx.__dict__["client"] = self.conn, self.client
-        return ctx, out, err
 
     async def _wait_synced(self) -> None:
         try:
@@ -338,16 +327,15 @@ class Dashboard:
         return self.fragment(await self._schedules(), self.cache.version)
 
     async def _workers(self) -> str:
-        ctx, _, _ = self.ctx(namespace=self.namespace)
         try:
-            found = await asyncio.to_thread(workers_cmd.list_workers, ctx, self.namespace)
+            found = await asyncio.to_thread(self.client.list_workers, self.namespace)
         except ClientError as exc:
             return self.refused(ApiError(exc.status, {"reason": exc.reason, "message": str(exc)}),
                                 f"list worker Leases or their jobs {self.where()}")
         except httpx.HTTPError as exc:
             return pages.error(f"cannot reach the API server at {self.conn.server}: {exc}")
         now = datetime.now(timezone.utc)
-        rows = [workers_cmd.as_dict(w, now) for w in sorted(found, key=lambda w: (w.namespace, w.name))]
+        rows = [as_dict(w, now) for w in sorted(found, key=lambda w: (w.namespace, w.name))]
         return pages.workers_fragment(rows, self.wide)
 
     async def workers_page(self, request: web.Request) -> web.Response:
@@ -357,34 +345,41 @@ class Dashboard:
     async def workers_fragment(self, request: web.Request) -> web.Response:
         return self.fragment(await self._workers())
 
-    # --- actions: the CLI's own command functions ---------------------------------------------------------
-    async def _act(self, command: Callable[[Context], int], **args: Any) -> web.Response:
-        ctx, out, err = self.ctx(**args)
-
+    # --- actions: the CLI's own requests -----------------------------------------------------------------------
+    async def _act(self, request: Callable[[], str]) -> web.Response:
+        """Run a request as the CLI does (the same checks, the same words for what it did or why it was refused)."""
         def call() -> tuple[bool, str]:
             try:
-                command(ctx)
-            except CliError as exc:
-                return False, f"error: {exc}"
-            except inputs.InputError as exc:
+                return True, request()
+            except (Refused, inputs.InputError) as exc:
                 return False, f"error: {exc}"
             except ClientError as exc:
-                return False, f"error: {api_error(exc)}"
+                return False, f"error: {refused(exc)}"
             except httpx.HTTPError as exc:
                 return False, f"error: cannot reach the API server at {self.conn.server}: {exc}"
-            return True, " ".join(part.strip() for part in (out.getvalue(), err.getvalue()) if part.strip())
 
         ok, message = await asyncio.to_thread(call)
         return web.json_response({"ok": ok, "message": message}, status=200 if ok else 409)
 
     async def job_action(self, request: web.Request) -> web.Response:
-        verb = request.match_info["verb"]
-        command = jobs_cmd.cancel_cmd if verb == "cancel" else jobs_cmd.retry_cmd
-        return await self._act(command, namespace=request.match_info["ns"], id=request.match_info["id"])
+        ask = requests.cancel if request.match_info["verb"] == "cancel" else requests.retry
+        ns, ident = request.match_info["ns"], request.match_info["id"]
+
+        def call() -> str:
+            name = inputs.job_name("ID", ident)
+            return ask(self.client, inputs.namespace("--namespace", ns), name)
+
+        return await self._act(call)
 
     async def trigger(self, request: web.Request) -> web.Response:
-        return await self._act(schedules_cmd.trigger_cmd, namespace=request.match_info["ns"],
-                               name=request.match_info["name"])
+        ns, name = request.match_info["ns"], request.match_info["name"]
+
+        def call() -> str:
+            schedule = inputs.object_name("NAME", name, "schedule name")
+            ident, note = requests.trigger(self.client, inputs.namespace("--namespace", ns), schedule)
+            return f"{ident} {note}" if note else ident  # as the CLI prints them: stdout, then stderr
+
+        return await self._act(call)
 
     async def static_file(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
@@ -410,14 +405,10 @@ async def serve(dashboard: Dashboard, address: str, port: int, say: Callable[[st
         await runner.cleanup()
 
 
-def dashboard_cmd(ctx: Context) -> int:
-    a = ctx.args
-    namespace = None if ctx.all_namespaces else ctx.namespace
-    dashboard = Dashboard(ctx.conn, namespace, a)
-    if a.address not in ("127.0.0.1", "localhost", "::1"):
-        ctx.note(f"warning: serving on {a.address}: anyone who can reach it acts with your credentials")
-    try:
-        asyncio.run(serve(dashboard, a.address, a.port, ctx.say))
-    except OSError as exc:
-        raise CliError(f"cannot listen on {a.address}:{a.port}: {exc.strerror or exc}") from None
-    return 0
+def run(conn: Connection, namespace: str | None, address: str, port: int, say: Callable[[str], None],
+        note: Callable[[str], None]) -> None:
+    """Serve the dashboard of namespace (None: every namespace) until Ctrl-C; OSError when it cannot listen."""
+    dashboard = Dashboard(conn, namespace)
+    if address not in ("127.0.0.1", "localhost", "::1"):
+        note(f"warning: serving on {address}: anyone who can reach it acts with your credentials")
+    asyncio.run(serve(dashboard, address, port, say))

@@ -8,14 +8,16 @@ control plane it started is torn down when it stops, unless --keep.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from ..kube import kubeconfig
-from ..kube.client import ApiError, Kube
-from ..resources.crds import RESOURCES, crd
+
+# The Kubernetes client and the CRDs are imported when it runs, so that every other command starts fast.
 
 log = logging.getLogger("sextant.dev")
 DEV_CLUSTER = os.environ.get("SEXTANT_DEV_CLUSTER", "sextant-dev")
@@ -32,6 +34,9 @@ def configured_cluster() -> str | None:
 
 
 async def install_crds(conn: kubeconfig.Connection) -> None:
+    from ..kube.client import ApiError, Kube
+    from ..resources.crds import RESOURCES, crd
+
     async with Kube(conn, user_agent="sextant-dev") as kube:
         for entry in RESOURCES:
             body = crd(entry)
@@ -51,18 +56,21 @@ async def install_crds(conn: kubeconfig.Connection) -> None:
                 raise ApiError(0, f"CRD {name} did not become Established")
 
 
-def dev(kubeconfig_path: str | None, context: str | None, keep: bool, settings) -> int:
-    from ..controller.operator import run
+Operate = Callable[[argparse.Namespace, kubeconfig.Connection], None]
 
+
+def dev(args: argparse.Namespace, operate: Operate) -> int:
+    """Install the CRDs and run the operator (operate: with the operator's flags of args) on the configured
+    cluster, else on a local control plane started here."""
     cluster = node = None
-    path = kubeconfig_path or configured_cluster()
+    path = args.kubeconfig or configured_cluster()
     if path is None:
         from .localcluster import LocalCluster
         from .localnode import AgentProcess
 
         print("sextant: no cluster configured; starting a local control plane (first time: builds it, ~8 min)",
               flush=True)
-        cluster = LocalCluster(name=DEV_CLUSTER, teardown_on_exit=not keep).up(reuse=True)
+        cluster = LocalCluster(name=DEV_CLUSTER, teardown_on_exit=not args.keep).up(reuse=True)
         path = str(cluster.kubeconfig)
         from .localcluster import cache_root
 
@@ -71,13 +79,29 @@ def dev(kubeconfig_path: str | None, context: str | None, keep: bool, settings) 
         print(f"sextant: local control plane ready, with node {LOCAL_NODE} running pods as local processes "
               f"(logs: kubectl logs POD); in another shell:\n  export KUBECONFIG={path}", flush=True)
     try:
-        conn = kubeconfig.load(path, context)
+        conn = kubeconfig.load(path, args.context)
         asyncio.run(install_crds(conn))
         print("sextant: CRDs installed; operator running (Ctrl-C stops it)")
-        run(conn, settings(conn))
+        operate(args, conn)
     finally:
-        if node is not None and not keep:
+        if node is not None and not args.keep:
             node.stop()
-        if cluster is not None and not keep:
+        if cluster is not None and not args.keep:
             cluster.down()
     return 0
+
+
+def register(sub: argparse._SubParsersAction, operator_flags: Callable[[argparse.ArgumentParser], None],
+             operate: Operate) -> None:
+    """`sextant dev`: the operator's flags (operator_flags adds them) and --keep; operate runs the operator."""
+    dv = sub.add_parser("dev", help="install the CRDs and run the operator; starts a local control plane when "
+                                    "no cluster is configured")
+    dv.add_argument("--keep", action="store_true", help="leave the local control plane running afterwards")
+    operator_flags(dv)
+
+    def run(args: argparse.Namespace) -> int:
+        logging.basicConfig(level=getattr(logging, args.log_level.upper()),
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        return dev(args, operate)
+
+    dv.set_defaults(func=run)

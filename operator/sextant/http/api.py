@@ -114,7 +114,7 @@ def list_error(exc: ApiError, token: str) -> HttpError | None:
 class Api:
     def __init__(self, kube: Kube, *, view: Any = None, ready: Callable[[], bool] = lambda: False,
                  namespaces: list[str] | tuple[str, ...] = (), now: Callable[[], datetime] = utcnow,
-                 max_in_flight: int = 100, request_timeout: float = 30.0, auth: Authorizer | None = None) -> None:
+                 max_in_flight: int, request_timeout: float, auth: Authorizer | None = None) -> None:
         self.kube = kube
         self.view = view
         self.ready = ready

@@ -1,19 +1,26 @@
-"""Worker mode's rules (docs/workers.md): which worker may take a job, and what the operator sees of an attempt
-running on a worker. Pure: the leases and the clock come in as arguments."""
+"""Worker mode's rules (docs/workers.md): which worker may take a job, what the operator sees of an attempt
+running on a worker, and what a user sees of a worker (`sextant workers`, the dashboard: its state read from its
+registration Lease). Pure: the leases and the clock come in as arguments."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
-from ..resources.common import parse_time
+from ..resources import contract
+from ..resources.common import format_time, parse_duration, parse_time
 from ..resources.job import Attempt, JobStatus
+from ..resources.queue import QueueSpec
 from .attempts import PodObservation
 
 # How long past its grace period a stopped attempt's worker may take to report before the operator records the
 # outcome itself (the same allowance a stopping pod gets before it is force-deleted).
 REPORT_AFTER_GRACE = timedelta(seconds=5)
+# A worker's Lease without a (valid) leaseDurationSeconds, or a worker that serves no queue: the queues' default.
+DEFAULT_LEASE_DURATION = parse_duration(QueueSpec.model_fields["lease_duration"].default)
+LIVE, DRAINING, EXPIRED = "live", "draining", "expired"
 
 
 @dataclass(frozen=True)
@@ -27,7 +34,7 @@ class WorkerLease:
     handlers: frozenset[str]
     slots: int
     draining: bool = False
-    lease_duration: timedelta = timedelta(seconds=30)
+    lease_duration: timedelta = DEFAULT_LEASE_DURATION
 
     def live(self, now: datetime) -> bool:
         return self.renewed_at is not None and now < self.renewed_at + self.lease_duration
@@ -96,3 +103,82 @@ def observe_attempt(entry: Attempt, lease: WorkerLease | None, status: JobStatus
         return None, renewed
     return PodObservation(name=lease.name, sequence=entry.sequence, phase="Running", node=lease.name,
                           started_at=started), renewed
+
+
+# --- what a user sees of a worker ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Worker:
+    """One worker as its registration Lease announces it."""
+
+    namespace: str
+    name: str
+    holder: str
+    queues: tuple[str, ...]
+    handlers: tuple[str, ...]
+    slots: int | None
+    draining: bool
+    renewed_at: datetime | None
+    lease_duration: timedelta
+    created_at: datetime | None
+    jobs: tuple[str, ...] = field(default=())  # running jobs assigned to it (object names)
+
+    def state(self, now: datetime) -> str:
+        """expired wins over draining: an expired worker's attempts are being failed, whatever it last said."""
+        if self.renewed_at is None or now >= self.renewed_at + self.lease_duration:
+            return EXPIRED
+        return DRAINING if self.draining else LIVE
+
+
+def _names(text: str | None) -> tuple[str, ...]:
+    return tuple(sorted({part.strip() for part in (text or "").split(",") if part.strip()}))
+
+
+def read_lease(lease: Mapping[str, Any]) -> Worker | None:
+    """A worker from its registration Lease; None for a Lease that is not one (no sextant.dev/worker label).
+    Odd values show as what they are (no slots, no renewal: expired) rather than failing the whole list."""
+    meta = lease.get("metadata") or {}
+    name = (meta.get("labels") or {}).get(contract.LABEL_WORKER)
+    if not name:
+        return None
+    notes = meta.get("annotations") or {}
+    spec = lease.get("spec") or {}
+    try:
+        slots: int | None = int(notes[contract.ANNOTATION_SLOTS])
+    except (KeyError, ValueError):
+        slots = None
+    try:
+        renewed = parse_time(spec.get("renewTime") or spec.get("acquireTime"))
+    except ValueError:
+        renewed = None
+    seconds = spec.get("leaseDurationSeconds")
+    return Worker(
+        namespace=meta.get("namespace", ""), name=name, holder=spec.get("holderIdentity") or "",
+        queues=_names(notes.get(contract.ANNOTATION_QUEUES)), handlers=_names(notes.get(contract.ANNOTATION_HANDLERS)),
+        slots=slots, draining=notes.get(contract.ANNOTATION_DRAINING) == "true", renewed_at=renewed,
+        lease_duration=(timedelta(seconds=seconds) if isinstance(seconds, int) and seconds > 0
+                        else DEFAULT_LEASE_DURATION),
+        created_at=parse_time(meta.get("creationTimestamp")),
+    )
+
+
+def running_jobs(jobs: Iterable[Mapping[str, Any]], worker: str) -> tuple[str, ...]:
+    """The jobs that hold a slot of `worker`: assigned to it (status.worker) and running."""
+    out = []
+    for job in jobs:
+        status = job.get("status") or {}
+        if status.get("worker") == worker and status.get("state") == "running":
+            out.append(job["metadata"]["name"])
+    return tuple(sorted(out))
+
+
+def as_dict(worker: Worker, now: datetime) -> dict[str, Any]:
+    """The worker as `sextant workers -o json` prints it and the dashboard shows it."""
+    renewed = worker.renewed_at
+    return {
+        "namespace": worker.namespace, "name": worker.name, "holder": worker.holder,
+        "queues": list(worker.queues), "handlers": list(worker.handlers), "slots": worker.slots,
+        "busy": len(worker.jobs), "jobs": list(worker.jobs), "state": worker.state(now),
+        "draining": worker.draining, "renewTime": format_time(renewed) if renewed else None,
+        "lastRenewalSeconds": round((now - renewed).total_seconds(), 3) if renewed else None,
+        "leaseDurationSeconds": int(worker.lease_duration.total_seconds()),
+    }

@@ -1,11 +1,13 @@
 """Checks of what people type, shared by the CLI and the HTTP API: ids, names, payloads, times, keys.
 
 Pure functions; each raises InputError naming the field and saying what a valid value looks like, so that
-bad input is refused before anything is sent to the API server (and nothing changes).
+bad input is refused before anything is sent to the API server (and nothing changes). At the end, the argparse
+types that every command's flags share (the CLI's, the worker's, the operator's): bad usage, exit 2.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import secrets
@@ -162,3 +164,30 @@ def random_name() -> str:
 def selector_value(text: str) -> str:
     """A field selector's value, escaped as the API server reads it (backslash, comma and equals sign)."""
     return text.replace("\\", "\\\\").replace(",", "\\,").replace("=", "\\=")
+
+
+# --- argparse types ---------------------------------------------------------------------------------------------
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not at least 1")
+    return value
+
+
+def port(text: str, *, zero: bool = False) -> int:
+    """A TCP port, 1-65535; with zero=True also 0 (the system picks a free one)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    low = 0 if zero else 1
+    if not low <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port ({low} to 65535" + ("; 0 picks a free one)" if zero else ")"))
+    return value
+
+
+def port_or_zero(text: str) -> int:
+    return port(text, zero=True)

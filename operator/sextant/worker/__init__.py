@@ -7,5 +7,6 @@ no pod per attempt (docs/workers.md is the protocol).
     execution.py     running one attempt: SDK functions on the loop or in threads, commands as subprocesses
     results.py       the attempt's end, recorded by the lifecycle's own rules at the version read
     service.py       the worker: the above together, stops (cancel, timeout, lease loss) and the drain
+    settings.py      what it is told (the flags' defaults)
     main.py          the CLI
 """

@@ -26,15 +26,13 @@ from typing import Any
 
 from ..resources import inputs
 from ..kube import kubeconfig
-from ..cli.args import port, positive_int
 from ..resources.common import parse_duration
+from ..resources.inputs import port, positive_int
+from .settings import Settings
 
 # The rest is imported when a worker starts, so that every other command of the CLI starts fast.
 
 log = logging.getLogger("sextant.worker")
-
-DEFAULT_CONCURRENCY = 8
-DEFAULT_DRAIN_GRACE = "25s"  # below a pod's default terminationGracePeriodSeconds (30 s)
 
 
 class BadInput(Exception):
@@ -63,13 +61,13 @@ def register(sub: argparse._SubParsersAction, flags: argparse.ArgumentParser) ->
                         "the current directory on sys.path)")
     p.add_argument("--handler", action="append", dest="handlers", metavar="HANDLER",
                    help="serve only this handler (repeatable; default: every worker-mode Handler it can run)")
-    p.add_argument("--concurrency", type=positive_int, default=DEFAULT_CONCURRENCY, metavar="N",
-                   help=f"slots: attempts run at once (default {DEFAULT_CONCURRENCY}; also the threads for `def` "
+    p.add_argument("--concurrency", type=positive_int, default=Settings.concurrency, metavar="N",
+                   help=f"slots: attempts run at once (default {Settings.concurrency}; also the threads for `def` "
                         "functions)")
     p.add_argument("--name", help="the worker's name, a DNS label (default: the pod's name, else <host>-<pid>)")
-    p.add_argument("--drain-grace", type=_duration, default=DEFAULT_DRAIN_GRACE, metavar="DURATION",
-                   help=f"on SIGTERM, how long running handlers may finish before they are stopped and their "
-                        f"attempts recorded failed, reason Drained (default {DEFAULT_DRAIN_GRACE})")
+    p.add_argument("--drain-grace", type=_duration, default=f"{Settings.drain_grace:g}s", metavar="DURATION",
+                   help="on SIGTERM, how long running handlers may finish before they are stopped and their "
+                        "attempts recorded failed, reason Drained (default %(default)s)")
     p.add_argument("--metrics-port", type=port, metavar="PORT", help="serve Prometheus metrics on this port")
     p.add_argument("--metrics-host", default="0.0.0.0", help="the metrics' address (default all)")
     p.add_argument("--no-events", action="store_true", help="post no Kubernetes Events for the attempts it records")
@@ -123,7 +121,7 @@ async def serve(conn: kubeconfig.Connection, args: argparse.Namespace, namespace
     from ..resources.queue import QueueSpec
     from .metrics import WorkerMetrics
     from .plan import PlanError, plan
-    from .service import Settings, Worker
+    from .service import Worker
 
     kube = Kube(conn, user_agent=f"sextant-worker/{name}")
     try:

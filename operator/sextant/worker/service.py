@@ -11,7 +11,7 @@ import secrets
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -22,6 +22,7 @@ from ..kube.informer import Informer
 from ..controller.pods import scheduled_at
 from ..controller.view import View
 from ..kube.client import Kube
+from ..lifecycle.workers import DEFAULT_LEASE_DURATION
 from ..resources import API_VERSION, contract
 from ..resources.common import parse_duration
 from ..resources.handler import HandlerSpec
@@ -34,24 +35,13 @@ from .metrics import WorkerMetrics
 from .plan import Served, serving
 from .registration import Offer, Registration, utcnow
 from .results import DRAINED, RECORDED_STOPS, Recorder, Report, stop_wanted
+from .settings import Settings
 
 log = logging.getLogger("sextant.worker")
 
 LOST = "Lost"  # the handler's job is no longer this worker's: stopped, and its result not recorded
-DEFAULT_LEASE = timedelta(seconds=30)
 DRAIN_SETTLE = 1.0  # seconds a drain waits for assignments already on their way, even when nothing runs
 DRAIN_POLL = 0.05
-
-
-@dataclass(frozen=True)
-class Settings:
-    namespace: str
-    name: str
-    concurrency: int = 8
-    drain_grace: float = 25.0
-    want_queues: frozenset[str] | None = None  # None: every Queue of the namespace
-    want_handlers: frozenset[str] | None = None  # None: every worker-mode Handler it can run
-    events: bool = True
 
 
 @dataclass
@@ -118,7 +108,7 @@ class Worker:
         durations = [parse_duration(q.lease_duration) for name, q in self.queues.items() if name in self.served.queues]
         return Offer(queues=self.served.queues, handlers=self.served.handlers,
                      slots=max(0, self.settings.concurrency - self.lingering),
-                     lease_duration=min(durations, default=DEFAULT_LEASE), draining=self.draining)
+                     lease_duration=min(durations, default=DEFAULT_LEASE_DURATION), draining=self.draining)
 
     def specs(self, queue: str, handler: str) -> tuple[QueueSpec | None, HandlerSpec | None]:
         return self.queues.get(queue), self.handlers.get(handler)

@@ -1,0 +1,38 @@
+"""What the operator is told (`sextant operator`'s flags): its Settings and the leader election's, every default
+once. Light, so that the CLI reads the flags' defaults from here without importing the operator."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from ..lifecycle.transitions import RECORD_QUEUED_AFTER
+from ..resources.job import IDEMPOTENCY_WINDOW
+
+
+@dataclass(frozen=True)
+class ElectionSettings:
+    namespace: str
+    name: str = "sextant-operator"
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+
+
+@dataclass
+class Settings:
+    namespaces: list[str] = field(default_factory=list)  # empty: all namespaces
+    workers: int = 64  # an admission is 2 sequential writes; completions must not wait behind them
+    pending_pods: int = 200  # per queue, attempt pods waiting for a node (0: no limit); see slots.py
+    record_queued_after: timedelta = RECORD_QUEUED_AFTER  # a job about to start goes this long without a state
+    idempotency_window: timedelta = IDEMPOTENCY_WINDOW  # SEXTANT_IDEMPOTENCY_WINDOW: every client must agree
+    events: bool = True
+    http_host: str = "0.0.0.0"
+    http_port: int | None = 8080  # health, readiness, metrics and the /v2 API; None: no server
+    http_tls: tuple[str, str] | None = None  # (certificate, key) files: serve HTTPS
+    http_max_in_flight: int = 100  # /v2 requests served at once; more are answered 429
+    http_request_timeout: float = 30.0  # seconds a /v2 request may take; then 503
+    leader_election: ElectionSettings | None = None  # None: this replica acts alone
+    kopf_watches: bool = True  # kopf's on.event handlers for Queue/Handler/Schedule, beside their informers
+                               # (docs/operator.md); False: the informers alone
+    kopf_liveness: str | None = None  # kopf's liveness endpoint with its probes (ready, role), e.g. :8081/healthz

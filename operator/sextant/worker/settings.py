@@ -1,0 +1,17 @@
+"""What a worker is told (`sextant worker`'s flags): every default once. Light, so that the CLI reads the flags'
+defaults from here without importing the worker."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Settings:
+    namespace: str
+    name: str
+    concurrency: int = 8
+    drain_grace: float = 25.0  # seconds; below a pod's default terminationGracePeriodSeconds (30 s)
+    want_queues: frozenset[str] | None = None  # None: every Queue of the namespace
+    want_handlers: frozenset[str] | None = None  # None: every worker-mode Handler it can run
+    events: bool = True
