@@ -164,6 +164,14 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def _entry(source: Path | None) -> str:
+    """The module that runs `sextant`: the package itself, or in a checkout from before its composition root
+    (sextant/__main__.py), the CLI's module."""
+    if source is not None and not (source / "operator" / "sextant" / "__main__.py").exists():
+        return "sextant.cli.main"
+    return "sextant"
+
+
 class OperatorProcess:
     """`sextant operator` with its shipped defaults (all namespaces, 64 workers, Events on, log level warning)."""
 
@@ -172,7 +180,7 @@ class OperatorProcess:
         self.port = free_port()
         self.source = source  # another checkout whose operator/ runs instead of this one's
         self.log_path = log_path
-        self.cmd = [sys.executable, "-m", "sextant", "--kubeconfig", str(kubeconfig_path), "operator",
+        self.cmd = [sys.executable, "-m", _entry(source), "--kubeconfig", str(kubeconfig_path), "operator",
                     "--http-host", "127.0.0.1", "--http-port", str(self.port), *(extra or [])]
         self.proc: subprocess.Popen[bytes] | None = None
         self.started_at = 0.0
