@@ -7,25 +7,19 @@ import os
 import re
 import secrets
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
 
 from .lifecycle import idempotency
 from .resources import inputs
+from .kube.client import ApiError, Conflict
+from .kube.clock import utcnow
 from .kube.kubeconfig import Connection
 from .resources import API_VERSION, GROUP, VERSION, contract
 from .resources.common import format_time, parse_time
 from .resources.job import object_name
-
-
-class ClientError(Exception):
-    """An API answer that is not a success; str() is the API server's own message."""
-
-    def __init__(self, status: int, message: str, reason: str = "") -> None:
-        super().__init__(message)
-        self.status, self.reason = status, reason
 
 
 _REFUSAL = re.compile(r"(?:^|: )Forbidden: (cannot (?:cancel|retry): .*?)(?:, <nil>)?$")
@@ -39,14 +33,16 @@ def refusal_message(message: str) -> str | None:
 
 
 def _raise_for(resp: httpx.Response) -> None:
+    """An answer that is not a success as the async client's ApiError (NotFound, Conflict, Gone …): one family of
+    errors for both clients."""
     if resp.status_code < 300:
         return
     try:
         body = resp.json()
-        message, reason = body.get("message", resp.text), body.get("reason", "")
     except ValueError:
-        message, reason = resp.text, ""
-    raise ClientError(resp.status_code, message, reason)
+        body = None
+    status = {**body, "message": body.get("message", resp.text)} if isinstance(body, dict) else resp.text
+    raise ApiError(resp.status_code, status, resp.request.method, resp.request.url.path)
 
 
 class Client:
@@ -97,7 +93,7 @@ class Client:
     def watch(self, path: str, resource_version: str, *, field_selector: str | None = None,
               timeout_seconds: int = 300) -> Iterator[tuple[str, dict[str, Any]]]:
         """Watch events (type, object) from resource_version on, until the server ends the watch (at most
-        timeout_seconds). BOOKMARK events are passed on; a 410 Gone raises ClientError(410)."""
+        timeout_seconds). BOOKMARK events are passed on; a 410 raises Gone."""
         params = {"watch": "true", "resourceVersion": resource_version, "allowWatchBookmarks": "true",
                   "timeoutSeconds": str(max(1, int(timeout_seconds)))}
         if field_selector:
@@ -113,8 +109,7 @@ class Client:
                 event = json.loads(line)
                 if event.get("type") == "ERROR":
                     status = event.get("object") or {}
-                    raise ClientError(status.get("code", 500), status.get("message", "watch failed"),
-                                      status.get("reason", ""))
+                    raise ApiError(status.get("code", 500), {"message": "watch failed", **status}, "WATCH", path)
                 yield event["type"], event["object"]
 
     # --- jobs ----------------------------------------------------------------------------------------------
@@ -137,7 +132,7 @@ class Client:
             spec["runAt"] = format_time(run_at, precise=False)
         if idempotency_key is not None:
             spec["idempotencyKey"] = idempotency_key
-            held = self.key_holder(namespace, idempotency_key, now or datetime.now(timezone.utc))
+            held = self.key_holder(namespace, idempotency_key, now or utcnow())
             if held is not None:
                 return held, False
         for generation in range(1000):
@@ -148,19 +143,19 @@ class Client:
                     "spec": spec}
             try:
                 return self.request("POST", self.jobs_path(namespace), json=body), True
-            except ClientError as exc:
-                if exc.status != 409:
-                    raise
+            except Conflict:
+                pass  # the name is taken: by this key's job, or another
             if idempotency_key is None:
                 continue  # a random name collided: draw another
             existing = self.get_job(namespace, name)
             created = parse_time(existing["metadata"]["creationTimestamp"])
             if (existing["spec"].get("idempotencyKey") == idempotency_key
-                    and idempotency.still_claimed(created, now or datetime.now(timezone.utc),
+                    and idempotency.still_claimed(created, now or utcnow(),
                                                self.idempotency_window)):
                 return existing, False
             # The key's claim ran out (or, rarely, another key hashed to this name): the next generation.
-        raise ClientError(409, f"no free name for idempotency key {idempotency_key!r}")
+        raise ApiError(409, {"message": f"no free name for idempotency key {idempotency_key!r}"}, "POST",
+                       self.jobs_path(namespace))
 
     def key_holder(self, namespace: str, key: str, now: datetime) -> dict[str, Any] | None:
         """The job that holds an idempotency key now, by any name, or None. One list selected by the field
@@ -170,11 +165,11 @@ class Client:
         try:
             try:
                 found, _ = self.list_all(path, field_selector="spec.idempotencyKey=" + inputs.selector_value(key))
-            except ClientError as exc:
-                if not (exc.status == 400 and "field label not supported" in str(exc)):
+            except ApiError as exc:
+                if not (exc.status == 400 and "field label not supported" in exc.message):
                     raise
                 found = [j for j in self.list_all(path)[0] if (j.get("spec") or {}).get("idempotencyKey") == key]
-        except ClientError as exc:
+        except ApiError as exc:
             if exc.status == 403:
                 return None
             raise
@@ -203,7 +198,7 @@ class Client:
         try:
             pods, _ = self.list_all(f"/api/v1/namespaces/{namespace}/pods",
                                     label_selector=f"{contract.LABEL_JOB}={job}")
-        except ClientError as exc:
+        except ApiError as exc:
             if exc.status == 403:
                 return False
             raise
@@ -223,7 +218,7 @@ class Client:
 
     def retry_job(self, namespace: str, job: str, token: str | None = None) -> dict[str, Any]:
         """Request a retry with a fresh spec.retryToken. The API server refuses it unless the job is failed or dead."""
-        token = token or f"r-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}"
+        token = token or f"r-{utcnow().strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}"
         return self.patch_job(namespace, job, {"spec": {"retryToken": token}})
 
     # --- queues, schedules, pods ------------------------------------------------------------------------------
@@ -243,7 +238,7 @@ class Client:
         triggers within the same second create one job. Returns (job, created, key)."""
         schedule = self.get_schedule(namespace, name)
         template = (schedule.get("spec") or {}).get("jobTemplate") or {}
-        moment = (now or datetime.now(timezone.utc)).replace(microsecond=0)
+        moment = (now or utcnow()).replace(microsecond=0)
         stamp = format_time(moment, precise=False)
         key = f"{name}/manual/{stamp}"
         job, created = self.create_job(

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-from datetime import datetime, timezone
+from datetime import datetime
 from functools import cached_property
 from typing import TextIO
 
 from ..resources import inputs
 from ..kube import kubeconfig
-from ..client import Client, ClientError, refusal_message
+from ..client import Client, refusal_message
+from ..kube.client import ApiError, NotFound
+from ..kube.clock import utcnow
 
 
 class CliError(Exception):
@@ -60,7 +62,7 @@ class Context:
 
     @staticmethod
     def now() -> datetime:
-        return datetime.now(timezone.utc)
+        return utcnow()
 
     def say(self, text: str) -> None:
         print(text, file=self.out, flush=True)
@@ -76,15 +78,15 @@ class Context:
 _CRD_MISSING = "the server could not find the requested resource"
 
 
-def api_error(exc: ClientError, *, kind: str | None = None, name: str | None = None,
+def api_error(exc: ApiError, *, kind: str | None = None, name: str | None = None,
               namespace: str | None = None) -> CliError:
     """An API answer as a message: not-found names the object and namespace, other errors carry the API
     server's own message, as kubectl prints it ("Error from server (Forbidden): ...")."""
-    message = str(exc)
-    if exc.status == 404 and _CRD_MISSING in message:
+    message = exc.message
+    if isinstance(exc, NotFound) and _CRD_MISSING in message:
         return CliError("the Sextant CRDs are not installed in this cluster (the API server does not know "
                         "sextant.dev resources): kubectl apply -f crds/")
-    if exc.status == 404 and kind and name:
+    if isinstance(exc, NotFound) and kind and name:
         return CliError(f"{kind} {name} not found in namespace {namespace}")
     if exc.status == 401:
         return CliError("You must be logged in to the server (Unauthorized): the API server did not accept the "
@@ -94,7 +96,7 @@ def api_error(exc: ClientError, *, kind: str | None = None, name: str | None = N
     return CliError(f"Error from server ({reason}): {message}")
 
 
-def refusal(exc: ClientError) -> str | None:
+def refusal(exc: ApiError) -> str | None:
     """The CEL rule's words when the API server refused a cancel or retry for the job's state
     ("cannot cancel: the job is succeeded; ..."), else None."""
-    return refusal_message(str(exc)) if exc.status == 422 else None
+    return refusal_message(exc.message) if exc.status == 422 else None

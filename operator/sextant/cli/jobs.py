@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from ..resources import inputs
-from ..client import ClientError
+from ..kube.client import ApiError, Gone
 from ..resources.common import parse_time
 from ..resources.job import job_id
 from . import output
@@ -146,7 +146,7 @@ def create_cmd(ctx: Context) -> int:
     try:
         job, created = ctx.client.create_job(ns, queue=queue, handler=handler, payload=payload, run_at=run_at,
                                              idempotency_key=key, priority=priority)
-    except ClientError as exc:
+    except ApiError as exc:
         raise api_error(exc) from None
     ident = job_id(job["metadata"]["name"])
     if not created:
@@ -219,9 +219,7 @@ def _watch(ctx: Context, ns: str | None, version: str, table: output.Table, keep
                 seen[key] = job["metadata"].get("resourceVersion")
                 if keep(job):
                     ctx.say(table.line(row(job, ctx.now(), wide)))
-        except ClientError as exc:
-            if exc.status != 410:
-                raise
+        except Gone:
             items, version = ctx.client.list_jobs(ns)  # too old to resume: list again, print what changed
             for job in sorted(items, key=_sort_key):
                 key = (job["metadata"].get("namespace"), job["metadata"]["name"])
@@ -234,7 +232,7 @@ def _watch(ctx: Context, ns: str | None, version: str, table: output.Table, keep
 def fetch(ctx: Context, ns: str, name: str) -> dict[str, Any]:
     try:
         return ctx.client.get_job(ns, name)
-    except ClientError as exc:
+    except ApiError as exc:
         raise api_error(exc, kind="job", name=job_id(name), namespace=ns) from None
 
 
@@ -256,7 +254,7 @@ def _request(ctx: Context, command: str, call: Callable[[Any, str, str], dict[st
     ident = job_id(name)
     try:
         return ident, call(ctx.client, ns, name)
-    except ClientError as exc:
+    except ApiError as exc:
         words = refusal(exc)
         if words:
             raise CliError(f"job {ident}: {words}") from None
@@ -364,7 +362,5 @@ def wait_cmd(ctx: Context) -> int:
                     job["metadata"]["resourceVersion"] = obj["metadata"]["resourceVersion"]
                 if deadline is not None and time.monotonic() >= deadline:
                     break
-        except ClientError as exc:
-            if exc.status != 410:
-                raise
+        except Gone:
             job = fetch(ctx, ns, name)  # the watch fell behind: read it again

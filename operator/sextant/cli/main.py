@@ -18,7 +18,7 @@ import httpx
 
 from ..resources import inputs
 from ..kube import kubeconfig
-from ..client import ClientError
+from ..kube.client import ApiError
 from . import inspect as inspect_cmd
 from ..worker import main as worker_cmd
 from . import jobs, queues, schedules, workers
@@ -243,7 +243,7 @@ def _run_command(args: argparse.Namespace) -> int:
     except inputs.InputError as exc:
         _error(str(exc))
         return 2
-    except ClientError as exc:
+    except ApiError as exc:
         _error(str(api_error(exc)))
         return 1
     except kubeconfig.ConfigError as exc:

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from ..resources import inputs
-from ..client import ClientError
+from ..kube.client import ApiError, NotFound
 from ..resources import contract
 from ..resources.common import parse_time
 from ..resources.job import job_id
@@ -74,8 +74,8 @@ def trigger_cmd(ctx: Context) -> int:
     ns = ctx.single_namespace("schedules trigger")
     try:
         job, created, key = ctx.client.trigger_schedule(ns, name)
-    except ClientError as exc:
-        if exc.status == 404 and f'"{name}"' in str(exc) and "schedules" in str(exc):
+    except ApiError as exc:
+        if isinstance(exc, NotFound) and f'"{name}"' in exc.message and "schedules" in exc.message:
             raise api_error(exc, kind="schedule", name=name, namespace=ns) from None
         raise api_error(exc) from None
     ident = job_id(job["metadata"]["name"])

@@ -21,10 +21,11 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 
-from ..kube.client import ApiError, Kube
-from ..resources.common import time_or_none
+from ..kube.client import ApiError, Conflict, Kube, NotFound
+from ..kube.clock import utcnow
+from ..resources.common import format_time, time_or_none
 
 log = logging.getLogger("sextant.leader")
 
@@ -36,10 +37,6 @@ class ElectionSettings:
     lease_duration: float = 15.0
     renew_deadline: float = 10.0
     retry_period: float = 2.0
-
-
-def _micro(moment: datetime) -> str:
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _seconds(value: object, default: float) -> float:
@@ -57,7 +54,7 @@ class LeaderElector:
     def __init__(self, kube: Kube, settings: ElectionSettings, identity: str | None = None,
                  on_change: Callable[[bool], None] = lambda leading: None,
                  monotonic: Callable[[], float] = time.monotonic,
-                 wall: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> None:
+                 wall: Callable[[], datetime] = utcnow) -> None:
         self.kube, self.settings = kube, settings
         self.identity = identity or default_identity()
         self.on_change = on_change
@@ -111,11 +108,11 @@ class LeaderElector:
         now = self.monotonic()
         try:
             lease = await self.kube.get(self._path)
-        except ApiError as exc:
-            if exc.status != 404:
-                log.warning("leader election: %s", exc)
-                return s.retry_period
+        except NotFound:
             return await self._write(None, now)
+        except ApiError as exc:
+            log.warning("leader election: %s", exc)
+            return s.retry_period
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity") or ""
         rv = lease["metadata"]["resourceVersion"]
@@ -137,7 +134,7 @@ class LeaderElector:
 
     async def _write(self, lease: dict | None, now: float) -> float:
         s = self.settings
-        stamp = _micro(self.wall())
+        stamp = format_time(self.wall())
         old = ((lease or {}).get("spec") or {})
         ours = old.get("holderIdentity") == self.identity
         transitions = old.get("leaseTransitions")
@@ -158,10 +155,11 @@ class LeaderElector:
             else:
                 body["metadata"]["resourceVersion"] = lease["metadata"]["resourceVersion"]
                 await self.kube.request("PUT", self._path, body=body, retry=False)
-        except ApiError as exc:
-            if exc.status not in (409, 404):
-                log.warning("leader election: %s", exc)
+        except (Conflict, NotFound):
             return s.retry_period  # someone else wrote first: look again
+        except ApiError as exc:
+            log.warning("leader election: %s", exc)
+            return s.retry_period
         self._renewed_at = now
         self.leader_identity = self.identity
         return s.retry_period

@@ -18,8 +18,9 @@ from ..kube.events import EventRecorder
 from .feed import Feed
 from ..kube.informer import Informer
 from .leader import ElectionSettings, LeaderElector, default_identity
-from .jobs import JobController, utcnow
+from .jobs import JobController
 from ..kube.client import Kube
+from ..kube.clock import utcnow
 from ..lifecycle.transitions import RECORD_QUEUED_AFTER, Event
 from ..resources import API_VERSION
 from ..resources.job import IDEMPOTENCY_WINDOW

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..kube.client import ApiError, Kube, NotLeader
+from ..kube.client import ApiError, Kube, NotFound, NotLeader
 from ..lifecycle.queueing import count_unfinished, same_status, status_body
 from ..resources import GROUP, VERSION
 from ..resources.job import sequence_of
@@ -110,9 +110,10 @@ class QueueStatusWriter:
             updated = await self.kube.merge_patch(queue_status_path(key), {"status": body}, retry=False)
         except NotLeader:
             return False
+        except NotFound:  # gone: the watch brings the delete
+            return False
         except ApiError as exc:
-            if exc.status != 404:  # gone: the watch brings the delete
-                log.warning("queue %s/%s: cannot write its status: %s", *key, exc)
+            log.warning("queue %s/%s: cannot write its status: %s", *key, exc)
             return False
         if key in self.generation:
             status = updated.get("status")

@@ -27,8 +27,8 @@ from ..cli import jobs as jobs_cmd
 from ..cli import schedules as schedules_cmd
 from ..cli import workers as workers_cmd
 from ..cli.context import CliError, Context, api_error
-from ..client import Client, ClientError
-from ..kube.client import ApiError, Gone, Kube
+from ..client import Client
+from ..kube.client import ApiError, Gone, Kube, NotFound
 from ..kube.kubeconfig import Connection
 from ..resources.job import job_id
 from . import pages
@@ -241,9 +241,9 @@ class Dashboard:
                 token = (body.get("metadata") or {}).get("continue") or None
                 if not flt.text or len(shown) >= PAGE_SIZE or not token:
                     break
+        except Gone:
+            return pages.error("this page's continue token has expired: start again from the first page"), flt
         except ApiError as exc:
-            if exc.status == 410:
-                return pages.error("this page's continue token has expired: start again from the first page"), flt
             return self.refused(exc, f"list jobs {self.where(ns)}"), flt
         extra = {"ns": ns} if ns and self.namespace is None else {}
         return pages.jobs_fragment(shown, token, flt, datetime.now(timezone.utc), self.wide, scanned, extra), flt
@@ -272,9 +272,9 @@ class Dashboard:
             return pages.error(str(exc))
         try:
             job = await self.kube.get(Client.jobs_path(ns, name))
+        except NotFound:
+            return pages.error(f"job {job_id(name)} not found in namespace {ns}")
         except ApiError as exc:
-            if exc.status == 404:
-                return pages.error(f"job {job_id(name)} not found in namespace {ns}")
             return self.refused(exc, f"get job {job_id(name)} in namespace {ns}")
         attempts = (job.get("status") or {}).get("attempts") or []
         pods = {a["pod"] for a in attempts if a.get("pod")}
@@ -306,9 +306,9 @@ class Dashboard:
 
         try:
             text = await asyncio.to_thread(read)
-        except ClientError as exc:
+        except ApiError as exc:
             return web.Response(text=f"the API server refused the log of pod {pod} in namespace {ns}: "
-                                     f"{exc.status}: {exc}", status=exc.status if exc.status >= 400 else 502)
+                                     f"{exc.status}: {exc.message}", status=exc.status if exc.status >= 400 else 502)
         except httpx.HTTPError as exc:
             return web.Response(text=f"cannot reach the API server at {self.conn.server}: {exc}", status=502)
         if len(text) > LOG_LIMIT:
@@ -341,9 +341,8 @@ class Dashboard:
         ctx, _, _ = self.ctx(namespace=self.namespace)
         try:
             found = await asyncio.to_thread(workers_cmd.list_workers, ctx, self.namespace)
-        except ClientError as exc:
-            return self.refused(ApiError(exc.status, {"reason": exc.reason, "message": str(exc)}),
-                                f"list worker Leases or their jobs {self.where()}")
+        except ApiError as exc:
+            return self.refused(exc, f"list worker Leases or their jobs {self.where()}")
         except httpx.HTTPError as exc:
             return pages.error(f"cannot reach the API server at {self.conn.server}: {exc}")
         now = datetime.now(timezone.utc)
@@ -368,7 +367,7 @@ class Dashboard:
                 return False, f"error: {exc}"
             except inputs.InputError as exc:
                 return False, f"error: {exc}"
-            except ClientError as exc:
+            except ApiError as exc:
                 return False, f"error: {api_error(exc)}"
             except httpx.HTTPError as exc:
                 return False, f"error: cannot reach the API server at {self.conn.server}: {exc}"

@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from ..controller.view import View
-from ..kube.client import ApiError, Kube
+from ..kube.client import ApiError, Kube, NotFound
 from ..lifecycle import attempts as A
 from ..lifecycle.states import RUNNING
 from ..lifecycle.transitions import Decision, Event, JobSnapshot, Observations, reconcile
@@ -127,9 +127,9 @@ class Recorder:
                     conflicts += 1
                     raw = await self.kube.get(path)
                     continue
+            except NotFound:
+                return self._refuse(name, report, "the job was deleted")
             except ApiError as exc:
-                if exc.status == 404:
-                    return self._refuse(name, report, "the job was deleted")
                 if asyncio.get_running_loop().time() >= deadline:
                     log.error("job %s: cannot record attempt #%d: %s", name, report.sequence, exc)
                     return None

@@ -22,6 +22,7 @@ from ..kube.informer import Informer
 from ..controller.pods import scheduled_at
 from ..controller.view import View
 from ..kube.client import Kube
+from ..kube.clock import utcnow
 from ..resources import API_VERSION, contract
 from ..resources.common import parse_duration
 from ..resources.handler import HandlerSpec
@@ -32,7 +33,7 @@ from . import assignments as S
 from ..runner.execution import CommandWork, Ended, Execution, FunctionWork, Work
 from .metrics import WorkerMetrics
 from .plan import Served, serving
-from .registration import Offer, Registration, utcnow
+from .registration import Offer, Registration
 from .results import DRAINED, RECORDED_STOPS, Recorder, Report, stop_wanted
 
 log = logging.getLogger("sextant.worker")

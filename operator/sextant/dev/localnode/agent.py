@@ -8,14 +8,13 @@ import os
 import platform
 import sys
 import threading
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from ...kube import kubeconfig as kubeconfig_module
-from ...kube.client import ApiError, Gone, Kube
+from ...kube.client import ApiError, Conflict, Gone, Kube, NotFound
+from ...kube.clock import utcnow
+from ...resources.common import format_time
 from .logs import KubeletServer, self_signed_certificate
 from .pods import PodRunner, now, reap_leftovers
 
@@ -33,10 +32,6 @@ NODE_SELECTOR = {"type": "local"}
 
 def default_workdir(name: str) -> Path:
     return Path(os.environ.get("SEXTANT_CACHE") or Path.home() / ".cache" / "sextant") / "localnode" / name
-
-
-def _micro_now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _arch() -> str:
@@ -260,9 +255,7 @@ class LocalNode:
         try:
             node = await self.api.create("/api/v1/nodes", body)
             log.info("node %s registered", self.name)
-        except ApiError as exc:
-            if exc.status != 409:
-                raise
+        except Conflict:
             node = await self._reregister(taint)
         self._node_uid = node["metadata"]["uid"]
         await self._patch_node_status(ready=True)
@@ -281,9 +274,8 @@ class LocalNode:
                 node = await self.api.merge_patch(f"/api/v1/nodes/{self.name}", patch)
                 log.info("node %s existed; taken over", self.name)
                 return node
-            except ApiError as exc:
-                if exc.status != 409:
-                    raise
+            except Conflict:
+                pass  # changed meanwhile: read it again
         raise RuntimeError(f"node {self.name}: could not update it (conflicts)")
 
     async def _patch_node_status(self, ready: bool) -> None:
@@ -294,21 +286,18 @@ class LocalNode:
             await asyncio.sleep(self.status_interval)
             try:
                 await self._patch_node_status(ready=True)
-            except ApiError as exc:
-                if exc.status != 404:
-                    raise
+            except NotFound:
                 log.warning("node %s was deleted; registering it again", self.name)
                 await self._register()
                 await self._renew_lease()
 
     async def _renew_lease(self) -> None:
         path = f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases/{self.name}"
-        spec = {"holderIdentity": self.name, "leaseDurationSeconds": self.lease_duration, "renewTime": _micro_now()}
+        spec = {"holderIdentity": self.name, "leaseDurationSeconds": self.lease_duration,
+                "renewTime": format_time(utcnow())}
         try:
             await self.api.merge_patch(path, {"spec": spec})
-        except ApiError as exc:
-            if exc.status != 404:
-                raise
+        except NotFound:
             owner = {"apiVersion": "v1", "kind": "Node", "name": self.name, "uid": self._node_uid}
             await self.api.create(f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases", {
                 "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
@@ -354,7 +343,7 @@ class LocalNode:
                 except Gone:
                     log.info("node %s: the pod watch expired (410); listing again", self.name)
                     break
-                except (aiohttp.ClientError, asyncio.TimeoutError, ApiError) as exc:
+                except ApiError as exc:  # a dropped or cut stream too: the client says so with status 0
                     log.warning("node %s: the pod watch failed (%r); resuming", self.name, exc)
                     await asyncio.sleep(1)
 
