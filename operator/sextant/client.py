@@ -17,7 +17,7 @@ from .resources import inputs
 from .kube.client import ApiError, Conflict
 from .kube.clock import utcnow
 from .kube.kubeconfig import Connection
-from .resources import API_VERSION, GROUP, VERSION, contract
+from .resources import API_VERSION, contract
 from .resources.common import format_time, parse_time
 from .resources.job import object_name
 
@@ -64,12 +64,6 @@ class Client:
         _raise_for(resp)
         return resp.json() if resp.content else {}
 
-    @staticmethod
-    def path(plural: str, namespace: str | None = None, name: str = "", *, core: bool = False) -> str:
-        base = "/api/v1" if core else f"/apis/{GROUP}/{VERSION}"
-        base += (f"/namespaces/{namespace}" if namespace else "") + f"/{plural}"
-        return f"{base}/{name}" if name else base
-
     def list_page(self, path: str, *, limit: int | None = None, continue_: str | None = None,
                   field_selector: str | None = None, label_selector: str | None = None) -> dict[str, Any]:
         """One page of a list: the API server's List object (items, metadata.continue, metadata.resourceVersion)."""
@@ -113,13 +107,8 @@ class Client:
                 yield event["type"], event["object"]
 
     # --- jobs ----------------------------------------------------------------------------------------------
-    @staticmethod
-    def jobs_path(namespace: str | None, name: str = "") -> str:
-        base = f"/apis/{GROUP}/{VERSION}" + (f"/namespaces/{namespace}" if namespace else "") + "/jobs"
-        return f"{base}/{name}" if name else base
-
     def get_job(self, namespace: str, job: str) -> dict[str, Any]:
-        return self.request("GET", self.jobs_path(namespace, object_name(job)))
+        return self.request("GET", contract.jobs_path(namespace, object_name(job)))
 
     def create_job(self, namespace: str, *, queue: str, handler: str, payload: dict[str, Any] | None = None,
                    run_at: datetime | None = None, idempotency_key: str | None = None, priority: int = 0,
@@ -142,7 +131,7 @@ class Client:
                     "metadata": {"name": name, "labels": labels or {}, "annotations": annotations or {}},
                     "spec": spec}
             try:
-                return self.request("POST", self.jobs_path(namespace), json=body), True
+                return self.request("POST", contract.jobs_path(namespace), json=body), True
             except Conflict:
                 pass  # the name is taken: by this key's job, or another
             if idempotency_key is None:
@@ -155,13 +144,13 @@ class Client:
                 return existing, False
             # The key's claim ran out (or, rarely, another key hashed to this name): the next generation.
         raise ApiError(409, {"message": f"no free name for idempotency key {idempotency_key!r}"}, "POST",
-                       self.jobs_path(namespace))
+                       contract.jobs_path(namespace))
 
     def key_holder(self, namespace: str, key: str, now: datetime) -> dict[str, Any] | None:
         """The job that holds an idempotency key now, by any name, or None. One list selected by the field
         spec.idempotencyKey; with CRDs older than this client (no such selectable field) every job of the namespace
         is read instead. Without the right to list jobs (an older role): None, and the keyed name decides alone."""
-        path = self.jobs_path(namespace)
+        path = contract.jobs_path(namespace)
         try:
             try:
                 found, _ = self.list_all(path, field_selector="spec.idempotencyKey=" + inputs.selector_value(key))
@@ -196,7 +185,7 @@ class Client:
         one (its state is written when the pod starts). Asked only to break a tie of creation times, as the
         operator does; without the right to list pods, False."""
         try:
-            pods, _ = self.list_all(f"/api/v1/namespaces/{namespace}/pods",
+            pods, _ = self.list_all(contract.pods_path(namespace),
                                     label_selector=f"{contract.LABEL_JOB}={job}")
         except ApiError as exc:
             if exc.status == 403:
@@ -206,10 +195,10 @@ class Client:
 
     def list_jobs(self, namespace: str | None) -> tuple[list[dict[str, Any]], str]:
         """Every job of a namespace (None: of all namespaces), and the list's resourceVersion."""
-        return self.list_all(self.jobs_path(namespace))
+        return self.list_all(contract.jobs_path(namespace))
 
     def patch_job(self, namespace: str, job: str, patch: dict[str, Any]) -> dict[str, Any]:
-        return self.request("PATCH", self.jobs_path(namespace, object_name(job)), json=patch,
+        return self.request("PATCH", contract.jobs_path(namespace, object_name(job)), json=patch,
                             headers={"Content-Type": "application/merge-patch+json"})
 
     def cancel_job(self, namespace: str, job: str) -> dict[str, Any]:
@@ -223,13 +212,13 @@ class Client:
 
     # --- queues, schedules, pods ------------------------------------------------------------------------------
     def list_queues(self, namespace: str | None) -> list[dict[str, Any]]:
-        return self.list_all(self.path("queues", namespace))[0]
+        return self.list_all(contract.queues_path(namespace))[0]
 
     def list_schedules(self, namespace: str | None) -> list[dict[str, Any]]:
-        return self.list_all(self.path("schedules", namespace))[0]
+        return self.list_all(contract.schedules_path(namespace))[0]
 
     def get_schedule(self, namespace: str, name: str) -> dict[str, Any]:
-        return self.request("GET", self.path("schedules", namespace, name))
+        return self.request("GET", contract.schedules_path(namespace, name))
 
     def trigger_schedule(self, namespace: str, name: str,
                          now: datetime | None = None) -> tuple[dict[str, Any], bool, str]:
@@ -248,14 +237,14 @@ class Client:
         return job, created, key
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
-        return self.request("GET", self.path("pods", namespace, name, core=True))
+        return self.request("GET", contract.pods_path(namespace, name))
 
     def pod_log(self, namespace: str, pod: str, container: str | None = None, *,
                 follow: bool = False) -> Iterator[str]:
         """The container's log through the API server (pods/log), as text chunks; follow streams until it ends."""
         params = {k: v for k, v in (("container", container), ("follow", "true" if follow else None)) if v}
         timeout = httpx.Timeout(30, read=None if follow else 60)
-        with self.http.stream("GET", self.path("pods", namespace, pod, core=True) + "/log", params=params,
+        with self.http.stream("GET", contract.pods_path(namespace, pod, "log"), params=params,
                               headers={**self.conn.headers(), "Accept": "*/*"}, timeout=timeout) as resp:
             if resp.status_code >= 300:
                 resp.read()

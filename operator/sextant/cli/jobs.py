@@ -10,7 +10,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from ..resources import inputs
+from ..resources import contract, inputs
 from ..kube.client import ApiError, Gone
 from ..resources.common import parse_time
 from ..resources.job import job_id
@@ -201,7 +201,7 @@ def list_cmd(ctx: Context) -> int:
 def _watch(ctx: Context, ns: str | None, version: str, table: output.Table, keep, wide: bool,
            seen: dict[tuple[str, str], str]) -> None:
     """Print a row for every change of a job that passes the filters (as `kubectl get -w`), until Ctrl-C."""
-    path = ctx.client.jobs_path(ns)
+    path = contract.jobs_path(ns)
     while True:
         try:
             for kind, job in ctx.client.watch(path, version):
@@ -334,7 +334,7 @@ def wait_cmd(ctx: Context) -> int:
     ident = job_id(name)
     deadline = None if limit is None else time.monotonic() + limit.total_seconds()
     job = fetch(ctx, ns, name)
-    path = ctx.client.jobs_path(ns)
+    path = contract.jobs_path(ns)
     while True:
         done = _outcome(job)
         if done is not None:

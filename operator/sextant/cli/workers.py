@@ -19,7 +19,6 @@ from ..resources.common import format_time, parse_time
 from . import output
 from .context import Context
 
-LEASES = "/apis/coordination.k8s.io/v1"
 COLUMNS = ["NAME", "QUEUES", "HANDLERS", "SLOTS", "BUSY", "LAST-RENEWAL", "STATE"]
 WIDE = ["HOLDER", "LEASE", "JOBS", "AGE"]
 LIVE, DRAINING, EXPIRED = "live", "draining", "expired"
@@ -137,12 +136,12 @@ def render(workers: Sequence[Worker], now: datetime, *, all_namespaces: bool, wi
 
 def list_workers(ctx: Context, namespace: str | None) -> list[Worker]:
     """The namespace's workers (None: every namespace's), each with its running jobs."""
-    path = LEASES + (f"/namespaces/{namespace}" if namespace else "") + "/leases"
+    path = contract.leases_path(namespace)
     leases, _ = ctx.client.list_all(path, label_selector=contract.LABEL_WORKER)
     workers = [w for w in map(read_lease, leases) if w is not None]
     out = []
     for w in workers:
-        jobs, _ = ctx.client.list_all(ctx.client.jobs_path(w.namespace), field_selector=f"status.worker={w.name}")
+        jobs, _ = ctx.client.list_all(contract.jobs_path(w.namespace), field_selector=f"status.worker={w.name}")
         out.append(replace(w, jobs=running_jobs(jobs, w.name)))
     return out
 

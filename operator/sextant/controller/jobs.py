@@ -20,7 +20,7 @@ from ..kube import metrics
 from ..lifecycle import transitions as T
 from ..lifecycle import workers as W
 from ..lifecycle.states import FINISHED
-from ..resources import API_VERSION, GROUP, VERSION, contract
+from ..resources import API_VERSION, contract
 from ..resources.job import JobStatus
 from ..resources.queue import QueueSpec
 from ..resources.common import parse_time
@@ -39,8 +39,6 @@ log = logging.getLogger(__name__)
 
 RETRY_AFTER_ERROR = timedelta(seconds=5)  # a pod that could not be created: try again this soon
 
-JOBS = f"/apis/{GROUP}/{VERSION}/jobs"
-
 
 def _same_offer(before: W.WorkerLease, after: W.WorkerLease, now: datetime) -> bool:
     """Nothing but the renewal changed: same incarnation, queues, handlers, slots and draining, still live."""
@@ -55,14 +53,6 @@ def _earliest(*moments: datetime | None) -> datetime | None:
 
 class _PodNotCreated(Exception):
     """The attempt's pod could not be created: nothing of the admission is recorded. Its message says why."""
-
-
-def job_path(key: Key, sub: str = "") -> str:
-    return f"/apis/{GROUP}/{VERSION}/namespaces/{key[0]}/jobs/{key[1]}{sub}"
-
-
-def pod_path(namespace: str, name: str = "") -> str:
-    return f"/api/v1/namespaces/{namespace}/pods" + (f"/{name}" if name else "")
 
 
 class JobController:
@@ -303,7 +293,7 @@ class JobController:
         log.warning("job %s/%s is invalid and does not run: %s", *key, message)
         body = {"metadata": {"resourceVersion": raw["metadata"]["resourceVersion"]}, "status": {"conditions": conditions}}
         try:
-            updated = await self.kube.merge_patch(job_path(key, "/status"), body, retry=False)
+            updated = await self.kube.merge_patch(contract.jobs_path(*key, "status"), body, retry=False)
         except (NotFound, Conflict):
             return  # gone, or changed meanwhile: the watch brings another look
         self._report(key, T.Event("Invalid", f"the job does not run: {message}", "Warning"))
@@ -313,7 +303,7 @@ class JobController:
     async def _full(self, key: Key, raw: dict[str, Any]) -> dict[str, Any] | None:
         """The whole object behind a slim view copy (a status write needs all of it); None when it is gone."""
         try:
-            full = await self.kube.get(job_path(key))
+            full = await self.kube.get(contract.jobs_path(*key))
         except NotFound:
             return None  # the watch brings the delete
         self._store(full)
@@ -337,7 +327,7 @@ class JobController:
         if due.job_at is not None and now >= due.job_at:
             meta = raw["metadata"]
             try:  # only the version we judged: a job retried meanwhile is not deleted
-                await self.kube.delete(job_path(key), None, {"uid": meta["uid"],
+                await self.kube.delete(contract.jobs_path(*key), None, {"uid": meta["uid"],
                                                              "resourceVersion": meta["resourceVersion"]})
                 metrics.JOBS_DELETED.labels(key[0], (raw.get("spec") or {}).get("queue", "")).inc()
             except (NotFound, Conflict):
@@ -350,7 +340,7 @@ class JobController:
             for pod in list(pods.values()):
                 if not pod.deleting:
                     try:
-                        await self.kube.delete(pod_path(key[0], pod.name))
+                        await self.kube.delete(contract.pods_path(key[0], pod.name))
                     except NotFound:
                         pass  # gone already
         return due.job_at
@@ -378,7 +368,7 @@ class JobController:
         for action in decision.actions:
             if isinstance(action, T.DeletePod):
                 try:
-                    await self.kube.delete(pod_path(ns, action.name), action.grace_seconds)
+                    await self.kube.delete(contract.pods_path(ns, action.name), action.grace_seconds)
                 except NotFound:
                     pass  # gone already
         return True
@@ -391,9 +381,9 @@ class JobController:
         if handler is None or queue is None:
             return "its Queue or Handler is gone"
         try:
-            created = await self.kube.create(pod_path(ns), build_pod(raw, job, handler, queue, action))
+            created = await self.kube.create(contract.pods_path(ns), build_pod(raw, job, handler, queue, action))
         except Conflict:
-            created = await self.kube.get(pod_path(ns, action.name))
+            created = await self.kube.get(contract.pods_path(ns, action.name))
             if controller_uid(created) != job.uid:
                 # Not ours (no controller ownerReference to this job): never adopted. The attempt waits until its name
                 # is free again, and says why.
@@ -413,7 +403,8 @@ class JobController:
         return ""
 
     async def _write_status(self, key: Key, raw: dict[str, Any], status: JobStatus) -> bool:
-        updated = await self.kube.replace_status(job_path(key), {"apiVersion": API_VERSION, "kind": "Job", **raw},
+        updated = await self.kube.replace_status(contract.jobs_path(*key),
+                                                 {"apiVersion": API_VERSION, "kind": "Job", **raw},
                                                  status.model_dump(by_alias=True, mode="json", exclude_none=True))
         if updated is None:
             return False

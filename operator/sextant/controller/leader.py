@@ -25,6 +25,7 @@ from datetime import datetime
 
 from ..kube.client import ApiError, Conflict, Kube, NotFound
 from ..kube.clock import utcnow
+from ..resources import contract
 from ..resources.common import format_time, time_or_none
 
 log = logging.getLogger("sextant.leader")
@@ -63,7 +64,7 @@ class LeaderElector:
         self._renewed_at: float | None = None  # monotonic time of our last successful acquire/renew
         self._observed: tuple[str, float] | None = None  # (the lease's resourceVersion, monotonic time seen)
         self._leading = False
-        self._path = (f"/apis/coordination.k8s.io/v1/namespaces/{settings.namespace}/leases/{settings.name}")
+        self._path = contract.leases_path(settings.namespace, settings.name)
 
     def is_leader(self) -> bool:
         leading = (self._renewed_at is not None
@@ -151,7 +152,7 @@ class LeaderElector:
                 "metadata": {"name": s.name, "namespace": s.namespace}, "spec": spec}
         try:
             if lease is None:
-                await self.kube.create(self._path.rsplit("/", 1)[0], body)
+                await self.kube.create(contract.leases_path(s.namespace), body)
             else:
                 body["metadata"]["resourceVersion"] = lease["metadata"]["resourceVersion"]
                 await self.kube.request("PUT", self._path, body=body, retry=False)

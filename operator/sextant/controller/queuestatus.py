@@ -21,7 +21,7 @@ from typing import Any
 
 from ..kube.client import ApiError, Kube, NotFound, NotLeader
 from ..lifecycle.queueing import count_unfinished, same_status, status_body
-from ..resources import GROUP, VERSION
+from ..resources import contract
 from ..resources.job import sequence_of
 from ..kube.informer import Key, key_of
 from .timers import Timers
@@ -38,10 +38,6 @@ def next_round_after(looks: int, interval: timedelta) -> timedelta:
     """The wait before the next round, after one that looked at `looks` jobs: the interval, or longer with a backlog
     so that counting stays at LOOKS_PER_SECOND on average."""
     return max(interval, timedelta(seconds=looks / LOOKS_PER_SECOND))
-
-
-def queue_status_path(key: Key) -> str:
-    return f"/apis/{GROUP}/{VERSION}/namespaces/{key[0]}/queues/{key[1]}/status"
 
 
 class QueueStatusWriter:
@@ -107,7 +103,7 @@ class QueueStatusWriter:
         if same_status(self.stored.get(key), body):
             return False
         try:
-            updated = await self.kube.merge_patch(queue_status_path(key), {"status": body}, retry=False)
+            updated = await self.kube.merge_patch(contract.queues_path(*key, "status"), {"status": body}, retry=False)
         except NotLeader:
             return False
         except NotFound:  # gone: the watch brings the delete

@@ -23,7 +23,7 @@ from ..kube.client import ApiError, Conflict, Kube, NotFound
 from ..kube.clock import utcnow
 from ..lifecycle import schedule as S
 from ..lifecycle.transitions import Event
-from ..resources import API_VERSION, GROUP, VERSION
+from ..resources import API_VERSION, contract
 from ..resources.common import time_or_none
 from ..resources.schedule import KIND, ScheduleSpec, ScheduleStatus
 from ..kube.events import EventRecorder
@@ -38,14 +38,6 @@ RETRY_AFTER_ERROR = timedelta(seconds=5)
 # A status change that only concerns `active` rides along with the next tick's write when that is this close.
 COALESCE_ACTIVE = timedelta(seconds=2)
 NAME_GENERATIONS = 4  # names tried per tick when another object already holds the derived one
-
-
-def schedule_path(key: Key, sub: str = "") -> str:
-    return f"/apis/{GROUP}/{VERSION}/namespaces/{key[0]}/schedules/{key[1]}{sub}"
-
-
-def jobs_path(namespace: str, name: str = "", sub: str = "") -> str:
-    return f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/jobs" + (f"/{name}{sub}" if name else "")
 
 
 def _rv(obj: dict[str, Any]) -> int:
@@ -223,10 +215,10 @@ class ScheduleController:
                                              "name": S.job_name(namespace, key[1], fire.tick, generation)}}
             name = body["metadata"]["name"]
             try:
-                created = await self.kube.create(jobs_path(namespace), body)
+                created = await self.kube.create(contract.jobs_path(namespace), body)
             except Conflict:
                 try:
-                    existing = await self.kube.get(jobs_path(namespace, name))
+                    existing = await self.kube.get(contract.jobs_path(namespace, name))
                 except NotFound:  # it existed a moment ago and was deleted: the tick fired all the same
                     log.info("schedule %s/%s: tick %s already fired (job %s since deleted)", *key,
                              S.format_tick(fire.tick), name)
@@ -262,12 +254,12 @@ class ScheduleController:
             if version:
                 body["metadata"] = {"resourceVersion": version}
             try:
-                updated = await self.kube.merge_patch(jobs_path(namespace, name, "/status"), body, retry=False)
+                updated = await self.kube.merge_patch(contract.jobs_path(namespace, name, "status"), body, retry=False)
             except NotFound:
                 return True  # gone: nothing to replace
             except Conflict:
                 try:
-                    current = await self.kube.get(jobs_path(namespace, name))
+                    current = await self.kube.get(contract.jobs_path(namespace, name))
                 except NotFound:
                     return True
                 fresh = S.JobRef.of(current)
@@ -283,7 +275,8 @@ class ScheduleController:
         return False
 
     async def _write_status(self, key: Key, raw: dict[str, Any], status: ScheduleStatus) -> bool:
-        updated = await self.kube.replace_status(schedule_path(key), {"apiVersion": API_VERSION, "kind": KIND, **raw},
+        updated = await self.kube.replace_status(contract.schedules_path(*key),
+                                                 {"apiVersion": API_VERSION, "kind": KIND, **raw},
                                                  status.model_dump(by_alias=True, mode="json", exclude_none=True))
         if updated is None:
             return False
@@ -296,7 +289,7 @@ class ScheduleController:
     async def _delete_job(self, key: Key, name: str) -> None:
         uid = (self.view.jobs.get((key[0], name)) or {}).get("metadata", {}).get("uid")
         try:  # the uid guards against deleting a newer job that took the name meanwhile
-            await self.kube.delete(jobs_path(key[0], name), preconditions={"uid": uid} if uid else None)
+            await self.kube.delete(contract.jobs_path(key[0], name), preconditions={"uid": uid} if uid else None)
         except (NotFound, Conflict):
             pass  # gone already, or a newer job holds the name
         except ApiError as exc:

@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 from aiohttp import web
 
-from ..resources import inputs
+from ..resources import contract, inputs
 from ..cli import jobs as jobs_cmd
 from ..cli import schedules as schedules_cmd
 from ..cli import workers as workers_cmd
@@ -63,7 +63,7 @@ class JobCache:
         self.synced = asyncio.Event()
 
     async def run(self) -> None:
-        path = Client.jobs_path(self.namespace)
+        path = contract.jobs_path(self.namespace)
         while True:
             try:
                 fresh: dict[tuple[str, str], dict[str, Any]] = {}
@@ -198,7 +198,7 @@ class Dashboard:
         if self.cache.error is not None:
             return self.refused(self.cache.error, f"list or watch jobs {self.where()}")
         try:
-            queues, _ = await self.kube.list(Client.path("queues", self.namespace))
+            queues, _ = await self.kube.list(contract.queues_path(self.namespace))
         except ApiError as exc:
             return self.refused(exc, f"list queues {self.where()}")
         now = datetime.now(timezone.utc)
@@ -229,7 +229,7 @@ class Dashboard:
         except (FilterError, inputs.InputError) as exc:
             return pages.error(str(exc)), None
         token = request.query.get("continue") or None
-        path = Client.jobs_path(ns)
+        path = contract.jobs_path(ns)
         shown: list[dict[str, Any]] = []
         scanned = 0
         try:
@@ -271,7 +271,7 @@ class Dashboard:
         except inputs.InputError as exc:
             return pages.error(str(exc))
         try:
-            job = await self.kube.get(Client.jobs_path(ns, name))
+            job = await self.kube.get(contract.jobs_path(ns, name))
         except NotFound:
             return pages.error(f"job {job_id(name)} not found in namespace {ns}")
         except ApiError as exc:
@@ -318,11 +318,11 @@ class Dashboard:
     # --- schedules and workers ----------------------------------------------------------------------------
     async def _schedules(self) -> str:
         try:
-            schedules, _ = await self.kube.list(Client.path("schedules", self.namespace))
+            schedules, _ = await self.kube.list(contract.schedules_path(self.namespace))
         except ApiError as exc:
             return self.refused(exc, f"list schedules {self.where()}")
         try:
-            events, _ = await self.kube.list(Client.path("events", self.namespace, core=True),
+            events, _ = await self.kube.list(contract.events_path(self.namespace),
                                              {"fieldSelector": "involvedObject.kind=Schedule"})
         except ApiError:
             events = []  # may not read Events: the missed runs stay unknown, the rest is shown

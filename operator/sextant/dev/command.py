@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..kube import kubeconfig
 from ..kube.client import ApiError, Kube
+from ..resources import contract
 from ..resources.crds import RESOURCES, crd
 
 log = logging.getLogger("sextant.dev")
@@ -36,13 +37,13 @@ async def install_crds(conn: kubeconfig.Connection) -> None:
         for entry in RESOURCES:
             body = crd(entry)
             name = body["metadata"]["name"]
-            await kube.request("PATCH", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}",
+            await kube.request("PATCH", contract.crds_path(name),
                                params={"fieldManager": "sextant", "force": "true"}, body=body,
                                content_type="application/apply-patch+yaml")
         for entry in RESOURCES:
             name = crd(entry)["metadata"]["name"]
             for _ in range(100):
-                got = await kube.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+                got = await kube.get(contract.crds_path(name))
                 conditions = {c["type"]: c["status"] for c in got.get("status", {}).get("conditions", [])}
                 if conditions.get("Established") == "True":
                     break

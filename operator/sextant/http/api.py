@@ -44,7 +44,7 @@ from ..client import Client, refusal_message
 from ..controller.view import is_slim
 from ..kube.client import ApiError, Gone, Kube, NotFound
 from ..lifecycle.queueing import queue_stats
-from ..resources import GROUP, VERSION, contract
+from ..resources import contract
 from ..resources.job import job_id
 from . import models
 from .auth import Authorizer, HttpError
@@ -224,17 +224,13 @@ class Api:
     def _view_serves(self, ns: str) -> bool:
         return self.view is not None and self.ready() and (not self.namespaces or ns in self.namespaces)
 
-    @staticmethod
-    def _path(ns: str, plural: str = "jobs", name: str = "") -> str:
-        return f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/{plural}" + (f"/{name}" if name else "")
-
     async def _read_job(self, ns: str, name: str) -> dict[str, Any]:
         if self._view_serves(ns):
             raw = self.view.jobs.get((ns, name))
             if raw is not None and not is_slim(raw):  # a slim copy has no timeline: ask the API server
                 return raw
         try:
-            return await self.kube.get(self._path(ns, name=name))
+            return await self.kube.get(contract.jobs_path(ns, name))
         except ApiError as exc:
             raise self._upstream(exc, ns, name) from None
 
@@ -331,13 +327,13 @@ class Api:
         selector = ",".join(f"{FIELD_SELECTORS[k]}={v}" for k, v in wanted.items())
         try:
             try:
-                body = await self.kube.request("GET", self._path(ns), params={**params, "fieldSelector": selector}
-                                               if selector else params)
+                body = await self.kube.request("GET", contract.jobs_path(ns),
+                                               params={**params, "fieldSelector": selector} if selector else params)
                 return body.get("items") or [], (body.get("metadata") or {}).get("continue") or None
             except ApiError as exc:
                 if not (selector and exc.status == 400 and "field label not supported" in exc.message):
                     raise
-            body = await self.kube.request("GET", self._path(ns), params=params)
+            body = await self.kube.request("GET", contract.jobs_path(ns), params=params)
         except ApiError as exc:
             raise (list_error(exc, token) or self._upstream(exc, ns)) from None
         items = [job for job in body.get("items") or [] if all(_field(job, FIELD_SELECTORS[k]) == v
@@ -349,7 +345,7 @@ class Api:
         ns = await self._allowed(request, "patch", "jobs", name)  # the verb of the write below
         try:
             raw = await self.as_caller(request, lambda client: client.request(
-                "PATCH", self._path(ns, name=name), json=patch,
+                "PATCH", contract.jobs_path(ns, name), json=patch,
                 headers={"Content-Type": "application/merge-patch+json"}))
         except ApiError as exc:
             words = refusal_message(exc.message) if exc.status == 422 else None
@@ -369,7 +365,7 @@ class Api:
         ns = await self._allowed(request, "list", "queues")
         jobs = self._view_jobs(ns)  # counting needs every job: from the view, never a list of the namespace
         try:
-            queue_objects, _ = await self.kube.list(self._path(ns, "queues"))
+            queue_objects, _ = await self.kube.list(contract.queues_path(ns))
         except ApiError as exc:
             raise self._upstream(exc, ns) from None
         now = self.now()

@@ -24,8 +24,6 @@ from .env import AttemptEnv
 
 log = logging.getLogger("sextant.runner")
 
-LEASES = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
-
 
 def owner_references(env: AttemptEnv) -> list[dict]:
     """Owned by the attempt's pod (so it goes with it, and the operator can tell it is that pod's); without the
@@ -66,7 +64,7 @@ class LeaseKeeper:
         self.period = env.lease_duration.total_seconds() / 3
         self.renewed_at: datetime | None = None
         self.lost = asyncio.Event()
-        self._path = LEASES.format(namespace=env.namespace) + f"/{env.lease_name}"
+        self._path = contract.leases_path(env.namespace, env.lease_name)
 
     async def run(self) -> None:
         started = self.now()
@@ -87,7 +85,7 @@ class LeaseKeeper:
         try:
             if self.renewed_at is None:
                 try:
-                    await self.kube.create(LEASES.format(namespace=self.env.namespace), lease_body(self.env, now))
+                    await self.kube.create(contract.leases_path(self.env.namespace), lease_body(self.env, now))
                 except Conflict:
                     await self._take_over(now)  # already there: ours from a restarted runner, or a squatter's
             else:

@@ -27,7 +27,6 @@ from ..resources.common import format_time, parse_time
 
 log = logging.getLogger("sextant.worker")
 
-LEASES = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
 DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 MAX_NAME = 63  # a label value, and the lease's name stays well within 253
 
@@ -109,7 +108,7 @@ class Registration:
         self.kube, self.namespace, self.name, self.holder = kube, namespace, name, holder
         self.offer = offer
         self.now = now
-        self.path = LEASES.format(namespace=namespace) + "/" + contract.worker_lease_name(name)
+        self.path = contract.leases_path(namespace, contract.worker_lease_name(name))
         self.lost = asyncio.Event()
         self.lost_reason = ""
         self.renewed_at: datetime | None = None
@@ -125,7 +124,7 @@ class Registration:
         offer = self.offer()
         body = lease_body(self.namespace, self.name, self.holder, offer, now)
         try:
-            created = await self.kube.create(LEASES.format(namespace=self.namespace), body)
+            created = await self.kube.create(contract.leases_path(self.namespace), body)
         except Conflict:
             existing = await self.kube.get(self.path)
             spec = existing.get("spec") or {}

@@ -23,7 +23,7 @@ from ..controller.pods import scheduled_at
 from ..controller.view import View
 from ..kube.client import Kube
 from ..kube.clock import utcnow
-from ..resources import API_VERSION, contract
+from ..resources import contract
 from ..resources.common import parse_duration
 from ..resources.handler import HandlerSpec
 from ..resources.job import job_id
@@ -99,11 +99,9 @@ class Worker:
         self.events = EventRecorder(kube, now, enabled=settings.events, qps=5.0, burst=20, normal_qps=1.0,
                                     normal_burst=20, component="sextant-worker")
         self.recorder = Recorder(kube, self.namespace, self.name, self.holder, self.specs, now, self.events.record)
-        group, version = API_VERSION.split("/")
-        base = f"/apis/{group}/{version}/namespaces/{self.namespace}"
         self.informers = [
-            Informer(kube, f"{base}/queues", self._on_queue, name="queues"),
-            Informer(kube, f"{base}/handlers", self._on_handler, name="handlers"),
+            Informer(kube, contract.queues_path(self.namespace), self._on_queue, name="queues"),
+            Informer(kube, contract.handlers_path(self.namespace), self._on_handler, name="handlers"),
             S.watch(kube, self.namespace, self.name, self._on_job),
         ]
         self._hurry = asyncio.Event()

@@ -14,6 +14,7 @@ from typing import Any
 from ...kube import kubeconfig as kubeconfig_module
 from ...kube.client import ApiError, Conflict, Gone, Kube, NotFound
 from ...kube.clock import utcnow
+from ...resources import contract
 from ...resources.common import format_time
 from .logs import KubeletServer, self_signed_certificate
 from .pods import PodRunner, now, reap_leftovers
@@ -253,7 +254,7 @@ class LocalNode:
             "status": self._node_status(ready=True),
         }
         try:
-            node = await self.api.create("/api/v1/nodes", body)
+            node = await self.api.create(contract.nodes_path(), body)
             log.info("node %s registered", self.name)
         except Conflict:
             node = await self._reregister(taint)
@@ -263,7 +264,7 @@ class LocalNode:
     async def _reregister(self, taint: dict[str, str]) -> dict[str, Any]:
         """The Node exists (an earlier run): take it over, keeping taints others added."""
         for _ in range(10):
-            node = await self.api.get(f"/api/v1/nodes/{self.name}")
+            node = await self.api.get(contract.nodes_path(self.name))
             annotations = node["metadata"].get("annotations") or {}
             if "kwok.x-k8s.io/node" in annotations:
                 raise RuntimeError(f"node {self.name} exists and is managed by kwok; pick another --name")
@@ -271,7 +272,7 @@ class LocalNode:
             patch = {"metadata": {"labels": self.labels, "resourceVersion": node["metadata"]["resourceVersion"]},
                      "spec": {"taints": taints, "unschedulable": False}}
             try:
-                node = await self.api.merge_patch(f"/api/v1/nodes/{self.name}", patch)
+                node = await self.api.merge_patch(contract.nodes_path(self.name), patch)
                 log.info("node %s existed; taken over", self.name)
                 return node
             except Conflict:
@@ -279,7 +280,7 @@ class LocalNode:
         raise RuntimeError(f"node {self.name}: could not update it (conflicts)")
 
     async def _patch_node_status(self, ready: bool) -> None:
-        await self.api.merge_patch(f"/api/v1/nodes/{self.name}/status", {"status": self._node_status(ready)})
+        await self.api.merge_patch(contract.nodes_path(self.name, "status"), {"status": self._node_status(ready)})
 
     async def _status_loop(self) -> None:
         while True:
@@ -292,14 +293,14 @@ class LocalNode:
                 await self._renew_lease()
 
     async def _renew_lease(self) -> None:
-        path = f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases/{self.name}"
+        path = contract.leases_path(LEASE_NAMESPACE, self.name)
         spec = {"holderIdentity": self.name, "leaseDurationSeconds": self.lease_duration,
                 "renewTime": format_time(utcnow())}
         try:
             await self.api.merge_patch(path, {"spec": spec})
         except NotFound:
             owner = {"apiVersion": "v1", "kind": "Node", "name": self.name, "uid": self._node_uid}
-            await self.api.create(f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases", {
+            await self.api.create(contract.leases_path(LEASE_NAMESPACE), {
                 "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                 "metadata": {"name": self.name, "namespace": LEASE_NAMESPACE, "ownerReferences": [owner]},
                 "spec": spec,
@@ -317,7 +318,7 @@ class LocalNode:
 
     async def _watch_pods(self, listed: asyncio.Event) -> None:
         """List the node's pods, then watch from there; list again on 410 Gone, resume after a dropped watch."""
-        path = "/api/v1/pods"
+        path = contract.pods_path()
         selector = f"spec.nodeName={self.name}"
         while True:
             items, version = await self.api.list(path, {"fieldSelector": selector})

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...kube.client import ApiError, Conflict, NotFound
 from ...kube.clock import utcnow
+from ...resources import contract
 from ...resources.common import format_time
 from .logs import log_path
 
@@ -139,7 +140,7 @@ class PodRunner:
 
     @property
     def path(self) -> str:
-        return f"/api/v1/namespaces/{self.namespace}/pods/{self.name}"
+        return contract.pods_path(self.namespace, self.name)
 
     # ---- the life of the pod -----------------------------------------------------------------------------------
 
