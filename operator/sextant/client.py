@@ -18,21 +18,12 @@ import httpx
 from .lifecycle import idempotency
 from .lifecycle.workers import Worker, read_lease, running_jobs
 from .resources import inputs
+from .kube.client import ApiError, Conflict, NotFound
+from .kube.clock import utcnow
 from .kube.kubeconfig import Connection
-from .resources import API_VERSION, GROUP, VERSION, contract
+from .resources import API_VERSION, contract
 from .resources.common import format_time, parse_time
 from .resources.job import job_id, object_name
-
-LEASES = "/apis/coordination.k8s.io/v1"
-
-
-class ClientError(Exception):
-    """An API answer that is not a success; str() is the API server's own message."""
-
-    def __init__(self, status: int, message: str, reason: str = "") -> None:
-        super().__init__(message)
-        self.status, self.reason = status, reason
-
 
 _REFUSAL = re.compile(r"(?:^|: )Forbidden: (cannot (?:cancel|retry): .*?)(?:, <nil>)?$")
 
@@ -45,14 +36,16 @@ def refusal_message(message: str) -> str | None:
 
 
 def _raise_for(resp: httpx.Response) -> None:
+    """An answer that is not a success as the async client's ApiError (NotFound, Conflict, Gone …): one family of
+    errors for both clients."""
     if resp.status_code < 300:
         return
     try:
         body = resp.json()
-        message, reason = body.get("message", resp.text), body.get("reason", "")
     except ValueError:
-        message, reason = resp.text, ""
-    raise ClientError(resp.status_code, message, reason)
+        body = None
+    status = {**body, "message": body.get("message", resp.text)} if isinstance(body, dict) else resp.text
+    raise ApiError(resp.status_code, status, resp.request.method, resp.request.url.path)
 
 
 class Client:
@@ -73,12 +66,6 @@ class Client:
         resp = self.http.request(method, path, headers=headers, **kwargs)
         _raise_for(resp)
         return resp.json() if resp.content else {}
-
-    @staticmethod
-    def path(plural: str, namespace: str | None = None, name: str = "", *, core: bool = False) -> str:
-        base = "/api/v1" if core else f"/apis/{GROUP}/{VERSION}"
-        base += (f"/namespaces/{namespace}" if namespace else "") + f"/{plural}"
-        return f"{base}/{name}" if name else base
 
     def list_page(self, path: str, *, limit: int | None = None, continue_: str | None = None,
                   field_selector: str | None = None, label_selector: str | None = None) -> dict[str, Any]:
@@ -103,7 +90,7 @@ class Client:
     def watch(self, path: str, resource_version: str, *, field_selector: str | None = None,
               timeout_seconds: int = 300) -> Iterator[tuple[str, dict[str, Any]]]:
         """Watch events (type, object) from resource_version on, until the server ends the watch (at most
-        timeout_seconds). BOOKMARK events are passed on; a 410 Gone raises ClientError(410)."""
+        timeout_seconds). BOOKMARK events are passed on; a 410 raises Gone."""
         params = {"watch": "true", "resourceVersion": resource_version, "allowWatchBookmarks": "true",
                   "timeoutSeconds": str(max(1, int(timeout_seconds)))}
         if field_selector:
@@ -119,18 +106,12 @@ class Client:
                 event = json.loads(line)
                 if event.get("type") == "ERROR":
                     status = event.get("object") or {}
-                    raise ClientError(status.get("code", 500), status.get("message", "watch failed"),
-                                      status.get("reason", ""))
+                    raise ApiError(status.get("code", 500), {"message": "watch failed", **status}, "WATCH", path)
                 yield event["type"], event["object"]
 
     # --- jobs ----------------------------------------------------------------------------------------------
-    @staticmethod
-    def jobs_path(namespace: str | None, name: str = "") -> str:
-        base = f"/apis/{GROUP}/{VERSION}" + (f"/namespaces/{namespace}" if namespace else "") + "/jobs"
-        return f"{base}/{name}" if name else base
-
     def get_job(self, namespace: str, job: str) -> dict[str, Any]:
-        return self.request("GET", self.jobs_path(namespace, object_name(job)))
+        return self.request("GET", contract.jobs_path(namespace, object_name(job)))
 
     def create_job(self, namespace: str, *, queue: str, handler: str, payload: dict[str, Any] | None = None,
                    run_at: datetime | None = None, idempotency_key: str | None = None, priority: int = 0,
@@ -143,7 +124,7 @@ class Client:
             spec["runAt"] = format_time(run_at, precise=False)
         if idempotency_key is not None:
             spec["idempotencyKey"] = idempotency_key
-            held = self.key_holder(namespace, idempotency_key, now or datetime.now(timezone.utc))
+            held = self.key_holder(namespace, idempotency_key, now or utcnow())
             if held is not None:
                 return held, False
         for generation in range(1000):
@@ -153,34 +134,34 @@ class Client:
                     "metadata": {"name": name, "labels": labels or {}, "annotations": annotations or {}},
                     "spec": spec}
             try:
-                return self.request("POST", self.jobs_path(namespace), json=body), True
-            except ClientError as exc:
-                if exc.status != 409:
-                    raise
+                return self.request("POST", contract.jobs_path(namespace), json=body), True
+            except Conflict:
+                pass  # the name is taken: by this key's job, or another
             if idempotency_key is None:
                 continue  # a random name collided: draw another
             existing = self.get_job(namespace, name)
             created = parse_time(existing["metadata"]["creationTimestamp"])
             if (existing["spec"].get("idempotencyKey") == idempotency_key
-                    and idempotency.still_claimed(created, now or datetime.now(timezone.utc),
+                    and idempotency.still_claimed(created, now or utcnow(),
                                                self.idempotency_window)):
                 return existing, False
             # The key's claim ran out (or, rarely, another key hashed to this name): the next generation.
-        raise ClientError(409, f"no free name for idempotency key {idempotency_key!r}")
+        raise ApiError(409, {"message": f"no free name for idempotency key {idempotency_key!r}"}, "POST",
+                       contract.jobs_path(namespace))
 
     def key_holder(self, namespace: str, key: str, now: datetime) -> dict[str, Any] | None:
         """The job that holds an idempotency key now, by any name, or None. One list selected by the field
         spec.idempotencyKey; with CRDs older than this client (no such selectable field) every job of the namespace
         is read instead. Without the right to list jobs (an older role): None, and the keyed name decides alone."""
-        path = self.jobs_path(namespace)
+        path = contract.jobs_path(namespace)
         try:
             try:
                 found, _ = self.list_all(path, field_selector="spec.idempotencyKey=" + inputs.selector_value(key))
-            except ClientError as exc:
-                if not (exc.status == 400 and "field label not supported" in str(exc)):
+            except ApiError as exc:
+                if not (exc.status == 400 and "field label not supported" in exc.message):
                     raise
                 found = [j for j in self.list_all(path)[0] if (j.get("spec") or {}).get("idempotencyKey") == key]
-        except ClientError as exc:
+        except ApiError as exc:
             if exc.status == 403:
                 return None
             raise
@@ -207,9 +188,9 @@ class Client:
         one (its state is written when the pod starts). Asked only to break a tie of creation times, as the
         operator does; without the right to list pods, False."""
         try:
-            pods, _ = self.list_all(f"/api/v1/namespaces/{namespace}/pods",
+            pods, _ = self.list_all(contract.pods_path(namespace),
                                     label_selector=f"{contract.LABEL_JOB}={job}")
-        except ClientError as exc:
+        except ApiError as exc:
             if exc.status == 403:
                 return False
             raise
@@ -217,10 +198,10 @@ class Client:
 
     def list_jobs(self, namespace: str | None) -> tuple[list[dict[str, Any]], str]:
         """Every job of a namespace (None: of all namespaces), and the list's resourceVersion."""
-        return self.list_all(self.jobs_path(namespace))
+        return self.list_all(contract.jobs_path(namespace))
 
     def patch_job(self, namespace: str, job: str, patch: dict[str, Any]) -> dict[str, Any]:
-        return self.request("PATCH", self.jobs_path(namespace, object_name(job)), json=patch,
+        return self.request("PATCH", contract.jobs_path(namespace, object_name(job)), json=patch,
                             headers={"Content-Type": "application/merge-patch+json"})
 
     def cancel_job(self, namespace: str, job: str) -> dict[str, Any]:
@@ -229,18 +210,18 @@ class Client:
 
     def retry_job(self, namespace: str, job: str, token: str | None = None) -> dict[str, Any]:
         """Request a retry with a fresh spec.retryToken. The API server refuses it unless the job is failed or dead."""
-        token = token or f"r-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}"
+        token = token or f"r-{utcnow().strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}"
         return self.patch_job(namespace, job, {"spec": {"retryToken": token}})
 
     # --- queues, schedules, pods ------------------------------------------------------------------------------
     def list_queues(self, namespace: str | None) -> list[dict[str, Any]]:
-        return self.list_all(self.path("queues", namespace))[0]
+        return self.list_all(contract.queues_path(namespace))[0]
 
     def list_schedules(self, namespace: str | None) -> list[dict[str, Any]]:
-        return self.list_all(self.path("schedules", namespace))[0]
+        return self.list_all(contract.schedules_path(namespace))[0]
 
     def get_schedule(self, namespace: str, name: str) -> dict[str, Any]:
-        return self.request("GET", self.path("schedules", namespace, name))
+        return self.request("GET", contract.schedules_path(namespace, name))
 
     def trigger_schedule(self, namespace: str, name: str,
                          now: datetime | None = None) -> tuple[dict[str, Any], bool, str]:
@@ -249,7 +230,7 @@ class Client:
         triggers within the same second create one job. Returns (job, created, key)."""
         schedule = self.get_schedule(namespace, name)
         template = (schedule.get("spec") or {}).get("jobTemplate") or {}
-        moment = (now or datetime.now(timezone.utc)).replace(microsecond=0)
+        moment = (now or utcnow()).replace(microsecond=0)
         stamp = format_time(moment, precise=False)
         key = f"{name}/manual/{stamp}"
         job, created = self.create_job(
@@ -261,24 +242,24 @@ class Client:
     def list_workers(self, namespace: str | None) -> list[Worker]:
         """The namespace's workers (None: every namespace's), each with its running jobs: one list of registration
         Leases (label-selected), then one list of jobs per worker (fieldSelector=status.worker=NAME)."""
-        path = LEASES + (f"/namespaces/{namespace}" if namespace else "") + "/leases"
+        path = contract.leases_path(namespace)
         leases, _ = self.list_all(path, label_selector=contract.LABEL_WORKER)
         workers = [w for w in map(read_lease, leases) if w is not None]
         out = []
         for w in workers:
-            jobs, _ = self.list_all(self.jobs_path(w.namespace), field_selector=f"status.worker={w.name}")
+            jobs, _ = self.list_all(contract.jobs_path(w.namespace), field_selector=f"status.worker={w.name}")
             out.append(replace(w, jobs=running_jobs(jobs, w.name)))
         return out
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
-        return self.request("GET", self.path("pods", namespace, name, core=True))
+        return self.request("GET", contract.pods_path(namespace, name))
 
     def pod_log(self, namespace: str, pod: str, container: str | None = None, *,
                 follow: bool = False) -> Iterator[str]:
         """The container's log through the API server (pods/log), as text chunks; follow streams until it ends."""
         params = {k: v for k, v in (("container", container), ("follow", "true" if follow else None)) if v}
         timeout = httpx.Timeout(30, read=None if follow else 60)
-        with self.http.stream("GET", self.path("pods", namespace, pod, core=True) + "/log", params=params,
+        with self.http.stream("GET", contract.pods_path(namespace, pod, "log"), params=params,
                               headers={**self.conn.headers(), "Accept": "*/*"}, timeout=timeout) as resp:
             if resp.status_code >= 300:
                 resp.read()
@@ -294,15 +275,15 @@ class Refused(Exception):
 _CRD_MISSING = "the server could not find the requested resource"
 
 
-def refused(exc: ClientError, *, kind: str | None = None, name: str | None = None,
+def refused(exc: ApiError, *, kind: str | None = None, name: str | None = None,
             namespace: str | None = None) -> Refused:
     """An API answer as a message: not-found names the object and namespace, other errors carry the API
     server's own message, as kubectl prints it ("Error from server (Forbidden): ...")."""
-    message = str(exc)
-    if exc.status == 404 and _CRD_MISSING in message:
+    message = exc.message
+    if isinstance(exc, NotFound) and _CRD_MISSING in message:
         return Refused("the Sextant CRDs are not installed in this cluster (the API server does not know "
                        "sextant.dev resources): kubectl apply -f crds/")
-    if exc.status == 404 and kind and name:
+    if isinstance(exc, NotFound) and kind and name:
         return Refused(f"{kind} {name} not found in namespace {namespace}")
     if exc.status == 401:
         return Refused("You must be logged in to the server (Unauthorized): the API server did not accept the "
@@ -317,8 +298,8 @@ def _job_request(call: Callable[[], dict[str, Any]], namespace: str, name: str) 
     ident = job_id(name)
     try:
         return call()
-    except ClientError as exc:
-        words = refusal_message(str(exc)) if exc.status == 422 else None
+    except ApiError as exc:
+        words = refusal_message(exc.message) if exc.status == 422 else None
         if words:
             raise Refused(f"job {ident}: {words}") from None
         raise refused(exc, kind="job", name=ident, namespace=namespace) from None
@@ -349,9 +330,11 @@ def trigger(client: Client, namespace: str, name: str) -> tuple[str, str | None]
     Refused when the API server refuses it."""
     try:
         job, created, key = client.trigger_schedule(namespace, name)
-    except ClientError as exc:
-        if exc.status == 404 and f'"{name}"' in str(exc) and "schedules" in str(exc):
+    except NotFound as exc:
+        if f'"{name}"' in exc.message and "schedules" in exc.message:
             raise refused(exc, kind="schedule", name=name, namespace=namespace) from None
+        raise refused(exc) from None
+    except ApiError as exc:
         raise refused(exc) from None
     ident = job_id(job["metadata"]["name"])
     note = None if created else (f"schedule {name} was already triggered this second (idempotency key {key!r}): "

@@ -127,7 +127,7 @@ def test_a_killed_worker_loses_its_attempt_and_another_worker_runs_the_retry(clu
     from sextant.resources.handler import HandlerSpec
     from sextant.resources.queue import QueueSpec
     from sextant.worker.results import Recorder, Report
-    from sextant.worker.registration import utcnow
+    from sextant.kube.clock import utcnow
 
     async def late() -> Any:
         async with Kube(kubeconfig.load(str(cluster.kubeconfig))) as kube:
@@ -192,7 +192,8 @@ def test_at_exit_a_worker_deletes_its_lease_even_after_a_renewal_it_never_read_b
     worker's resourceVersion is stale. That Lease is still its own and is deleted; one taken over is left alone."""
     from sextant.kube import kubeconfig
     from sextant.kube.client import Kube
-    from sextant.worker.registration import Offer, Registration, lease_body, utcnow
+    from sextant.kube.clock import utcnow
+    from sextant.worker.registration import Offer, Registration, lease_body
 
     offer = Offer(frozenset({"q"}), frozenset({"nap"}), 2, timedelta(seconds=3))
 

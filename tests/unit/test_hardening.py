@@ -568,7 +568,8 @@ async def test_any_error_of_the_list_is_retried():
 
 async def test_gone_lists_again_and_delivers_deletes():
     seen: list[tuple[str, str]] = []
-    kube = ScriptedKube([([obj("a", "1"), obj("b", "2")], "2"), ([obj("b", "2")], "5")], [[Gone()]])
+    kube = ScriptedKube([([obj("a", "1"), obj("b", "2")], "2"), ([obj("b", "2")], "5")],
+                        [[Gone(410, "too old resource version")]])
     informer = Informer(kube, "/jobs", lambda kind, o: seen.append((kind, o["metadata"]["name"])))
     task = asyncio.create_task(informer.run())
     try:

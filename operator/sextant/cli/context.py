@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from datetime import datetime, timezone
+from datetime import datetime
 from functools import cached_property
 from typing import TextIO
 
 from ..resources import inputs
 from ..kube import kubeconfig
 from ..client import Client
+from ..kube.clock import utcnow
 
 
 class CliError(Exception):
@@ -60,7 +61,7 @@ class Context:
 
     @staticmethod
     def now() -> datetime:
-        return datetime.now(timezone.utc)
+        return utcnow()
 
     def say(self, text: str) -> None:
         print(text, file=self.out, flush=True)

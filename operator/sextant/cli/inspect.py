@@ -8,7 +8,8 @@ from datetime import datetime
 from typing import Any
 
 from ..resources import inputs
-from ..client import ClientError, refused
+from ..client import refused
+from ..kube.client import ApiError, NotFound
 from ..resources.common import age, parse_time, precise_duration, until
 from ..resources.job import job_id, sequence_of
 from . import output
@@ -146,18 +147,18 @@ def logs_cmd(ctx: Context) -> int:
                        "output (its pod's log, or the terminal of `sextant worker`)")
     try:
         pod = ctx.client.get_pod(ns, pod_name)
-    except ClientError as exc:
-        if exc.status == 404:
-            raise CliError(f"the pod {pod_name} of {label} is gone (deleted after the attempt ended, or by "
-                           "cancel or retention): its log is no longer available") from None
+    except NotFound:
+        raise CliError(f"the pod {pod_name} of {label} is gone (deleted after the attempt ended, or by "
+                       "cancel or retention): its log is no longer available") from None
+    except ApiError as exc:
         raise refused(exc) from None
     containers = (pod.get("spec") or {}).get("containers") or [{}]
     try:
         for chunk in ctx.client.pod_log(ns, pod_name, containers[0].get("name"), follow=ctx.args.follow):
             ctx.out.write(chunk)
             ctx.out.flush()
-    except ClientError as exc:
-        if exc.status == 404:
-            raise CliError(f"the pod {pod_name} of {label} is gone: its log is no longer available") from None
-        raise CliError(f"cannot read the log of {label} (pod {pod_name}): {exc}") from None
+    except NotFound:
+        raise CliError(f"the pod {pod_name} of {label} is gone: its log is no longer available") from None
+    except ApiError as exc:
+        raise CliError(f"cannot read the log of {label} (pod {pod_name}): {exc.message}") from None
     return 0

@@ -11,7 +11,9 @@ from typing import Any
 
 from .. import client
 from ..resources import inputs
-from ..client import ClientError, refused
+from ..client import refused
+from ..kube.client import ApiError, Gone
+from ..resources import contract
 from ..resources.common import age, parse_time, precise_duration
 from ..resources.job import job_id
 from . import output
@@ -146,7 +148,7 @@ def create_cmd(ctx: Context) -> int:
     try:
         job, created = ctx.client.create_job(ns, queue=queue, handler=handler, payload=payload, run_at=run_at,
                                              idempotency_key=key, priority=priority)
-    except ClientError as exc:
+    except ApiError as exc:
         raise refused(exc) from None
     ident = job_id(job["metadata"]["name"])
     if not created:
@@ -201,7 +203,7 @@ def list_cmd(ctx: Context) -> int:
 def _watch(ctx: Context, ns: str | None, version: str, table: output.Table, keep, wide: bool,
            seen: dict[tuple[str, str], str]) -> None:
     """Print a row for every change of a job that passes the filters (as `kubectl get -w`), until Ctrl-C."""
-    path = ctx.client.jobs_path(ns)
+    path = contract.jobs_path(ns)
     while True:
         try:
             for kind, job in ctx.client.watch(path, version):
@@ -219,9 +221,7 @@ def _watch(ctx: Context, ns: str | None, version: str, table: output.Table, keep
                 seen[key] = job["metadata"].get("resourceVersion")
                 if keep(job):
                     ctx.say(table.line(row(job, ctx.now(), wide)))
-        except ClientError as exc:
-            if exc.status != 410:
-                raise
+        except Gone:
             items, version = ctx.client.list_jobs(ns)  # too old to resume: list again, print what changed
             for job in sorted(items, key=_sort_key):
                 key = (job["metadata"].get("namespace"), job["metadata"]["name"])
@@ -234,7 +234,7 @@ def _watch(ctx: Context, ns: str | None, version: str, table: output.Table, keep
 def fetch(ctx: Context, ns: str, name: str) -> dict[str, Any]:
     try:
         return ctx.client.get_job(ns, name)
-    except ClientError as exc:
+    except ApiError as exc:
         raise refused(exc, kind="job", name=job_id(name), namespace=ns) from None
 
 
@@ -314,7 +314,7 @@ def wait_cmd(ctx: Context) -> int:
     ident = job_id(name)
     deadline = None if limit is None else time.monotonic() + limit.total_seconds()
     job = fetch(ctx, ns, name)
-    path = ctx.client.jobs_path(ns)
+    path = contract.jobs_path(ns)
     while True:
         done = _outcome(job)
         if done is not None:
@@ -342,7 +342,5 @@ def wait_cmd(ctx: Context) -> int:
                     job["metadata"]["resourceVersion"] = obj["metadata"]["resourceVersion"]
                 if deadline is not None and time.monotonic() >= deadline:
                     break
-        except ClientError as exc:
-            if exc.status != 410:
-                raise
+        except Gone:
             job = fetch(ctx, ns, name)  # the watch fell behind: read it again

@@ -19,7 +19,8 @@ import httpx
 
 from ..resources import inputs
 from ..kube import kubeconfig
-from ..client import ClientError, Refused, refused
+from ..client import Refused, refused
+from ..kube.client import ApiError
 from . import inspect as inspect_cmd
 from ..worker import main as worker_cmd
 from . import jobs, queues, schedules, workers
@@ -119,7 +120,7 @@ def _run_command(args: argparse.Namespace) -> int:
     except Refused as exc:
         _error(str(exc))
         return 1
-    except ClientError as exc:
+    except ApiError as exc:
         _error(str(refused(exc)))
         return 1
     except kubeconfig.ConfigError as exc:

@@ -11,22 +11,23 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any
 
+from ..kube.clock import utcnow
 from ..lifecycle import idempotency, retention
 from ..kube import metrics
 from ..lifecycle import transitions as T
 from ..lifecycle import workers as W
 from ..lifecycle.states import FINISHED
-from ..resources import API_VERSION, GROUP, VERSION, contract
+from ..resources import API_VERSION, contract
 from ..resources.job import JobStatus
 from ..resources.queue import QueueSpec
 from ..resources.common import parse_time
 from ..kube.events import EventRecorder
 from ..kube.informer import Key, key_of
 from ..lifecycle.reading import COND_INVALID, invalid_conditions, read_spec
-from ..kube.client import ApiError, Kube
+from ..kube.client import ApiError, Conflict, Kube, NotFound
 from .pods import build_pod, controller_uid
 from .queuestatus import QueueStatusWriter
 from .slots import Slots
@@ -37,8 +38,6 @@ from .runtime import Runtime
 log = logging.getLogger(__name__)
 
 RETRY_AFTER_ERROR = timedelta(seconds=5)  # a pod that could not be created: try again this soon
-
-JOBS = f"/apis/{GROUP}/{VERSION}/jobs"
 
 
 def _same_offer(before: W.WorkerLease, after: W.WorkerLease, now: datetime) -> bool:
@@ -54,18 +53,6 @@ def _earliest(*moments: datetime | None) -> datetime | None:
 
 class _PodNotCreated(Exception):
     """The attempt's pod could not be created: nothing of the admission is recorded. Its message says why."""
-
-
-def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
-
-
-def job_path(key: Key, sub: str = "") -> str:
-    return f"/apis/{GROUP}/{VERSION}/namespaces/{key[0]}/jobs/{key[1]}{sub}"
-
-
-def pod_path(namespace: str, name: str = "") -> str:
-    return f"/api/v1/namespaces/{namespace}/pods" + (f"/{name}" if name else "")
 
 
 class JobController:
@@ -306,11 +293,9 @@ class JobController:
         log.warning("job %s/%s is invalid and does not run: %s", *key, message)
         body = {"metadata": {"resourceVersion": raw["metadata"]["resourceVersion"]}, "status": {"conditions": conditions}}
         try:
-            updated = await self.kube.merge_patch(job_path(key, "/status"), body, retry=False)
-        except ApiError as exc:
-            if exc.status in (404, 409):
-                return  # gone, or changed meanwhile: the watch brings another look
-            raise
+            updated = await self.kube.merge_patch(contract.jobs_path(*key, "status"), body, retry=False)
+        except (NotFound, Conflict):
+            return  # gone, or changed meanwhile: the watch brings another look
         self._report(key, T.Event("Invalid", f"the job does not run: {message}", "Warning"))
         updated.setdefault("apiVersion", API_VERSION)
         self._store(updated)
@@ -318,11 +303,9 @@ class JobController:
     async def _full(self, key: Key, raw: dict[str, Any]) -> dict[str, Any] | None:
         """The whole object behind a slim view copy (a status write needs all of it); None when it is gone."""
         try:
-            full = await self.kube.get(job_path(key))
-        except ApiError as exc:
-            if exc.status == 404:
-                return None  # the watch brings the delete
-            raise
+            full = await self.kube.get(contract.jobs_path(*key))
+        except NotFound:
+            return None  # the watch brings the delete
         self._store(full)
         if full["metadata"].get("resourceVersion") != raw["metadata"]["resourceVersion"]:
             self.queue.add(key)  # it changed meanwhile: judge the newer version on the next look
@@ -344,12 +327,11 @@ class JobController:
         if due.job_at is not None and now >= due.job_at:
             meta = raw["metadata"]
             try:  # only the version we judged: a job retried meanwhile is not deleted
-                await self.kube.delete(job_path(key), None, {"uid": meta["uid"],
+                await self.kube.delete(contract.jobs_path(*key), None, {"uid": meta["uid"],
                                                              "resourceVersion": meta["resourceVersion"]})
                 metrics.JOBS_DELETED.labels(key[0], (raw.get("spec") or {}).get("queue", "")).inc()
-            except ApiError as exc:
-                if exc.status not in (404, 409):
-                    raise
+            except (NotFound, Conflict):
+                pass  # gone, or changed since it was judged: the watch brings another look
             return None
         pods = self.view.pods_of(key)  # never someone else's pod that merely carries the job's labels
         if due.pods_at is not None and pods:
@@ -358,10 +340,9 @@ class JobController:
             for pod in list(pods.values()):
                 if not pod.deleting:
                     try:
-                        await self.kube.delete(pod_path(key[0], pod.name))
-                    except ApiError as exc:
-                        if exc.status != 404:
-                            raise
+                        await self.kube.delete(contract.pods_path(key[0], pod.name))
+                    except NotFound:
+                        pass  # gone already
         return due.job_at
 
     def schedule_retention(self, key: Key) -> None:
@@ -387,10 +368,9 @@ class JobController:
         for action in decision.actions:
             if isinstance(action, T.DeletePod):
                 try:
-                    await self.kube.delete(pod_path(ns, action.name), action.grace_seconds)
-                except ApiError as exc:
-                    if exc.status != 404:
-                        raise
+                    await self.kube.delete(contract.pods_path(ns, action.name), action.grace_seconds)
+                except NotFound:
+                    pass  # gone already
         return True
 
     async def _create_pod(self, key: Key, raw: dict[str, Any], job: T.JobSnapshot, action: T.CreatePod) -> str:
@@ -401,13 +381,9 @@ class JobController:
         if handler is None or queue is None:
             return "its Queue or Handler is gone"
         try:
-            created = await self.kube.create(pod_path(ns), build_pod(raw, job, handler, queue, action))
-        except ApiError as exc:
-            if exc.status != 409:
-                log.warning("job %s/%s: cannot create pod %s: %s", ns, key[1], action.name, exc)
-                self.events.record(raw, T.Event("PodCreateFailed", exc.message or str(exc), "Warning"))
-                return f"cannot create pod {action.name}: {exc.message or exc}"
-            created = await self.kube.get(pod_path(ns, action.name))
+            created = await self.kube.create(contract.pods_path(ns), build_pod(raw, job, handler, queue, action))
+        except Conflict:
+            created = await self.kube.get(contract.pods_path(ns, action.name))
             if controller_uid(created) != job.uid:
                 # Not ours (no controller ownerReference to this job): never adopted. The attempt waits until its name
                 # is free again, and says why.
@@ -419,11 +395,16 @@ class JobController:
             # Ours (from before a crash, or a create whose answer was lost): adopt it. It may have run meanwhile, and
             # its watch events then bring nothing new to the view: judge the pod as it is on the next look.
             self.queue.add(key)
+        except ApiError as exc:
+            log.warning("job %s/%s: cannot create pod %s: %s", ns, key[1], action.name, exc)
+            self.events.record(raw, T.Event("PodCreateFailed", exc.message or str(exc), "Warning"))
+            return f"cannot create pod {action.name}: {exc.message or exc}"
         self.view.upsert_pod(created)
         return ""
 
     async def _write_status(self, key: Key, raw: dict[str, Any], status: JobStatus) -> bool:
-        updated = await self.kube.replace_status(job_path(key), {"apiVersion": API_VERSION, "kind": "Job", **raw},
+        updated = await self.kube.replace_status(contract.jobs_path(*key),
+                                                 {"apiVersion": API_VERSION, "kind": "Job", **raw},
                                                  status.model_dump(by_alias=True, mode="json", exclude_none=True))
         if updated is None:
             return False

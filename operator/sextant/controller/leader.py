@@ -20,17 +20,17 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import datetime
 
-from ..kube.client import ApiError, Kube
-from ..resources.common import time_or_none
+from ..kube.client import ApiError, Conflict, Kube, NotFound
+from ..kube.clock import utcnow
+from ..resources import contract
+from ..resources.common import format_time, time_or_none
 from .settings import ElectionSettings
 
 log = logging.getLogger("sextant.leader")
 
 
-def _micro(moment: datetime) -> str:
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _seconds(value: object, default: float) -> float:
@@ -48,7 +48,7 @@ class LeaderElector:
     def __init__(self, kube: Kube, settings: ElectionSettings, identity: str | None = None,
                  on_change: Callable[[bool], None] = lambda leading: None,
                  monotonic: Callable[[], float] = time.monotonic,
-                 wall: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> None:
+                 wall: Callable[[], datetime] = utcnow) -> None:
         self.kube, self.settings = kube, settings
         self.identity = identity or default_identity()
         self.on_change = on_change
@@ -57,7 +57,7 @@ class LeaderElector:
         self._renewed_at: float | None = None  # monotonic time of our last successful acquire/renew
         self._observed: tuple[str, float] | None = None  # (the lease's resourceVersion, monotonic time seen)
         self._leading = False
-        self._path = (f"/apis/coordination.k8s.io/v1/namespaces/{settings.namespace}/leases/{settings.name}")
+        self._path = contract.leases_path(settings.namespace, settings.name)
 
     def is_leader(self) -> bool:
         leading = (self._renewed_at is not None
@@ -102,11 +102,11 @@ class LeaderElector:
         now = self.monotonic()
         try:
             lease = await self.kube.get(self._path)
-        except ApiError as exc:
-            if exc.status != 404:
-                log.warning("leader election: %s", exc)
-                return s.retry_period
+        except NotFound:
             return await self._write(None, now)
+        except ApiError as exc:
+            log.warning("leader election: %s", exc)
+            return s.retry_period
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity") or ""
         rv = lease["metadata"]["resourceVersion"]
@@ -128,7 +128,7 @@ class LeaderElector:
 
     async def _write(self, lease: dict | None, now: float) -> float:
         s = self.settings
-        stamp = _micro(self.wall())
+        stamp = format_time(self.wall())
         old = ((lease or {}).get("spec") or {})
         ours = old.get("holderIdentity") == self.identity
         transitions = old.get("leaseTransitions")
@@ -145,14 +145,15 @@ class LeaderElector:
                 "metadata": {"name": s.name, "namespace": s.namespace}, "spec": spec}
         try:
             if lease is None:
-                await self.kube.create(self._path.rsplit("/", 1)[0], body)
+                await self.kube.create(contract.leases_path(s.namespace), body)
             else:
                 body["metadata"]["resourceVersion"] = lease["metadata"]["resourceVersion"]
                 await self.kube.request("PUT", self._path, body=body, retry=False)
-        except ApiError as exc:
-            if exc.status not in (409, 404):
-                log.warning("leader election: %s", exc)
+        except (Conflict, NotFound):
             return s.retry_period  # someone else wrote first: look again
+        except ApiError as exc:
+            log.warning("leader election: %s", exc)
+            return s.retry_period
         self._renewed_at = now
         self.leader_identity = self.identity
         return s.retry_period

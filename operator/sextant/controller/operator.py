@@ -11,13 +11,14 @@ from typing import Any
 
 from ..kube import metrics
 from ..kube.kubeconfig import Connection
-from ..resources import GROUP, VERSION, contract
+from ..resources import contract
 from ..kube.events import EventRecorder
 from .feed import Feed
 from ..kube.informer import Informer
 from .leader import LeaderElector, default_identity
-from .jobs import JobController, utcnow
+from .jobs import JobController
 from ..kube.client import Kube
+from ..kube.clock import utcnow
 from ..lifecycle.transitions import Event
 from ..resources import API_VERSION
 from .schedules import ScheduleController
@@ -28,11 +29,9 @@ from .view import View
 log = logging.getLogger("sextant.operator")
 
 
-def _paths(plural: str, group: str | None, namespaces: list[str], version: str = VERSION) -> list[str]:
-    base = f"/apis/{group}/{version}" if group else "/api/v1"
-    if not namespaces:
-        return [f"{base}/{plural}"]
-    return [f"{base}/namespaces/{ns}/{plural}" for ns in namespaces]
+def _paths(collection: Callable[[str | None], str], namespaces: list[str]) -> list[str]:
+    """A kind's collection (a path builder of resources/contract) in each watched namespace, or across all."""
+    return [collection(ns) for ns in namespaces] if namespaces else [collection(None)]
 
 
 class Operator:
@@ -77,20 +76,21 @@ class Operator:
         self.feeds = {"queues": Feed("queues", c.on_queue), "handlers": Feed("handlers", c.on_handler),
                       "schedules": Feed("schedules", self.schedules.on_schedule)}
         self.informers = [
-            *(informer(p, self.feeds["queues"], "queues", "Queue", API_VERSION) for p in _paths("queues", GROUP, ns)),
+            *(informer(p, self.feeds["queues"], "queues", "Queue", API_VERSION)
+              for p in _paths(contract.queues_path, ns)),
             *(informer(p, self.feeds["handlers"], "handlers", "Handler", API_VERSION)
-              for p in _paths("handlers", GROUP, ns)),
-            *(informer(p, self._on_job, "jobs", "Job", API_VERSION) for p in _paths("jobs", GROUP, ns)),
+              for p in _paths(contract.handlers_path, ns)),
+            *(informer(p, self._on_job, "jobs", "Job", API_VERSION) for p in _paths(contract.jobs_path, ns)),
             *(informer(p, self.feeds["schedules"], "schedules", "Schedule", API_VERSION)
-              for p in _paths("schedules", GROUP, ns)),
+              for p in _paths(contract.schedules_path, ns)),
             # Only Sextant's own pods: a server-side label selector, never every pod of the cluster.
             *(informer(p, c.on_pod, "pods", "Pod", "v1", label_selector=contract.LABEL_JOB)
-              for p in _paths("pods", None, ns)),
+              for p in _paths(contract.pods_path, ns)),
             *(informer(p, c.on_lease, "leases", "Lease", "coordination.k8s.io/v1", label_selector=contract.LABEL_JOB)
-              for p in _paths("leases", "coordination.k8s.io", ns, version="v1")),
+              for p in _paths(contract.leases_path, ns)),
             # Workers' registration Leases (docs/workers.md §1): one per worker, not per job.
             *(Informer(self.kube, p, c.on_worker, label_selector=contract.LABEL_WORKER, name="workers")
-              for p in _paths("leases", "coordination.k8s.io", ns, version="v1")),
+              for p in _paths(contract.leases_path, ns)),
         ]
 
     @property

@@ -19,9 +19,9 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..kube.client import ApiError, Kube, NotLeader
+from ..kube.client import ApiError, Kube, NotFound, NotLeader
 from ..lifecycle.queueing import count_unfinished, same_status, status_body
-from ..resources import GROUP, VERSION
+from ..resources import contract
 from ..resources.job import sequence_of
 from ..kube.informer import Key, key_of
 from .timers import Timers
@@ -38,10 +38,6 @@ def next_round_after(looks: int, interval: timedelta) -> timedelta:
     """The wait before the next round, after one that looked at `looks` jobs: the interval, or longer with a backlog
     so that counting stays at LOOKS_PER_SECOND on average."""
     return max(interval, timedelta(seconds=looks / LOOKS_PER_SECOND))
-
-
-def queue_status_path(key: Key) -> str:
-    return f"/apis/{GROUP}/{VERSION}/namespaces/{key[0]}/queues/{key[1]}/status"
 
 
 class QueueStatusWriter:
@@ -107,12 +103,13 @@ class QueueStatusWriter:
         if same_status(self.stored.get(key), body):
             return False
         try:
-            updated = await self.kube.merge_patch(queue_status_path(key), {"status": body}, retry=False)
+            updated = await self.kube.merge_patch(contract.queues_path(*key, "status"), {"status": body}, retry=False)
         except NotLeader:
             return False
+        except NotFound:  # gone: the watch brings the delete
+            return False
         except ApiError as exc:
-            if exc.status != 404:  # gone: the watch brings the delete
-                log.warning("queue %s/%s: cannot write its status: %s", *key, exc)
+            log.warning("queue %s/%s: cannot write its status: %s", *key, exc)
             return False
         if key in self.generation:
             status = updated.get("status")

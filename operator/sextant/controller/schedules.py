@@ -13,16 +13,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import ValidationError
 
 from ..kube import metrics
-from ..kube.client import ApiError, Kube
+from ..kube.client import ApiError, Conflict, Kube, NotFound
+from ..kube.clock import utcnow
 from ..lifecycle import schedule as S
 from ..lifecycle.transitions import Event
-from ..resources import API_VERSION, GROUP, VERSION
+from ..resources import API_VERSION, contract
 from ..resources.common import time_or_none
 from ..resources.schedule import KIND, ScheduleSpec, ScheduleStatus
 from ..kube.events import EventRecorder
@@ -37,18 +38,6 @@ RETRY_AFTER_ERROR = timedelta(seconds=5)
 # A status change that only concerns `active` rides along with the next tick's write when that is this close.
 COALESCE_ACTIVE = timedelta(seconds=2)
 NAME_GENERATIONS = 4  # names tried per tick when another object already holds the derived one
-
-
-def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
-
-
-def schedule_path(key: Key, sub: str = "") -> str:
-    return f"/apis/{GROUP}/{VERSION}/namespaces/{key[0]}/schedules/{key[1]}{sub}"
-
-
-def jobs_path(namespace: str, name: str = "", sub: str = "") -> str:
-    return f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/jobs" + (f"/{name}{sub}" if name else "")
 
 
 def _rv(obj: dict[str, Any]) -> int:
@@ -226,21 +215,14 @@ class ScheduleController:
                                              "name": S.job_name(namespace, key[1], fire.tick, generation)}}
             name = body["metadata"]["name"]
             try:
-                created = await self.kube.create(jobs_path(namespace), body)
-            except ApiError as exc:
-                if exc.status != 409:
-                    log.warning("schedule %s/%s: cannot create job %s for tick %s: %s", *key, name,
-                                S.format_tick(fire.tick), exc)
-                    self.events.record(schedule, Event("JobCreateFailed", exc.message or str(exc), "Warning"))
-                    return False
+                created = await self.kube.create(contract.jobs_path(namespace), body)
+            except Conflict:
                 try:
-                    existing = await self.kube.get(jobs_path(namespace, name))
-                except ApiError as again:
-                    if again.status == 404:  # it existed a moment ago and was deleted: the tick fired all the same
-                        log.info("schedule %s/%s: tick %s already fired (job %s since deleted)", *key,
-                                 S.format_tick(fire.tick), name)
-                        return True
-                    raise
+                    existing = await self.kube.get(contract.jobs_path(namespace, name))
+                except NotFound:  # it existed a moment ago and was deleted: the tick fired all the same
+                    log.info("schedule %s/%s: tick %s already fired (job %s since deleted)", *key,
+                             S.format_tick(fire.tick), name)
+                    return True
                 ref = S.JobRef.of(existing)
                 label = (existing["metadata"].get("labels") or {}).get(S.LABEL_SCHEDULE)
                 if label == key[1] and ref.scheduled_at == fire.tick:
@@ -248,6 +230,11 @@ class ScheduleController:
                     self._store(existing)
                     return True
                 continue  # another object holds the derived name: the next generation's name
+            except ApiError as exc:
+                log.warning("schedule %s/%s: cannot create job %s for tick %s: %s", *key, name,
+                            S.format_tick(fire.tick), exc)
+                self.events.record(schedule, Event("JobCreateFailed", exc.message or str(exc), "Warning"))
+                return False
             lag = (self.now() - fire.due).total_seconds()
             metrics.SCHEDULE_FIRE_LAG.labels(namespace, key[1]).observe(max(lag, 0.0))
             log.info("schedule %s/%s: tick %s fired as job %s, lag %.4f s (evaluated at +%.4f s)", *key,
@@ -267,30 +254,29 @@ class ScheduleController:
             if version:
                 body["metadata"] = {"resourceVersion": version}
             try:
-                updated = await self.kube.merge_patch(jobs_path(namespace, name, "/status"), body, retry=False)
-            except ApiError as exc:
-                if exc.status == 404:
-                    return True  # gone: nothing to replace
-                if exc.status != 409:
-                    log.warning("job %s/%s: cannot request cancel: %s", namespace, name, exc)
-                    return False
+                updated = await self.kube.merge_patch(contract.jobs_path(namespace, name, "status"), body, retry=False)
+            except NotFound:
+                return True  # gone: nothing to replace
+            except Conflict:
                 try:
-                    current = await self.kube.get(jobs_path(namespace, name))
-                except ApiError as again:
-                    if again.status == 404:
-                        return True
-                    raise
+                    current = await self.kube.get(contract.jobs_path(namespace, name))
+                except NotFound:
+                    return True
                 fresh = S.JobRef.of(current)
                 if fresh.finished or fresh.cancel_requested:
                     return True
                 version = fresh.resource_version
                 continue
+            except ApiError as exc:
+                log.warning("job %s/%s: cannot request cancel: %s", namespace, name, exc)
+                return False
             self._store(updated)
             return True
         return False
 
     async def _write_status(self, key: Key, raw: dict[str, Any], status: ScheduleStatus) -> bool:
-        updated = await self.kube.replace_status(schedule_path(key), {"apiVersion": API_VERSION, "kind": KIND, **raw},
+        updated = await self.kube.replace_status(contract.schedules_path(*key),
+                                                 {"apiVersion": API_VERSION, "kind": KIND, **raw},
                                                  status.model_dump(by_alias=True, mode="json", exclude_none=True))
         if updated is None:
             return False
@@ -303,7 +289,8 @@ class ScheduleController:
     async def _delete_job(self, key: Key, name: str) -> None:
         uid = (self.view.jobs.get((key[0], name)) or {}).get("metadata", {}).get("uid")
         try:  # the uid guards against deleting a newer job that took the name meanwhile
-            await self.kube.delete(jobs_path(key[0], name), preconditions={"uid": uid} if uid else None)
+            await self.kube.delete(contract.jobs_path(key[0], name), preconditions={"uid": uid} if uid else None)
+        except (NotFound, Conflict):
+            pass  # gone already, or a newer job holds the name
         except ApiError as exc:
-            if exc.status not in (404, 409):
-                log.warning("schedule %s/%s: cannot delete old job %s: %s", *key, name, exc)
+            log.warning("schedule %s/%s: cannot delete old job %s: %s", *key, name, exc)

@@ -8,11 +8,12 @@ import sys
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import ValidationError
 
+from ..kube.clock import utcnow
 from ..lifecycle.idempotency import WINDOW, claimant, undecided
 from ..lifecycle.attempts import PodObservation
 from ..lifecycle.states import FINISHED
@@ -175,10 +176,6 @@ class LeaseObservation:
     pod_uid: str | None  # the uid of the Pod its ownerReference names
 
 
-def _utcnow() -> datetime:
-    return datetime.now(timezone.utc)
-
-
 def attempt_of(obj: dict[str, Any]) -> tuple[str, int] | None:
     """(job name, sequence) of an attempt's pod or Lease, when its name is the one the operator gives that attempt.
 
@@ -194,7 +191,7 @@ def attempt_of(obj: dict[str, Any]) -> tuple[str, int] | None:
 
 
 class View:
-    def __init__(self, now: Callable[[], datetime] = _utcnow, idempotency_window: timedelta = WINDOW) -> None:
+    def __init__(self, now: Callable[[], datetime] = utcnow, idempotency_window: timedelta = WINDOW) -> None:
         self.now = now
         self.idempotency_window = idempotency_window
         self.jobs: dict[Key, dict[str, Any]] = {}

@@ -21,9 +21,9 @@ import httpx
 from aiohttp import web
 
 from .. import client as requests
-from ..resources import inputs
-from ..client import Client, ClientError, Refused, refused
-from ..kube.client import ApiError, Gone, Kube
+from ..resources import contract, inputs
+from ..client import Client, Refused, refused
+from ..kube.client import ApiError, Gone, Kube, NotFound
 from ..kube.kubeconfig import Connection
 from ..lifecycle.workers import as_dict
 from ..resources.job import job_id
@@ -59,7 +59,7 @@ class JobCache:
         self.synced = asyncio.Event()
 
     async def run(self) -> None:
-        path = Client.jobs_path(self.namespace)
+        path = contract.jobs_path(self.namespace)
         while True:
             try:
                 fresh: dict[tuple[str, str], dict[str, Any]] = {}
@@ -187,7 +187,7 @@ class Dashboard:
         if self.cache.error is not None:
             return self.refused(self.cache.error, f"list or watch jobs {self.where()}")
         try:
-            queues, _ = await self.kube.list(Client.path("queues", self.namespace))
+            queues, _ = await self.kube.list(contract.queues_path(self.namespace))
         except ApiError as exc:
             return self.refused(exc, f"list queues {self.where()}")
         now = datetime.now(timezone.utc)
@@ -218,7 +218,7 @@ class Dashboard:
         except (FilterError, inputs.InputError) as exc:
             return pages.error(str(exc)), None
         token = request.query.get("continue") or None
-        path = Client.jobs_path(ns)
+        path = contract.jobs_path(ns)
         shown: list[dict[str, Any]] = []
         scanned = 0
         try:
@@ -230,9 +230,9 @@ class Dashboard:
                 token = (body.get("metadata") or {}).get("continue") or None
                 if not flt.text or len(shown) >= PAGE_SIZE or not token:
                     break
+        except Gone:
+            return pages.error("this page's continue token has expired: start again from the first page"), flt
         except ApiError as exc:
-            if exc.status == 410:
-                return pages.error("this page's continue token has expired: start again from the first page"), flt
             return self.refused(exc, f"list jobs {self.where(ns)}"), flt
         extra = {"ns": ns} if ns and self.namespace is None else {}
         return pages.jobs_fragment(shown, token, flt, datetime.now(timezone.utc), self.wide, scanned, extra), flt
@@ -260,10 +260,10 @@ class Dashboard:
         except inputs.InputError as exc:
             return pages.error(str(exc))
         try:
-            job = await self.kube.get(Client.jobs_path(ns, name))
+            job = await self.kube.get(contract.jobs_path(ns, name))
+        except NotFound:
+            return pages.error(f"job {job_id(name)} not found in namespace {ns}")
         except ApiError as exc:
-            if exc.status == 404:
-                return pages.error(f"job {job_id(name)} not found in namespace {ns}")
             return self.refused(exc, f"get job {job_id(name)} in namespace {ns}")
         attempts = (job.get("status") or {}).get("attempts") or []
         pods = {a["pod"] for a in attempts if a.get("pod")}
@@ -295,9 +295,9 @@ class Dashboard:
 
         try:
             text = await asyncio.to_thread(read)
-        except ClientError as exc:
+        except ApiError as exc:
             return web.Response(text=f"the API server refused the log of pod {pod} in namespace {ns}: "
-                                     f"{exc.status}: {exc}", status=exc.status if exc.status >= 400 else 502)
+                                     f"{exc.status}: {exc.message}", status=exc.status if exc.status >= 400 else 502)
         except httpx.HTTPError as exc:
             return web.Response(text=f"cannot reach the API server at {self.conn.server}: {exc}", status=502)
         if len(text) > LOG_LIMIT:
@@ -307,11 +307,11 @@ class Dashboard:
     # --- schedules and workers ----------------------------------------------------------------------------
     async def _schedules(self) -> str:
         try:
-            schedules, _ = await self.kube.list(Client.path("schedules", self.namespace))
+            schedules, _ = await self.kube.list(contract.schedules_path(self.namespace))
         except ApiError as exc:
             return self.refused(exc, f"list schedules {self.where()}")
         try:
-            events, _ = await self.kube.list(Client.path("events", self.namespace, core=True),
+            events, _ = await self.kube.list(contract.events_path(self.namespace),
                                              {"fieldSelector": "involvedObject.kind=Schedule"})
         except ApiError:
             events = []  # may not read Events: the missed runs stay unknown, the rest is shown
@@ -329,9 +329,8 @@ class Dashboard:
     async def _workers(self) -> str:
         try:
             found = await asyncio.to_thread(self.client.list_workers, self.namespace)
-        except ClientError as exc:
-            return self.refused(ApiError(exc.status, {"reason": exc.reason, "message": str(exc)}),
-                                f"list worker Leases or their jobs {self.where()}")
+        except ApiError as exc:
+            return self.refused(exc, f"list worker Leases or their jobs {self.where()}")
         except httpx.HTTPError as exc:
             return pages.error(f"cannot reach the API server at {self.conn.server}: {exc}")
         now = datetime.now(timezone.utc)
@@ -353,7 +352,7 @@ class Dashboard:
                 return True, request()
             except (Refused, inputs.InputError) as exc:
                 return False, f"error: {exc}"
-            except ClientError as exc:
+            except ApiError as exc:
                 return False, f"error: {refused(exc)}"
             except httpx.HTTPError as exc:
                 return False, f"error: cannot reach the API server at {self.conn.server}: {exc}"

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..kube import kubeconfig
+from ..resources import contract
 
 # The Kubernetes client and the CRDs are imported when it runs, so that every other command starts fast.
 
@@ -41,13 +42,13 @@ async def install_crds(conn: kubeconfig.Connection) -> None:
         for entry in RESOURCES:
             body = crd(entry)
             name = body["metadata"]["name"]
-            await kube.request("PATCH", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}",
+            await kube.request("PATCH", contract.crds_path(name),
                                params={"fieldManager": "sextant", "force": "true"}, body=body,
                                content_type="application/apply-patch+yaml")
         for entry in RESOURCES:
             name = crd(entry)["metadata"]["name"]
             for _ in range(100):
-                got = await kube.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+                got = await kube.get(contract.crds_path(name))
                 conditions = {c["type"]: c["status"] for c in got.get("status", {}).get("conditions", [])}
                 if conditions.get("Established") == "True":
                     break

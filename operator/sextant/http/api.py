@@ -31,19 +31,20 @@ import logging
 import re
 import secrets
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 from aiohttp import web
 from pydantic import ValidationError
 
+from ..kube.clock import utcnow
 from ..resources import inputs
 from ..kube import metrics
-from ..client import Client, ClientError, refusal_message
+from ..client import Client, refusal_message
 from ..controller.view import is_slim
-from ..kube.client import ApiError, Kube
+from ..kube.client import ApiError, Gone, Kube, NotFound
 from ..lifecycle.queueing import queue_stats
-from ..resources import GROUP, VERSION, contract
+from ..resources import contract
 from ..resources.job import job_id
 from . import models
 from .auth import Authorizer, HttpError
@@ -61,10 +62,6 @@ _CONTINUE_RE = re.compile(models.CONTINUE_PATTERN)
 # The jobs CRD's selectableFields (resources/crds.py): the list filters, applied by the API server.
 FIELD_SELECTORS = {"queue": "spec.queue", "handler": "spec.handler", "state": "status.state"}
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
 
 
 def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
@@ -103,7 +100,7 @@ def not_a_continue_token() -> HttpError:
 
 def list_error(exc: ApiError, token: str) -> HttpError | None:
     """The API server's refusal of a page, in the API's words; None when it is not about the continue token."""
-    if exc.status == 410:  # the list's snapshot is gone (compacted): the token cannot be continued consistently
+    if isinstance(exc, Gone):  # the list's snapshot is gone (compacted): the token cannot be continued consistently
         return HttpError(410, "Expired", "continue: the token has expired (a list's snapshot lasts a few minutes); "
                                          "list again from the start", field="continue")
     if exc.status == 400 and token:
@@ -227,17 +224,13 @@ class Api:
     def _view_serves(self, ns: str) -> bool:
         return self.view is not None and self.ready() and (not self.namespaces or ns in self.namespaces)
 
-    @staticmethod
-    def _path(ns: str, plural: str = "jobs", name: str = "") -> str:
-        return f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/{plural}" + (f"/{name}" if name else "")
-
     async def _read_job(self, ns: str, name: str) -> dict[str, Any]:
         if self._view_serves(ns):
             raw = self.view.jobs.get((ns, name))
             if raw is not None and not is_slim(raw):  # a slim copy has no timeline: ask the API server
                 return raw
         try:
-            return await self.kube.get(self._path(ns, name=name))
+            return await self.kube.get(contract.jobs_path(ns, name))
         except ApiError as exc:
             raise self._upstream(exc, ns, name) from None
 
@@ -253,12 +246,11 @@ class Api:
         return [raw for (n, _), raw in list(self.view.jobs.items()) if n == ns]
 
     @staticmethod
-    def _upstream(exc: ApiError | ClientError, ns: str, name: str | None = None) -> HttpError:
-        status = exc.status
-        message = exc.message if isinstance(exc, ApiError) else str(exc)
-        if status == 404 and name:
+    def _upstream(exc: ApiError, ns: str, name: str | None = None) -> HttpError:
+        status, message = exc.status, exc.message
+        if isinstance(exc, NotFound) and name:
             return HttpError(404, "NotFound", f"job {job_id(name)} not found in namespace {ns}")
-        if status == 404 and "namespaces" in message and f'"{ns}"' in message:
+        if isinstance(exc, NotFound) and "namespaces" in message and f'"{ns}"' in message:
             return HttpError(404, "NotFound", f"namespace {ns} not found")
         if status == 422:
             return HttpError(422, "Invalid", message)
@@ -288,7 +280,7 @@ class Api:
                 ns, queue=spec.queue, handler=spec.handler, payload=spec.payload, run_at=spec.run_at,
                 idempotency_key=spec.idempotency_key, priority=spec.priority,
                 annotations={ANNOTATION_REQUESTED_BY: request["user"].username[:4096]}))
-        except ClientError as exc:
+        except ApiError as exc:
             raise self._upstream(exc, ns) from None
         out = models.dump(models.job_out(job))
         headers = {"Location": f"/v2/jobs/{out['id']}?namespace={ns}"}
@@ -335,13 +327,13 @@ class Api:
         selector = ",".join(f"{FIELD_SELECTORS[k]}={v}" for k, v in wanted.items())
         try:
             try:
-                body = await self.kube.request("GET", self._path(ns), params={**params, "fieldSelector": selector}
-                                               if selector else params)
+                body = await self.kube.request("GET", contract.jobs_path(ns),
+                                               params={**params, "fieldSelector": selector} if selector else params)
                 return body.get("items") or [], (body.get("metadata") or {}).get("continue") or None
             except ApiError as exc:
                 if not (selector and exc.status == 400 and "field label not supported" in exc.message):
                     raise
-            body = await self.kube.request("GET", self._path(ns), params=params)
+            body = await self.kube.request("GET", contract.jobs_path(ns), params=params)
         except ApiError as exc:
             raise (list_error(exc, token) or self._upstream(exc, ns)) from None
         items = [job for job in body.get("items") or [] if all(_field(job, FIELD_SELECTORS[k]) == v
@@ -353,10 +345,10 @@ class Api:
         ns = await self._allowed(request, "patch", "jobs", name)  # the verb of the write below
         try:
             raw = await self.as_caller(request, lambda client: client.request(
-                "PATCH", self._path(ns, name=name), json=patch,
+                "PATCH", contract.jobs_path(ns, name), json=patch,
                 headers={"Content-Type": "application/merge-patch+json"}))
-        except ClientError as exc:
-            words = refusal_message(str(exc)) if exc.status == 422 else None
+        except ApiError as exc:
+            words = refusal_message(exc.message) if exc.status == 422 else None
             if words:
                 raise HttpError(409, "Conflict", f"job {job_id(name)}: {words}") from None
             raise self._upstream(exc, ns, name) from None
@@ -373,7 +365,7 @@ class Api:
         ns = await self._allowed(request, "list", "queues")
         jobs = self._view_jobs(ns)  # counting needs every job: from the view, never a list of the namespace
         try:
-            queue_objects, _ = await self.kube.list(self._path(ns, "queues"))
+            queue_objects, _ = await self.kube.list(contract.queues_path(ns))
         except ApiError as exc:
             raise self._upstream(exc, ns) from None
         now = self.now()

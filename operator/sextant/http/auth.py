@@ -22,11 +22,8 @@ from typing import Any
 
 from ..kube import metrics
 from ..kube.client import ApiError, Kube
-from ..resources import GROUP
+from ..resources import GROUP, contract
 from .limits import ExpiringCache, TokenBuckets
-
-TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
-ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
 
 
 class HttpError(Exception):
@@ -101,7 +98,7 @@ class Authorizer:
                             f"too many tokens from {client or 'this client'} were not accepted by the API server; "
                             f"retry in {wait} s", headers={"Retry-After": str(wait)})
         try:
-            review = await self._review(TOKEN_REVIEWS, {"apiVersion": "authentication.k8s.io/v1",
+            review = await self._review(contract.TOKEN_REVIEWS_PATH, {"apiVersion": "authentication.k8s.io/v1",
                                                         "kind": "TokenReview", "spec": {"token": token}})
         except HttpError:
             self._failures.give_back(client, self.clock())  # the API server's trouble, not the client's failure
@@ -132,7 +129,7 @@ class Authorizer:
             spec["uid"] = user.uid
         if user.extra:
             spec["extra"] = {k: list(v) for k, v in user.extra}
-        review = await self._review(ACCESS_REVIEWS, {"apiVersion": "authorization.k8s.io/v1",
+        review = await self._review(contract.ACCESS_REVIEWS_PATH, {"apiVersion": "authorization.k8s.io/v1",
                                                      "kind": "SubjectAccessReview", "spec": spec})
         status = review.get("status") or {}
         if status.get("allowed") and not status.get("denied"):

@@ -38,6 +38,14 @@ def _is_list(path: str) -> bool:
 
 
 class ApiError(Exception):
+    """An answer of the API server that is not a success (status 0: no answer at all), from either client.
+
+    Made with a status that has its own class, it is of that class, whoever raises it: ApiError(404, …) is a
+    NotFound, as OSError(ENOENT, …) is a FileNotFoundError; so a caller writes `except NotFound:`."""
+
+    def __new__(cls, status: int, *args: Any, **kwargs: Any) -> ApiError:
+        return super().__new__(_BY_STATUS.get(status, cls) if cls is ApiError else cls)
+
     def __init__(self, status: int, body: dict[str, Any] | str, method: str = "", path: str = "") -> None:
         self.status = status
         self.body = body
@@ -50,15 +58,26 @@ class ApiError(Exception):
         return self.body.get("message", "") if isinstance(self.body, dict) else str(self.body)
 
 
+class NotFound(ApiError):
+    """404: the object (or its namespace, or its kind) does not exist."""
+
+
+class Conflict(ApiError):
+    """409: the object already exists (a create), or changed since the resourceVersion written against."""
+
+
+class Gone(ApiError):
+    """410: the watch's resourceVersion is too old, or a list's continue token has expired: list again."""
+
+
+_BY_STATUS: dict[int, type[ApiError]] = {404: NotFound, 409: Conflict, 410: Gone}
+
+
 class NotLeader(ApiError):
     """A write refused before it was sent: this replica does not lead (fencing, controller/leader.py)."""
 
     def __init__(self, method: str, path: str) -> None:
         super().__init__(503, {"reason": "NotLeader", "message": "this replica is not the leader"}, method, path)
-
-
-class Gone(Exception):
-    """The watch's resourceVersion is too old: list again."""
 
 
 def retry_after(value: str | None) -> float:
@@ -84,7 +103,7 @@ def _resource_of(path: str) -> str:
 
 
 class Kube:
-    """An async Kubernetes client: JSON in, JSON out, ApiError for every non-2xx answer."""
+    """An async Kubernetes client: JSON in, JSON out, ApiError (NotFound, Conflict, Gone) for every non-2xx answer."""
 
     def __init__(self, conn: Connection, user_agent: str = "sextant-operator", attempts: int = 5,
                  fence: Callable[[], bool] | None = None) -> None:
@@ -178,10 +197,8 @@ class Kube:
                 "status": status}
         try:
             return await self.request("PUT", f"{path}/status", body=body, retry=False)
-        except ApiError as exc:
-            if exc.status in (404, 409):
-                return None
-            raise
+        except (NotFound, Conflict):
+            return None
 
     async def delete(self, path: str, grace_seconds: int | None = None,
                      preconditions: dict[str, str] | None = None) -> dict[str, Any]:
@@ -244,8 +261,6 @@ class Kube:
                                         timeout=aiohttp.ClientTimeout(total=timeout + 30, sock_connect=10,
                                                                       sock_read=timeout + 30)) as resp:
                 self._count("watch", path, resp.status)
-                if resp.status == 410:
-                    raise Gone()
                 if resp.status >= 300:
                     raise ApiError(resp.status, _decode(await resp.read()), "WATCH", path)
                 if opened is not None:
@@ -279,8 +294,6 @@ def _event(line: bytes, path: str) -> tuple[str, dict[str, Any]]:
     if event["type"] == "ERROR":
         status = event["object"]
         code = status.get("code")
-        if code == 410:
-            raise Gone()
         raise ApiError(code if isinstance(code, int) else 500, status, "WATCH", path)
     return event["type"], event["object"]
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from . import metrics
 from ..lifecycle.transitions import Event
+from ..resources import contract
 from ..resources.common import format_time
 from .client import ApiError, Kube
 
@@ -83,7 +84,7 @@ class EventRecorder:
             obj, event = await self._queue.get()
             await self._bucket.take()
             try:
-                await self.kube.create(f"/api/v1/namespaces/{obj['metadata']['namespace']}/events", self._body(obj, event))
+                await self.kube.create(contract.events_path(obj["metadata"]["namespace"]), self._body(obj, event))
             except ApiError as exc:
                 log.debug("event not posted: %s", exc)
             except Exception as exc:  # noqa: BLE001 - an odd object must not stop the poster

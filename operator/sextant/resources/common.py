@@ -163,7 +163,8 @@ class Condition(Model):
 
 
 def format_time(moment: datetime, *, precise: bool = True) -> str:
-    """RFC 3339 in UTC; microseconds unless precise=False (Kubernetes' own second resolution)."""
+    """RFC 3339 in UTC; microseconds unless precise=False (Kubernetes' own second resolution). With microseconds it
+    is a metav1.MicroTime, as a coordination.k8s.io Lease's acquireTime and renewTime carry it; parse_time reads it."""
     moment = moment.astimezone(timezone.utc)
     if not precise:
         moment = moment.replace(microsecond=0)

@@ -1,7 +1,9 @@
 """Names that the operator, workers, the runner, the CLI and the HTTP API share with each other and with users'
-scripts: labels, annotations and lease names."""
+scripts: labels, annotations, lease names and the API server's paths."""
 
 from __future__ import annotations
+
+from . import API_VERSION
 
 # An attempt's pod and its Lease (the runner's): whose attempt they are.
 LABEL_JOB = "sextant.dev/job"
@@ -52,3 +54,62 @@ def worker_of(holder: str) -> str:
 # How long an idempotency key stays claimed (a duration; default 24h), for tests and experiments: the operator and
 # every client must be given the same value (resources/inputs.idempotency_window reads it).
 ENV_IDEMPOTENCY_WINDOW = "SEXTANT_IDEMPOTENCY_WINDOW"
+
+# The API groups (group/version) Sextant calls besides its own (API_VERSION); "v1" is the core group, under /api.
+CORE = "v1"
+COORDINATION = "coordination.k8s.io/v1"
+AUTHENTICATION = "authentication.k8s.io/v1"
+AUTHORIZATION = "authorization.k8s.io/v1"
+APIEXTENSIONS = "apiextensions.k8s.io/v1"
+
+
+def path(group_version: str, plural: str, namespace: str | None = None, name: str | None = None,
+         subresource: str | None = None) -> str:
+    """The API server's path of a collection or of one object (and its subresource): the core group under
+    /api/v1, every other under /apis/GROUP/VERSION; without a namespace, across all namespaces (or cluster-wide).
+    Names are put in as they are: Kubernetes names need no escaping."""
+    out = "/api/v1" if group_version == CORE else f"/apis/{group_version}"
+    out += (f"/namespaces/{namespace}" if namespace else "") + f"/{plural}"
+    out += f"/{name}" if name else ""
+    return out + (f"/{subresource}" if subresource else "")
+
+
+def jobs_path(namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
+    return path(API_VERSION, "jobs", namespace, name, subresource)
+
+
+def queues_path(namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
+    return path(API_VERSION, "queues", namespace, name, subresource)
+
+
+def handlers_path(namespace: str | None = None, name: str | None = None) -> str:
+    return path(API_VERSION, "handlers", namespace, name)
+
+
+def schedules_path(namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
+    return path(API_VERSION, "schedules", namespace, name, subresource)
+
+
+def pods_path(namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
+    return path(CORE, "pods", namespace, name, subresource)
+
+
+def leases_path(namespace: str | None = None, name: str | None = None) -> str:
+    return path(COORDINATION, "leases", namespace, name)
+
+
+def events_path(namespace: str | None = None) -> str:
+    return path(CORE, "events", namespace)
+
+
+def nodes_path(name: str | None = None, subresource: str | None = None) -> str:
+    """Nodes: only `sextant dev`'s local node registers one."""
+    return path(CORE, "nodes", None, name, subresource)
+
+
+def crds_path(name: str | None = None) -> str:
+    return path(APIEXTENSIONS, "customresourcedefinitions", None, name)
+
+
+TOKEN_REVIEWS_PATH = path(AUTHENTICATION, "tokenreviews")
+ACCESS_REVIEWS_PATH = path(AUTHORIZATION, "subjectaccessreviews")

@@ -14,24 +14,15 @@ import asyncio
 import logging
 import math
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import datetime
 
-from ..kube.client import ApiError, Kube
+from ..kube.client import ApiError, Conflict, Kube
+from ..kube.clock import utcnow
 from ..resources import API_VERSION, contract
+from ..resources.common import format_time
 from .env import AttemptEnv
 
 log = logging.getLogger("sextant.runner")
-
-LEASES = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
-
-
-def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
-
-
-def micro_time(moment: datetime) -> str:
-    """metav1.MicroTime: RFC 3339 with microseconds."""
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def owner_references(env: AttemptEnv) -> list[dict]:
@@ -61,8 +52,8 @@ def lease_body(env: AttemptEnv, now: datetime) -> dict:
         "spec": {
             "holderIdentity": env.pod_name or env.lease_name,
             "leaseDurationSeconds": max(1, math.ceil(env.lease_duration.total_seconds())),
-            "acquireTime": micro_time(now),
-            "renewTime": micro_time(now),
+            "acquireTime": format_time(now),
+            "renewTime": format_time(now),
         },
     }
 
@@ -73,7 +64,7 @@ class LeaseKeeper:
         self.period = env.lease_duration.total_seconds() / 3
         self.renewed_at: datetime | None = None
         self.lost = asyncio.Event()
-        self._path = LEASES.format(namespace=env.namespace) + f"/{env.lease_name}"
+        self._path = contract.leases_path(env.namespace, env.lease_name)
 
     async def run(self) -> None:
         started = self.now()
@@ -94,10 +85,8 @@ class LeaseKeeper:
         try:
             if self.renewed_at is None:
                 try:
-                    await self.kube.create(LEASES.format(namespace=self.env.namespace), lease_body(self.env, now))
-                except ApiError as exc:
-                    if exc.status != 409:
-                        raise
+                    await self.kube.create(contract.leases_path(self.env.namespace), lease_body(self.env, now))
+                except Conflict:
                     await self._take_over(now)  # already there: ours from a restarted runner, or a squatter's
             else:
                 await self._patch(now)
@@ -115,4 +104,4 @@ class LeaseKeeper:
         await self.kube.merge_patch(self._path, {"metadata": meta, "spec": body["spec"]}, retry=False)
 
     async def _patch(self, now: datetime) -> None:
-        await self.kube.merge_patch(self._path, {"spec": {"renewTime": micro_time(now)}}, retry=False)
+        await self.kube.merge_patch(self._path, {"spec": {"renewTime": format_time(now)}}, retry=False)

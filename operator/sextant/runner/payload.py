@@ -9,11 +9,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..kube.client import ApiError, Kube
-from ..resources import GROUP, VERSION
+from ..resources import contract
 from ..resources.job import PAYLOAD_ENV_MAX_BYTES, payload_json
 from .env import AttemptEnv
-
-JOB = f"/apis/{GROUP}/{VERSION}/namespaces/{{namespace}}/jobs/{{name}}"
 
 
 class PayloadError(Exception):
@@ -24,7 +22,7 @@ async def read_attempt(kube: Kube, env: AttemptEnv) -> AttemptEnv:
     """The attempt completed by its Job (payload; for a slim pod also queue, handler and scheduled time); refused
     if the Job of that name is another one (deleted and re-created)."""
     try:
-        job = await kube.get(JOB.format(namespace=env.namespace, name=env.job_name))
+        job = await kube.get(contract.jobs_path(env.namespace, env.job_name))
     except ApiError as exc:
         hint = (" (the pod's service account needs `get` on jobs.sextant.dev in its namespace)"
                 if exc.status in (401, 403) else "")

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..kube.informer import Informer
 from ..kube.client import Kube
-from ..resources import API_VERSION
+from ..resources import contract
 from ..resources.common import parse_time
 from ..resources.job import sequence_of
 
@@ -72,13 +72,8 @@ def owns(raw: dict[str, Any] | None, worker: str, holder: str, sequence: int) ->
     return found is not None and found.sequence == sequence
 
 
-def jobs_path(namespace: str) -> str:
-    group, version = API_VERSION.split("/")
-    return f"/apis/{group}/{version}/namespaces/{namespace}/jobs"
-
-
 def watch(kube: Kube, namespace: str, worker: str,
           on_change: Callable[[str, dict[str, Any]], None]) -> Informer:
     """The one watch on jobs: only those assigned to `worker` (status.worker is a CRD selectable field)."""
-    return Informer(kube, jobs_path(namespace), on_change, field_selector=f"status.worker={worker}",
+    return Informer(kube, contract.jobs_path(namespace), on_change, field_selector=f"status.worker={worker}",
                     name="assigned jobs")

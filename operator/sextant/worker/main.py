@@ -97,10 +97,9 @@ def import_modules(modules: list[str]) -> dict[str, Callable[..., Any]]:
 
 
 async def _listed(kube: Any, namespace: str, plural: str) -> list[dict[str, Any]]:
-    from ..resources import API_VERSION
+    from ..resources import API_VERSION, contract
 
-    group, version = API_VERSION.split("/")
-    items, _ = await kube.list(f"/apis/{group}/{version}/namespaces/{namespace}/{plural}")
+    items, _ = await kube.list(contract.path(API_VERSION, plural, namespace))
     return items
 
 

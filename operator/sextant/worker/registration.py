@@ -17,23 +17,18 @@ import re
 import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any
 
-from ..kube.client import ApiError, Kube
+from ..kube.client import ApiError, Conflict, Kube, NotFound
+from ..kube.clock import utcnow
 from ..resources import contract
-from ..resources.common import parse_time
-from ..runner.lease import micro_time
+from ..resources.common import format_time, parse_time
 
 log = logging.getLogger("sextant.worker")
 
-LEASES = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
 DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 MAX_NAME = 63  # a label value, and the lease's name stays well within 253
-
-
-def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
 
 
 def sanitise(text: str) -> str:
@@ -99,8 +94,8 @@ def lease_body(namespace: str, name: str, holder: str, offer: Offer, now: dateti
         "spec": {
             "holderIdentity": holder,
             "leaseDurationSeconds": offer.lease_seconds,
-            "acquireTime": micro_time(acquired or now),
-            "renewTime": micro_time(now),
+            "acquireTime": format_time(acquired or now),
+            "renewTime": format_time(now),
         },
     }
 
@@ -113,7 +108,7 @@ class Registration:
         self.kube, self.namespace, self.name, self.holder = kube, namespace, name, holder
         self.offer = offer
         self.now = now
-        self.path = LEASES.format(namespace=namespace) + "/" + contract.worker_lease_name(name)
+        self.path = contract.leases_path(namespace, contract.worker_lease_name(name))
         self.lost = asyncio.Event()
         self.lost_reason = ""
         self.renewed_at: datetime | None = None
@@ -129,10 +124,8 @@ class Registration:
         offer = self.offer()
         body = lease_body(self.namespace, self.name, self.holder, offer, now)
         try:
-            created = await self.kube.create(LEASES.format(namespace=self.namespace), body)
-        except ApiError as exc:
-            if exc.status != 409:
-                raise
+            created = await self.kube.create(contract.leases_path(self.namespace), body)
+        except Conflict:
             existing = await self.kube.get(self.path)
             spec = existing.get("spec") or {}
             renewed = parse_time(spec.get("renewTime"))
@@ -185,24 +178,26 @@ class Registration:
         body["metadata"]["resourceVersion"] = self._version
         try:
             stored = await self.kube.request("PUT", self.path, body=body, retry=False)
-        except ApiError as exc:
-            if exc.status == 404:
-                return "!its Lease was deleted"
-            if exc.status != 409:
-                return str(exc)
+        except NotFound:
+            return "!its Lease was deleted"
+        except Conflict:
             try:
                 holder, version = await self._holder()
+            except NotFound:
+                return "!its Lease was deleted"
             except ApiError as again:
-                return "!its Lease was deleted" if again.status == 404 else str(again)
+                return str(again)
             if holder != self.holder:
                 return f"!its Lease was taken over by {holder}"
             self._version = version  # changed by someone else: write over it
             return "changed meanwhile"
+        except ApiError as exc:
+            return str(exc)
         self._stored(stored, now)
         return None
 
     async def _holder(self) -> tuple[str | None, str]:
-        """After a conflict: who holds the Lease now, and its resourceVersion. ApiError (404: deleted)."""
+        """After a conflict: who holds the Lease now, and its resourceVersion. NotFound: deleted."""
         current = await self.kube.get(self.path)
         return (current.get("spec") or {}).get("holderIdentity"), current["metadata"]["resourceVersion"]
 
@@ -226,17 +221,19 @@ class Registration:
             try:
                 await self.kube.delete(self.path, preconditions={"resourceVersion": version})
                 return
+            except NotFound:
+                return
+            except Conflict:
+                pass  # written meanwhile: by this worker's own renewal, or by a new holder
             except ApiError as exc:
-                if exc.status == 404:
-                    return
-                if exc.status != 409:
-                    log.warning("worker %s: cannot delete its lease: %s", self.name, exc)
-                    return
+                log.warning("worker %s: cannot delete its lease: %s", self.name, exc)
+                return
             try:
                 holder, version = await self._holder()
+            except NotFound:
+                return
             except ApiError as exc:
-                if exc.status != 404:
-                    log.warning("worker %s: cannot delete its lease: %s", self.name, exc)
+                log.warning("worker %s: cannot delete its lease: %s", self.name, exc)
                 return
             if holder != self.holder:
                 return  # taken over: the Lease is the new holder's

@@ -17,14 +17,14 @@ from datetime import datetime
 from typing import Any
 
 from ..controller.view import View
-from ..kube.client import ApiError, Kube
+from ..kube.client import ApiError, Kube, NotFound
 from ..lifecycle import attempts as A
 from ..lifecycle.states import RUNNING
 from ..lifecycle.transitions import Decision, Event, JobSnapshot, Observations, reconcile
-from ..resources import API_VERSION
+from ..resources import API_VERSION, contract
 from ..resources.handler import HandlerSpec
 from ..resources.queue import QueueSpec
-from .assignments import jobs_path, owns
+from .assignments import owns
 
 log = logging.getLogger("sextant.worker")
 
@@ -111,7 +111,7 @@ class Recorder:
     async def record(self, raw: dict[str, Any], report: Report) -> Decision | None:
         """Record the attempt at raw's version (re-read on conflict). The decision written, or None if refused."""
         name = raw["metadata"]["name"]
-        path = f"{jobs_path(self.namespace)}/{name}"
+        path = contract.jobs_path(self.namespace, name)
         delay, deadline = 0.1, asyncio.get_running_loop().time() + RETRY_FOR_SECONDS
         conflicts = 0
         while conflicts < WRITE_ATTEMPTS:
@@ -127,9 +127,9 @@ class Recorder:
                     conflicts += 1
                     raw = await self.kube.get(path)
                     continue
+            except NotFound:
+                return self._refuse(name, report, "the job was deleted")
             except ApiError as exc:
-                if exc.status == 404:
-                    return self._refuse(name, report, "the job was deleted")
                 if asyncio.get_running_loop().time() >= deadline:
                     log.error("job %s: cannot record attempt #%d: %s", name, report.sequence, exc)
                     return None

@@ -22,8 +22,9 @@ from ..kube.informer import Informer
 from ..controller.pods import scheduled_at
 from ..controller.view import View
 from ..kube.client import Kube
+from ..kube.clock import utcnow
 from ..lifecycle.workers import DEFAULT_LEASE_DURATION
-from ..resources import API_VERSION, contract
+from ..resources import contract
 from ..resources.common import parse_duration
 from ..resources.handler import HandlerSpec
 from ..resources.job import job_id
@@ -33,7 +34,7 @@ from . import assignments as S
 from ..runner.execution import CommandWork, Ended, Execution, FunctionWork, Work
 from .metrics import WorkerMetrics
 from .plan import Served, serving
-from .registration import Offer, Registration, utcnow
+from .registration import Offer, Registration
 from .results import DRAINED, RECORDED_STOPS, Recorder, Report, stop_wanted
 from .settings import Settings
 
@@ -88,11 +89,9 @@ class Worker:
         self.events = EventRecorder(kube, now, enabled=settings.events, qps=5.0, burst=20, normal_qps=1.0,
                                     normal_burst=20, component="sextant-worker")
         self.recorder = Recorder(kube, self.namespace, self.name, self.holder, self.specs, now, self.events.record)
-        group, version = API_VERSION.split("/")
-        base = f"/apis/{group}/{version}/namespaces/{self.namespace}"
         self.informers = [
-            Informer(kube, f"{base}/queues", self._on_queue, name="queues"),
-            Informer(kube, f"{base}/handlers", self._on_handler, name="handlers"),
+            Informer(kube, contract.queues_path(self.namespace), self._on_queue, name="queues"),
+            Informer(kube, contract.handlers_path(self.namespace), self._on_handler, name="handlers"),
             S.watch(kube, self.namespace, self.name, self._on_job),
         ]
         self._hurry = asyncio.Event()

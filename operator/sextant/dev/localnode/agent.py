@@ -8,14 +8,14 @@ import os
 import platform
 import sys
 import threading
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from ...kube import kubeconfig as kubeconfig_module
-from ...kube.client import ApiError, Gone, Kube
+from ...kube.client import ApiError, Conflict, Gone, Kube, NotFound
+from ...kube.clock import utcnow
+from ...resources import contract
+from ...resources.common import format_time
 from .logs import KubeletServer, self_signed_certificate
 from .pods import PodRunner, now, reap_leftovers
 
@@ -33,10 +33,6 @@ NODE_SELECTOR = {"type": "local"}
 
 def default_workdir(name: str) -> Path:
     return Path(os.environ.get("SEXTANT_CACHE") or Path.home() / ".cache" / "sextant") / "localnode" / name
-
-
-def _micro_now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _arch() -> str:
@@ -258,11 +254,9 @@ class LocalNode:
             "status": self._node_status(ready=True),
         }
         try:
-            node = await self.api.create("/api/v1/nodes", body)
+            node = await self.api.create(contract.nodes_path(), body)
             log.info("node %s registered", self.name)
-        except ApiError as exc:
-            if exc.status != 409:
-                raise
+        except Conflict:
             node = await self._reregister(taint)
         self._node_uid = node["metadata"]["uid"]
         await self._patch_node_status(ready=True)
@@ -270,7 +264,7 @@ class LocalNode:
     async def _reregister(self, taint: dict[str, str]) -> dict[str, Any]:
         """The Node exists (an earlier run): take it over, keeping taints others added."""
         for _ in range(10):
-            node = await self.api.get(f"/api/v1/nodes/{self.name}")
+            node = await self.api.get(contract.nodes_path(self.name))
             annotations = node["metadata"].get("annotations") or {}
             if "kwok.x-k8s.io/node" in annotations:
                 raise RuntimeError(f"node {self.name} exists and is managed by kwok; pick another --name")
@@ -278,39 +272,35 @@ class LocalNode:
             patch = {"metadata": {"labels": self.labels, "resourceVersion": node["metadata"]["resourceVersion"]},
                      "spec": {"taints": taints, "unschedulable": False}}
             try:
-                node = await self.api.merge_patch(f"/api/v1/nodes/{self.name}", patch)
+                node = await self.api.merge_patch(contract.nodes_path(self.name), patch)
                 log.info("node %s existed; taken over", self.name)
                 return node
-            except ApiError as exc:
-                if exc.status != 409:
-                    raise
+            except Conflict:
+                pass  # changed meanwhile: read it again
         raise RuntimeError(f"node {self.name}: could not update it (conflicts)")
 
     async def _patch_node_status(self, ready: bool) -> None:
-        await self.api.merge_patch(f"/api/v1/nodes/{self.name}/status", {"status": self._node_status(ready)})
+        await self.api.merge_patch(contract.nodes_path(self.name, "status"), {"status": self._node_status(ready)})
 
     async def _status_loop(self) -> None:
         while True:
             await asyncio.sleep(self.status_interval)
             try:
                 await self._patch_node_status(ready=True)
-            except ApiError as exc:
-                if exc.status != 404:
-                    raise
+            except NotFound:
                 log.warning("node %s was deleted; registering it again", self.name)
                 await self._register()
                 await self._renew_lease()
 
     async def _renew_lease(self) -> None:
-        path = f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases/{self.name}"
-        spec = {"holderIdentity": self.name, "leaseDurationSeconds": self.lease_duration, "renewTime": _micro_now()}
+        path = contract.leases_path(LEASE_NAMESPACE, self.name)
+        spec = {"holderIdentity": self.name, "leaseDurationSeconds": self.lease_duration,
+                "renewTime": format_time(utcnow())}
         try:
             await self.api.merge_patch(path, {"spec": spec})
-        except ApiError as exc:
-            if exc.status != 404:
-                raise
+        except NotFound:
             owner = {"apiVersion": "v1", "kind": "Node", "name": self.name, "uid": self._node_uid}
-            await self.api.create(f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases", {
+            await self.api.create(contract.leases_path(LEASE_NAMESPACE), {
                 "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                 "metadata": {"name": self.name, "namespace": LEASE_NAMESPACE, "ownerReferences": [owner]},
                 "spec": spec,
@@ -328,7 +318,7 @@ class LocalNode:
 
     async def _watch_pods(self, listed: asyncio.Event) -> None:
         """List the node's pods, then watch from there; list again on 410 Gone, resume after a dropped watch."""
-        path = "/api/v1/pods"
+        path = contract.pods_path()
         selector = f"spec.nodeName={self.name}"
         while True:
             items, version = await self.api.list(path, {"fieldSelector": selector})
@@ -354,7 +344,7 @@ class LocalNode:
                 except Gone:
                     log.info("node %s: the pod watch expired (410); listing again", self.name)
                     break
-                except (aiohttp.ClientError, asyncio.TimeoutError, ApiError) as exc:
+                except ApiError as exc:  # a dropped or cut stream too: the client says so with status 0
                     log.warning("node %s: the pod watch failed (%r); resuming", self.name, exc)
                     await asyncio.sleep(1)
 

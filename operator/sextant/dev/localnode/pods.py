@@ -18,11 +18,13 @@ import signal
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...kube.client import ApiError
+from ...kube.client import ApiError, Conflict, NotFound
+from ...kube.clock import utcnow
+from ...resources import contract
+from ...resources.common import format_time
 from .logs import log_path
 
 if TYPE_CHECKING:
@@ -37,7 +39,7 @@ _FIELD_LABEL = re.compile(r"metadata\.(labels|annotations)\['([^']+)'\]")
 
 
 def now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_time(utcnow(), precise=False)
 
 
 def expand(text: str, env: Mapping[str, str]) -> str:
@@ -138,7 +140,7 @@ class PodRunner:
 
     @property
     def path(self) -> str:
-        return f"/api/v1/namespaces/{self.namespace}/pods/{self.name}"
+        return contract.pods_path(self.namespace, self.name)
 
     # ---- the life of the pod -----------------------------------------------------------------------------------
 
@@ -366,7 +368,7 @@ class PodRunner:
             updated = await self.node.api.request("PATCH", self.path + "/status", body=body,
                                                   content_type=STRATEGIC_PATCH)
         except ApiError as exc:
-            if exc.status in (404, 409, 422):
+            if isinstance(exc, (NotFound, Conflict)) or exc.status == 422:
                 log.info("pod %s/%s: status not written (%s)", self.namespace, self.name, exc)
                 return
             raise
@@ -419,9 +421,8 @@ class PodRunner:
         try:
             await self.node.api.delete(self.path, 0, {"uid": self.uid})
             log.info("pod %s/%s: deleted", self.namespace, self.name)
-        except ApiError as exc:
-            if exc.status not in (404, 409):
-                raise
+        except (NotFound, Conflict):
+            pass  # gone already, or another pod by that name now
         self.deleted_for_good = True
 
     async def abort(self, message: str) -> None:
