@@ -10,7 +10,7 @@ import re
 import secrets
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any
 
 import httpx

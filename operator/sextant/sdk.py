@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # The runner exits with this code for NonRetryableError; the operator always treats it as non-retryable.
-from .lifecycle.attempts import RUNNER_NON_RETRYABLE as NON_RETRYABLE_EXIT_CODE
+from .lifecycle.attempts import RUNNER_NON_RETRYABLE
+
+NON_RETRYABLE_EXIT_CODE = RUNNER_NON_RETRYABLE
 
 
 _HANDLERS: dict[str, Callable[..., Any]] = {}

@@ -23,7 +23,8 @@ from sextant.kube.informer import Informer
 from sextant.lifecycle.reading import COND_INVALID, invalid_conditions
 from sextant.controller.slots import line_position
 from sextant.controller.operator import supervise
-from sextant.controller.view import InvalidJob, View
+from sextant.controller.view import View
+from sextant.lifecycle.reading import InvalidJob
 from sextant.kube.workqueue import RETRY_CAP, Backoff, WorkQueue, describe, failed
 from sextant.kube.client import MAX_RETRY_AFTER, ApiError, Gone, _event, retry_after
 from sextant.lifecycle import transitions as T

@@ -71,7 +71,7 @@ def full_pod_environ(raw: dict[str, Any], q: QueueSpec, sequence: int, attempt: 
     its handler: the expected handler environment."""
     name = raw["metadata"]["name"]
     job = View.snapshot(("shop", name), raw)
-    from sextant.controller.pods import scheduled_at
+    from sextant.lifecycle.reading import job_scheduled_at as scheduled_at
 
     variables = attempt_variables(
         job_name=name, job_uid=UID, namespace="shop", queue=job.spec.queue, handler=job.spec.handler,

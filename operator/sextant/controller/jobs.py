@@ -32,7 +32,8 @@ from .pods import build_pod, controller_uid
 from .queuestatus import QueueStatusWriter
 from .slots import Slots
 from .timers import Timers
-from .view import InvalidJob, View, is_slim, settled, state_of
+from ..lifecycle.reading import InvalidJob
+from .view import View, is_slim, settled, state_of
 from .runtime import Runtime
 
 log = logging.getLogger(__name__)

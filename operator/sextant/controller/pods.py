@@ -8,14 +8,14 @@ from typing import Any
 from ..lifecycle.attempts import DISRUPTION_TARGET, PodObservation
 from ..lifecycle.transitions import CreatePod, JobSnapshot
 from ..resources import API_VERSION, GROUP
-from ..resources.common import format_time, parse_duration, parse_time, time_or_none
+from ..resources.common import parse_duration, time_or_none
 from ..resources.handler import HandlerSpec
 from ..resources.contract import (ANNOTATION_JOB_ID, LABEL_ATTEMPT, LABEL_HANDLER, LABEL_JOB, LABEL_QUEUE,
                                   LABEL_SEQUENCE, sequence_label)
-from ..resources.job import PAYLOAD_ENV_MAX_BYTES, job_id, payload_json
+from ..resources.job import job_id
 from ..resources.queue import QueueSpec
 from ..runner.env import ATTEMPT_REF, IDENTITY_VARIABLES, POD_VARIABLES, attempt_ref, attempt_variables
-from ..runner.env import scheduled_at as scheduled_time
+from ..lifecycle.reading import job_scheduled_at
 
 # Variables the operator (or the pod's own fields, or the runner) sets: a Handler's template cannot set them.
 RESERVED_ENV = IDENTITY_VARIABLES | set(POD_VARIABLES) | {ATTEMPT_REF}
@@ -23,12 +23,6 @@ RESERVED_ENV = IDENTITY_VARIABLES | set(POD_VARIABLES) | {ATTEMPT_REF}
 POD_UID_ENV = {"name": "SEXTANT_POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}}
 NODE_NAME_ENV = {"name": "SEXTANT_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
 POD_NAME_ENV = {"name": "SEXTANT_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
-
-
-def scheduled_at(job: JobSnapshot, raw: dict[str, Any]) -> str:
-    """The job's scheduled time: a Schedule's tick, else runAt, else its creation (as the runner reads it from
-    the Job: runner/env.py)."""
-    return scheduled_time(raw["metadata"].get("annotations") or {}, job.spec.run_at, job.created_at)
 
 
 def attempt_env(raw: dict[str, Any], job: JobSnapshot, handler: HandlerSpec, queue: QueueSpec,
@@ -47,7 +41,7 @@ def attempt_env(raw: dict[str, Any], job: JobSnapshot, handler: HandlerSpec, que
         return [{"name": ATTEMPT_REF, "value": ref}, NODE_NAME_ENV, POD_UID_ENV]
     identity = attempt_variables(
         job_name=job.name, job_uid=job.uid, namespace=namespace, queue=job.spec.queue, handler=job.spec.handler,
-        attempt=create.attempt, sequence=create.sequence, scheduled_at=scheduled_at(job, raw), payload=job.spec.payload,
+        attempt=create.attempt, sequence=create.sequence, scheduled_at=job_scheduled_at(job, raw), payload=job.spec.payload,
         lease_name=create.name, lease_duration=queue.lease_duration, cancel_grace=queue.cancel_grace,
         heartbeat=handler.heartbeat)
     # The runner names its pod as the owner of the attempt's Lease: the operator counts only such a Lease.

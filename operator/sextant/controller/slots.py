@@ -34,7 +34,6 @@ from typing import Any, NamedTuple
 from ..lifecycle import workers as W
 from ..lifecycle.queueing import line_position
 from ..lifecycle.attempts import PodObservation
-from ..resources.common import parse_time
 from ..resources.job import State
 from ..kube.informer import Key
 from .timers import Timers

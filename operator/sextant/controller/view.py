@@ -11,29 +11,23 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from pydantic import ValidationError
-
 from ..kube.clock import utcnow
 from ..lifecycle.idempotency import WINDOW, claimant, undecided
 from ..lifecycle.attempts import PodObservation
 from ..lifecycle.states import FINISHED
 from ..lifecycle import workers as W
+from ..lifecycle.reading import read_job
 from ..lifecycle.transitions import JobSnapshot, Observations, pod_name
 from ..resources import contract
 from ..resources.contract import LABEL_JOB, sequence_label
-from ..resources.common import parse_duration, parse_time, problems, time_or_none
+from ..resources.common import parse_duration, parse_time, time_or_none
 from ..resources.handler import HandlerSpec
-from ..resources.job import JobSpec, JobStatus, State, sequence_of
+from ..resources.job import State, sequence_of
 from ..resources.queue import QueueSpec
 from ..kube.informer import Key, key_of
 from .pods import controller_uid, observe
 
 log = logging.getLogger(__name__)
-
-
-class InvalidJob(ValueError):
-    """A job object the lifecycle cannot read (a field out of range, malformed, or of the wrong type); the
-    message names each field and its rule."""
 
 
 def _rv(obj: dict[str, Any]) -> int:
@@ -378,27 +372,15 @@ class View:
         return (meta.get("namespace", ""), name) if name else None
 
     # --- reading -------------------------------------------------------------------------------------------
+    def whole_job(self, key: Key) -> dict[str, Any] | None:
+        """The job as last seen, when the view holds all of it (a slim copy of a finished job has no timeline)."""
+        raw = self.jobs.get(key)
+        return None if raw is None or is_slim(raw) else raw
+
     @staticmethod
     def snapshot(key: Key, raw: dict[str, Any]) -> JobSnapshot:
-        """The lifecycle's reading of a full job object (never of a slim copy); InvalidJob naming the fields it
-        cannot read."""
-        meta = raw["metadata"]
-        try:
-            spec = JobSpec.model_validate(raw.get("spec") or {})
-        except ValidationError as exc:
-            raise InvalidJob(problems(exc, "spec.")) from None
-        try:
-            status = JobStatus.model_validate(raw.get("status") or {})
-        except ValidationError as exc:
-            raise InvalidJob(problems(exc, "status.")) from None
-        try:
-            created_at = parse_time(meta.get("creationTimestamp"))
-        except ValueError as exc:
-            raise InvalidJob(f"metadata.creationTimestamp: {exc}") from None
-        if created_at is None:
-            raise InvalidJob("metadata.creationTimestamp is missing")
-        return JobSnapshot(name=meta["name"], uid=meta.get("uid", ""), generation=meta.get("generation", 1),
-                           created_at=created_at, spec=spec, status=status)
+        """The lifecycle's reading of a full job object (lifecycle/reading.read_job)."""
+        return read_job(raw)
 
     def pods_of(self, key: Key, uid: str | None = None) -> dict[int, PodObservation]:
         """The job's attempt pods: those whose controller ownerReference is the job (by uid), as client-go's

@@ -32,7 +32,7 @@ import re
 import secrets
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from aiohttp import web
 from pydantic import ValidationError
@@ -41,7 +41,6 @@ from ..kube.clock import utcnow
 from ..resources import inputs
 from ..kube import metrics
 from ..client import Client, refusal_message
-from ..controller.view import is_slim
 from ..kube.client import ApiError, Gone, Kube, NotFound
 from ..lifecycle.queueing import queue_stats
 from ..resources import contract
@@ -108,8 +107,16 @@ def list_error(exc: ApiError, token: str) -> HttpError | None:
     return None
 
 
+class JobView(Protocol):
+    """What the API reads of the operator's in-memory view (controller/view.View), without importing it."""
+
+    jobs: dict[tuple[str, str], dict[str, Any]]
+
+    def whole_job(self, key: tuple[str, str]) -> dict[str, Any] | None: ...
+
+
 class Api:
-    def __init__(self, kube: Kube, *, view: Any = None, ready: Callable[[], bool] = lambda: False,
+    def __init__(self, kube: Kube, *, view: JobView | None = None, ready: Callable[[], bool] = lambda: False,
                  namespaces: list[str] | tuple[str, ...] = (), now: Callable[[], datetime] = utcnow,
                  max_in_flight: int, request_timeout: float, auth: Authorizer | None = None) -> None:
         self.kube = kube
@@ -226,8 +233,8 @@ class Api:
 
     async def _read_job(self, ns: str, name: str) -> dict[str, Any]:
         if self._view_serves(ns):
-            raw = self.view.jobs.get((ns, name))
-            if raw is not None and not is_slim(raw):  # a slim copy has no timeline: ask the API server
+            raw = self.view.whole_job((ns, name))
+            if raw is not None:  # else missing, or a slim copy without a timeline: ask the API server
                 return raw
         try:
             return await self.kube.get(contract.jobs_path(ns, name))

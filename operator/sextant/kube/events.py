@@ -14,15 +14,22 @@ import asyncio
 import logging
 import socket
 import time
-from typing import Any
+from typing import Any, Protocol
 
 from . import metrics
-from ..lifecycle.transitions import Event
 from ..resources import contract
 from ..resources.common import format_time
 from .client import ApiError, Kube
 
 log = logging.getLogger(__name__)
+
+
+class Event(Protocol):
+    """What an Event says (the lifecycle's transitions.Event is one), read here without importing the rules."""
+
+    reason: str
+    message: str
+    type: str
 
 
 class TokenBucket:

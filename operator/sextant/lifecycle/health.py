@@ -26,6 +26,7 @@ from typing import NamedTuple
 from ..resources.job import JobStatus, State
 
 COND_READY, COND_RECONCILING, COND_STALLED = "Ready", "Reconciling", "Stalled"
+COND_INVALID = "Invalid"  # on an object the operator cannot read (lifecycle/reading.py)
 _BLOCKED, _TERMINAL = "Blocked", {State.DEAD: "Dead", State.CANCELLED: "Cancelled", State.SUCCEEDED: "Succeeded"}
 _PROGRESS = {State.SCHEDULED: "Scheduled", State.QUEUED: "Queued", State.RUNNING: "Running",
              State.FAILED: "BackingOff"}

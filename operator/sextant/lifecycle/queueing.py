@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from ..resources.common import parse_time, time_or_none
 from ..resources.job import State
 from ..resources.queue import QueueSpec
-from .reading import COND_INVALID
+from .health import COND_INVALID
 
 STATES = [s.value for s in State]
 

@@ -1,16 +1,58 @@
-"""Objects the operator cannot read: the one line that says why, and the Invalid condition that shows it."""
+"""Reading raw objects: a Job as the lifecycle's snapshot (or the one line that says why it cannot be read, and the
+Invalid condition that shows it), and a job's scheduled time."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
 
-from .health import invalid_health
-from ..resources.common import format_time, problems
+from .health import COND_INVALID, invalid_health
+from .transitions import JobSnapshot
+from ..resources.common import format_time, parse_time, problems
+from ..resources.contract import ANNOTATION_SCHEDULED_AT
+from ..resources.job import JobSpec, JobStatus
 
-COND_INVALID = "Invalid"
+class InvalidJob(ValueError):
+    """A job object the lifecycle cannot read (a field out of range, malformed, or of the wrong type); the
+    message names each field and its rule."""
+
+
+def read_job(raw: dict[str, Any]) -> JobSnapshot:
+    """The lifecycle's reading of a full job object (never of the operator's slim copy); InvalidJob naming the
+    fields it cannot read."""
+    meta = raw["metadata"]
+    try:
+        spec = JobSpec.model_validate(raw.get("spec") or {})
+    except ValidationError as exc:
+        raise InvalidJob(problems(exc, "spec.")) from None
+    try:
+        status = JobStatus.model_validate(raw.get("status") or {})
+    except ValidationError as exc:
+        raise InvalidJob(problems(exc, "status.")) from None
+    try:
+        created_at = parse_time(meta.get("creationTimestamp"))
+    except ValueError as exc:
+        raise InvalidJob(f"metadata.creationTimestamp: {exc}") from None
+    if created_at is None:
+        raise InvalidJob("metadata.creationTimestamp is missing")
+    return JobSnapshot(name=meta["name"], uid=meta.get("uid", ""), generation=meta.get("generation", 1),
+                       created_at=created_at, spec=spec, status=status)
+
+
+def scheduled_at(annotations: Mapping[str, str], run_at: datetime | None, created_at: datetime) -> str:
+    """The job's scheduled time: a Schedule's tick, else runAt, else its creation."""
+    if ANNOTATION_SCHEDULED_AT in annotations:
+        return annotations[ANNOTATION_SCHEDULED_AT]
+    return format_time(run_at or created_at, precise=False)
+
+
+def job_scheduled_at(job: JobSnapshot, raw: dict[str, Any]) -> str:
+    """scheduled_at of a job already read (what the operator puts in the attempt's pod and a worker hands its
+    handler, as the runner reads it from the Job: runner/env.py)."""
+    return scheduled_at(raw["metadata"].get("annotations") or {}, job.spec.run_at, job.created_at)
 
 
 def read_spec(model: Any, obj: dict[str, Any]) -> Any:

@@ -39,8 +39,7 @@ from .health import health
 from .workers import REPORT_AFTER_GRACE, on_worker
 from .backoff import backoff_delay, jitter_sample
 from .queueing import runnable_since
-from .states import (CANCELLED, DEAD, FAILED, FINISHED, QUEUED, RUNNING, SCHEDULED, SUCCEEDED, cancel_refusal,
-                     retry_refusal)
+from .states import (CANCELLED, DEAD, FAILED, FINISHED, QUEUED, RUNNING, SCHEDULED, SUCCEEDED, retry_refusal)
 
 # How long past its grace period a stopping pod may linger before it is force-deleted.
 FORCE_DELETE_AFTER = timedelta(seconds=5)

@@ -19,11 +19,11 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
-from ..resources.common import format_time, parse_duration, parse_time
-from ..resources.contract import ANNOTATION_SCHEDULED_AT
+from ..lifecycle.reading import scheduled_at
+from ..resources.common import parse_duration, parse_time
 from ..resources.job import PAYLOAD_ENV_MAX_BYTES, job_id, payload_json
 
 ATTEMPT_REF = "SEXTANT_ATTEMPT_REF"
@@ -75,13 +75,6 @@ def attempt_ref(*, namespace: str, job_name: str, job_uid: str, sequence: int, a
                        "attempt": attempt, "pod": pod_name, "leaseDuration": lease_duration,
                        "cancelGrace": cancel_grace},
                       separators=(",", ":"))
-
-
-def scheduled_at(annotations: Mapping[str, str], run_at: datetime | None, created_at: datetime) -> str:
-    """The job's scheduled time: a Schedule's tick, else runAt, else its creation."""
-    if ANNOTATION_SCHEDULED_AT in annotations:
-        return annotations[ANNOTATION_SCHEDULED_AT]
-    return format_time(run_at or created_at, precise=False)
 
 
 def scheduled_at_of(raw: Mapping[str, Any]) -> str:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from ..controller.view import View
+from ..lifecycle.reading import read_job
 from ..kube.client import ApiError, Kube, NotFound
 from ..lifecycle import attempts as A
 from ..lifecycle.states import RUNNING
@@ -86,10 +86,7 @@ def compute(raw: dict[str, Any], worker: str, holder: str, report: Report, specs
     result is refused) or the job cannot be read."""
     if not owns(raw, worker, holder, report.sequence):
         return None
-    meta = raw["metadata"]
-    job = View.snapshot((meta.get("namespace", ""), meta["name"]), raw)
-    if job is None:
-        return None
+    job = read_job(raw)
     queue, handler = specs
     if report.stop_reason in (A.CANCELLED, A.TIMEOUT) and job.status.stop_reason is None and report.stopped_at:
         # The worker stopped the handler by the rules (a cancel in the spec, the timeout) before the operator wrote

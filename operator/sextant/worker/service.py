@@ -19,8 +19,7 @@ from pydantic import ValidationError
 from .. import sdk
 from ..kube.events import EventRecorder
 from ..kube.informer import Informer
-from ..controller.pods import scheduled_at
-from ..controller.view import View
+from ..lifecycle.reading import read_job, job_scheduled_at
 from ..kube.client import Kube
 from ..kube.clock import utcnow
 from ..lifecycle.workers import DEFAULT_LEASE_DURATION
@@ -182,9 +181,7 @@ class Worker:
         if current.timer is not None:
             current.timer.cancel()
             current.timer = None
-        job = View.snapshot((self.namespace, name), raw)
-        if job is None:
-            return
+        job = read_job(raw)
         now = self.now()
         reason, wake = stop_wanted(job, self.specs(job.spec.queue, job.spec.handler), self.name, now)
         if reason is not None:
@@ -204,7 +201,7 @@ class Worker:
             env = {**os.environ, **attempt_variables(
                 job_name=found.job, job_uid=raw["metadata"].get("uid", ""), namespace=self.namespace,
                 queue=found.queue, handler=found.handler, attempt=found.attempt, sequence=found.sequence,
-                scheduled_at=scheduled_at(job, raw), payload=job.spec.payload,
+                scheduled_at=job_scheduled_at(job, raw), payload=job.spec.payload,
                 lease_name=contract.worker_lease_name(self.name), lease_duration=settings.lease_duration,
                 cancel_grace=settings.cancel_grace, heartbeat=False),  # the worker's Lease covers it
                 "SEXTANT_NODE_NAME": self.name, "SEXTANT_POD_NAME": os.environ.get("POD_NAME") or self.name,
@@ -216,7 +213,7 @@ class Worker:
                             "is not a worker-mode one this worker can run")
         sdk_job = sdk.Job(id=job_id(found.job), name=found.job, namespace=self.namespace, queue=found.queue,
                           handler=found.handler, attempt=found.attempt, payload=job.spec.payload,
-                          scheduled_at=scheduled_at(job, raw))
+                          scheduled_at=job_scheduled_at(job, raw))
         from ..runner.chaining import Jobs
 
         ctx = sdk.Context(jobs=Jobs(self.jobs_client, self.namespace))
@@ -226,9 +223,7 @@ class Worker:
         name = found.job
         if previous is not None:  # never two attempts of one job at once: the earlier one is stopping
             await previous.ended.wait()
-        job = View.snapshot((self.namespace, name), raw)
-        if job is None:
-            return
+        job = read_job(raw)
         queue, _ = self.specs(found.queue, found.handler)
         grace = parse_duration((queue or QueueSpec()).cancel_grace).total_seconds()
         work = self._work(raw, found, job)
