@@ -29,7 +29,7 @@ from sextant.kube.workqueue import RETRY_CAP, Backoff, WorkQueue, describe, fail
 from sextant.kube.client import MAX_RETRY_AFTER, ApiError, Gone, _event, retry_after
 from sextant.lifecycle import transitions as T
 from sextant.lifecycle.backoff import backoff_delay
-from sextant.resources.common import (MAX_DURATION, MAX_TIME, MIN_TIME, format_time, json_depth, parse_duration,
+from sextant.resources.common import (MAX_DURATION, MAX_TIME, MIN_TIME, json_depth, parse_duration,
                                       parse_time, time_or_none)
 from sextant.resources.handler import HandlerSpec
 from sextant.resources.job import MAX_PAYLOAD_DEPTH, JobSpec, JobStatus, State

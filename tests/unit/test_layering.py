@@ -4,16 +4,20 @@
   that its rules stay testable without I/O, a clock or a cluster; nor does it read the environment or the clock;
 - kube/ (Kubernetes plumbing for every process) imports only resources/ and itself: it knows no lifecycle rule;
 - only controller/ imports controller/ (the operator's internals), except the `sextant` command's composition root;
-- no two packages import each other, directly or through others (no package cycles).
+- no two packages import each other, directly or through others (no package cycles);
+- no module keeps an unused import or a name that does not resolve (pyflakes).
 """
 
 from __future__ import annotations
 
 import ast
+import io
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from pyflakes.api import check
+from pyflakes.reporter import Reporter
 
 PACKAGE_DIR = Path(__file__).resolve().parents[2] / "operator" / "sextant"
 MODULES = sorted(PACKAGE_DIR.rglob("*.py"))
@@ -152,3 +156,11 @@ def test_the_scan_sees_every_form_of_import():
         "sextant.kube.client", "sextant", "sextant.sdk", "sextant.idempotency", "sextant.idempotency.keyed_name",
         "sextant.client", "sextant.controller", "sextant.controller.view"}
     assert {"sextant.lifecycle.states", "sextant.resources.job.State"} <= found
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE_DIR)))
+def test_no_module_keeps_an_unused_import_or_an_undefined_name(path: Path):
+    """A move leaves no import behind that nothing uses, nor a name that no longer resolves (pyflakes)."""
+    out = io.StringIO()
+    check(path.read_text(), str(path.relative_to(PACKAGE_DIR)), Reporter(out, out))
+    assert out.getvalue() == ""

@@ -19,7 +19,8 @@ from sextant.worker import main as worker_main
 from sextant.worker.assignments import assignment, owns
 from sextant.worker.plan import PlanError, plan, serving
 from sextant.worker.registration import Offer, default_name, lease_body, name_problem, sanitise
-from sextant.worker.results import DRAINED, Report, compute, stop_wanted
+from sextant.lifecycle.attempts import DRAINED
+from sextant.worker.results import Report, compute, stop_wanted
 
 NS, WORKER, HOLDER = "shop", "w1", "w1/abc123"
 

@@ -15,11 +15,10 @@ from ..client import refused
 from ..kube.client import ApiError, Gone
 from ..resources import contract
 from ..resources.common import age, parse_time, precise_duration
-from ..resources.job import job_id
+from ..resources.job import is_finished, job_id
 from . import output
 from .context import CliError, Context
 
-FINISHED = ("succeeded", "dead", "cancelled")
 EXIT_TIMEOUT = 124  # as timeout(1)
 
 
@@ -268,7 +267,7 @@ def _outcome(job: dict[str, Any]) -> tuple[int, str] | None:
     state = status.get("state")
     if status.get("duplicateOf"):
         return 1, (f"job {ident} does not run: its idempotency key is held by job {job_id(status['duplicateOf'])}")
-    if state not in FINISHED:
+    if not is_finished(state):
         return None
     attempts = status.get("attempts") or []
     last = attempts[-1] if attempts else {}

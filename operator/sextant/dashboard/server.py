@@ -13,7 +13,6 @@ import asyncio
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timezone
 from importlib import resources
 from typing import Any
 
@@ -24,6 +23,8 @@ from .. import client as requests
 from ..resources import contract, inputs
 from ..client import Client, Refused, refused
 from ..kube.client import ApiError, Gone, Kube, NotFound
+from ..kube.clock import utcnow
+from ..kube.informer import Informer, key_of
 from ..kube.kubeconfig import Connection
 from ..lifecycle.workers import as_dict
 from ..resources.job import job_id
@@ -35,10 +36,6 @@ log = logging.getLogger(__name__)
 LOG_LIMIT = 512 * 1024  # the last this many bytes of a pod's log are shown
 
 
-def _key(obj: dict[str, Any]) -> tuple[str, str]:
-    return obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
-
-
 def _slim(job: dict[str, Any]) -> dict[str, Any]:
     """What the cache keeps of a job: no payload and no managedFields (10k jobs stay small); the job's own
     page reads the whole object."""
@@ -48,46 +45,46 @@ def _slim(job: dict[str, Any]) -> dict[str, Any]:
 
 
 class JobCache:
-    """The scope's jobs from one list and a watch; `version` changes with every event, `error` holds what the
-    API server refused (a 403 stays visible, and the list is tried again every few seconds)."""
+    """The scope's jobs, kept by an informer (kube/informer.py); `version` changes with every change, `error`
+    holds what the API server refused (a 403 stays visible while the informer keeps trying)."""
 
     def __init__(self, kube: Kube, namespace: str | None) -> None:
-        self.kube, self.namespace = kube, namespace
         self.jobs: dict[tuple[str, str], dict[str, Any]] = {}
         self.version = 0
         self.error: ApiError | None = None
-        self.synced = asyncio.Event()
+        self.synced = asyncio.Event()  # the first list arrived, or the API server refused it
+        self.informer = Informer(kube, contract.jobs_path(namespace), self._changed, name="jobs",
+                                 on_failure=self._failed, on_reconnect=self._recovered)
 
     async def run(self) -> None:
-        path = contract.jobs_path(self.namespace)
-        while True:
-            try:
-                fresh: dict[tuple[str, str], dict[str, Any]] = {}
-                resource_version = ""
-                async for chunk, version in self.kube.pages(path):
-                    fresh.update((_key(j), _slim(j)) for j in chunk)
-                    resource_version = version or resource_version
-                self.jobs, self.error = fresh, None
-                self.version += 1
-                self.synced.set()
-                while True:
-                    async for kind, obj in self.kube.watch(path, resource_version, timeout=240):
-                        resource_version = obj.get("metadata", {}).get("resourceVersion", resource_version)
-                        if kind == "BOOKMARK":
-                            continue
-                        if kind == "DELETED":
-                            self.jobs.pop(_key(obj), None)
-                        else:
-                            self.jobs[_key(obj)] = _slim(obj)
-                        self.version += 1
-            except Gone:
-                continue
-            except ApiError as exc:
-                if self.error is None or str(self.error) != str(exc):
-                    self.version += 1
-                self.error = exc
-                self.synced.set()
-                await asyncio.sleep(5 if exc.status in (401, 403) else 1)
+        informer = asyncio.ensure_future(self.informer.run())
+        try:
+            await self.informer.synced.wait()
+            self._recovered()
+            await informer
+        finally:
+            informer.cancel()
+
+    def _changed(self, kind: str, obj: dict[str, Any]) -> None:
+        if kind == "delete":
+            self.jobs.pop(key_of(obj), None)
+        else:
+            self.jobs[key_of(obj)] = _slim(obj)
+        self.version += 1
+
+    def _failed(self, exc: Exception) -> None:
+        if not isinstance(exc, ApiError):
+            return  # a connection that broke: the informer resumes it, the cache stays as it was
+        if self.error is None or str(self.error) != str(exc):
+            self.version += 1
+        self.error = exc
+        self.synced.set()
+
+    def _recovered(self) -> None:
+        if self.error is not None:
+            self.error = None
+            self.version += 1
+        self.synced.set()
 
 
 class Dashboard:
@@ -190,7 +187,7 @@ class Dashboard:
             queues, _ = await self.kube.list(contract.queues_path(self.namespace))
         except ApiError as exc:
             return self.refused(exc, f"list queues {self.where()}")
-        now = datetime.now(timezone.utc)
+        now = utcnow()
         jobs = list(self.cache.jobs.values())
         return pages.queues_fragment(queue_rows(queues, jobs, now), finished_series(jobs, now), now, self.wide)
 
@@ -235,7 +232,7 @@ class Dashboard:
         except ApiError as exc:
             return self.refused(exc, f"list jobs {self.where(ns)}"), flt
         extra = {"ns": ns} if ns and self.namespace is None else {}
-        return pages.jobs_fragment(shown, token, flt, datetime.now(timezone.utc), self.wide, scanned, extra), flt
+        return pages.jobs_fragment(shown, token, flt, utcnow(), self.wide, scanned, extra), flt
 
     async def jobs_page(self, request: web.Request) -> web.Response:
         version = self.cache.version
@@ -267,8 +264,8 @@ class Dashboard:
             return self.refused(exc, f"get job {job_id(name)} in namespace {ns}")
         attempts = (job.get("status") or {}).get("attempts") or []
         pods = {a["pod"] for a in attempts if a.get("pod")}
-        return pages.job_page_body(ns, job, timeline(attempts, datetime.now(timezone.utc)),
-                                   datetime.now(timezone.utc), pods)
+        return pages.job_page_body(ns, job, timeline(attempts, utcnow()),
+                                   utcnow(), pods)
 
     async def job_page(self, request: web.Request) -> web.Response:
         ns, ident = request.match_info["ns"], request.match_info["id"]
@@ -317,7 +314,7 @@ class Dashboard:
             events = []  # may not read Events: the missed runs stay unknown, the rest is shown
         await self._wait_synced()
         rows = schedule_rows(schedules, self.cache.jobs.values(), events)
-        return pages.schedules_fragment(rows, datetime.now(timezone.utc), self.wide)
+        return pages.schedules_fragment(rows, utcnow(), self.wide)
 
     async def schedules_page(self, request: web.Request) -> web.Response:
         return self.html("schedules", "schedules", "<h1>Schedules</h1>" +
@@ -333,7 +330,7 @@ class Dashboard:
             return self.refused(exc, f"list worker Leases or their jobs {self.where()}")
         except httpx.HTTPError as exc:
             return pages.error(f"cannot reach the API server at {self.conn.server}: {exc}")
-        now = datetime.now(timezone.utc)
+        now = utcnow()
         rows = [as_dict(w, now) for w in sorted(found, key=lambda w: (w.namespace, w.name))]
         return pages.workers_fragment(rows, self.wide)
 

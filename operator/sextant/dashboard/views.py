@@ -14,13 +14,12 @@ from urllib.parse import urlsplit
 from ..resources import inputs
 from ..lifecycle.queueing import QueueStats, queue_stats
 from ..resources.common import time_or_none
-from ..resources.job import job_id
+from ..resources.job import is_finished, job_id
 
 PAGE_SIZE = 50  # rows of the jobs view
 SCAN_PAGE = 500  # jobs per API request while the id text filters (most rows of a page are not shown)
 SCAN_LIMIT = 200  # API requests at most for one page of the jobs view (100k jobs at SCAN_PAGE)
 LABEL_SCHEDULE = "sextant.dev/schedule"
-FINISHED = ("succeeded", "dead", "cancelled")
 
 
 class FilterError(ValueError):
@@ -141,7 +140,7 @@ class QueueRow:
 def finished_at(job: Mapping[str, Any]) -> datetime | None:
     """When a finished job finished: status.finishedAt, else its last attempt's end; None for an unfinished one."""
     status = job.get("status") or {}
-    if status.get("state") not in FINISHED:
+    if not is_finished(status.get("state")):
         return None
     when = time_or_none(status.get("finishedAt"))
     if when is None and status.get("attempts"):

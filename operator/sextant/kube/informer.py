@@ -67,12 +67,14 @@ def jittered(delay: float) -> float:
 class Informer:
     def __init__(self, kube: Kube, path: str, on_change: OnChange, *, label_selector: str | None = None,
                  field_selector: str | None = None, name: str | None = None, on_error: OnError | None = None,
-                 on_reconnect: Callable[[], None] | None = None, backoff: Backoff | None = None) -> None:
+                 on_reconnect: Callable[[], None] | None = None, on_failure: Callable[[Exception], None] | None = None,
+                 backoff: Backoff | None = None) -> None:
         self.kube = kube
         self.path = path
         self.on_change = on_change
         self.on_error = on_error
         self.on_reconnect = on_reconnect  # called when it is healthy again after a connection failure
+        self.on_failure = on_failure  # called with what broke a list or watch (it is tried again all the same)
         self.params = {k: v for k, v in (("labelSelector", label_selector), ("fieldSelector", field_selector)) if v}
         self.name = name or path
         self.synced = asyncio.Event()
@@ -116,6 +118,8 @@ class Informer:
                 wait = jittered(delay)
                 again = "listing again" if self.resource_version is None else "resuming the watch"
                 log.warning("%s: %s; %s in %.1fs", self.name, describe(exc, 300), again, wait)
+                if self.on_failure is not None:
+                    self.on_failure(exc)
             await asyncio.sleep(wait)
             delay = min(delay * 2, RETRY_MAX)
 

@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-from ..resources.job import State
+from ..resources.job import CANCEL_ONLY, CANCELLABLE, FINISHED, RETRY_ONLY, RETRYABLE, State
 
 SCHEDULED, QUEUED, RUNNING = State.SCHEDULED, State.QUEUED, State.RUNNING
 SUCCEEDED, FAILED, DEAD, CANCELLED = State.SUCCEEDED, State.FAILED, State.DEAD, State.CANCELLED
 
 # States a job never leaves (dead leaves only through retry).
 TERMINAL = frozenset({SUCCEEDED, CANCELLED})
-# States in which the job is finished for now: retention counts from here.
-FINISHED = frozenset({SUCCEEDED, DEAD, CANCELLED})
-# The docs: "cancel: scheduled, queued, running". A failed job waiting for its backoff has not started its
-# next attempt either, so cancelling it stops the retries.
-CANCELLABLE = frozenset({SCHEDULED, QUEUED, RUNNING, FAILED})
-# The docs: "retry: failed, dead".
-RETRYABLE = frozenset({FAILED, DEAD})
+# FINISHED, CANCELLABLE and RETRYABLE are resources/job.py's: the CRDs' CEL rules are generated from them.
+__all__ = ["ALLOWED", "CANCEL_ONLY", "CANCELLABLE", "CANCELLED", "DEAD", "FAILED", "FINISHED", "QUEUED", "RETRYABLE",
+           "RETRY_ONLY", "RUNNING", "SCHEDULED", "SUCCEEDED", "TERMINAL", "allowed", "cancel_refusal",
+           "retry_refusal"]
 
 # None is a job the operator has not seen yet.
 ALLOWED: dict[State | None, frozenset[State]] = {
@@ -41,7 +38,7 @@ def cancel_refusal(state: State | None) -> str | None:
     """Why a cancel is refused in this state, or None when it is allowed."""
     if state is None or state in CANCELLABLE:
         return None
-    return f"the job is {state.value}; only scheduled, queued, running or failed jobs can be cancelled"
+    return f"the job is {state.value}; {CANCEL_ONLY}"
 
 
 def retry_refusal(state: State | None) -> str | None:
@@ -49,4 +46,4 @@ def retry_refusal(state: State | None) -> str | None:
     if state in RETRYABLE:
         return None
     shown = state.value if state else "new"
-    return f"the job is {shown}; only failed or dead jobs can be retried"
+    return f"the job is {shown}; {RETRY_ONLY}"

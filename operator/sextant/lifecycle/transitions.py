@@ -465,7 +465,7 @@ def _starting(s: _Step, record_queued_after: timedelta) -> Decision:
 
 def _cancel(s: _Step) -> None:
     st, spec = s.status, s.job.spec
-    if not cancel_wanted(spec, st) or st.state in (None, SUCCEEDED, DEAD, CANCELLED):
+    if not cancel_wanted(spec, st) or st.state is None or st.state in FINISHED:
         return
     if st.state == RUNNING:
         current = s.obs.pod(st.sequence)

@@ -13,7 +13,7 @@ from ..resources import contract
 from ..resources.common import format_time, parse_duration, parse_time
 from ..resources.job import Attempt, JobStatus
 from ..resources.queue import QueueSpec
-from .attempts import PodObservation
+from .attempts import PodObservation, heartbeat
 
 # How long past its grace period a stopped attempt's worker may take to report before the operator records the
 # outcome itself (the same allowance a stopping pod gets before it is force-deleted).
@@ -92,10 +92,7 @@ def observe_attempt(entry: Attempt, lease: WorkerLease | None, status: JobStatus
     started = parse_time(entry.started_at)
     if lease is None or lease.holder != entry.worker or lease.renewed_at is None:
         return None, None
-    renewed = lease.renewed_at
-    if started is not None:
-        renewed = max(renewed, started)
-    renewed = min(renewed, now)
+    renewed = heartbeat(lease.renewed_at, started, now)
     if now >= renewed + lease_duration:
         return None, renewed
     stop_at = parse_time(status.stop_requested_at)

@@ -96,20 +96,26 @@ _SCHEDULE_NAME_FITS_A_LABEL = {
     "message": "metadata.name must be at most 63 characters (it is the label sextant.dev/schedule on its jobs)",
 }
 
+
+
+def _cel_states(states: frozenset[job.State]) -> str:
+    return "[" + ", ".join(f"'{s.value}'" for s in job.State if s in states) + "]"
+
+
+# The state lists and their words are resources/job.py's, as the lifecycle reads them.
 _RETRY_ONLY_FAILED_OR_DEAD = {
     "rule": "!has(self.spec.retryToken) || (has(oldSelf.spec.retryToken) && oldSelf.spec.retryToken == "
             "self.spec.retryToken) || !has(self.status) || !has(self.status.state) || "
-            "self.status.state in ['failed', 'dead']",
-    "messageExpression": "'cannot retry: the job is ' + self.status.state + "
-                         "'; only failed or dead jobs can be retried'",
+            f"self.status.state in {_cel_states(job.RETRYABLE)}",
+    "messageExpression": f"'cannot retry: the job is ' + self.status.state + '; {job.RETRY_ONLY}'",
     "fieldPath": ".spec.retryToken",
     "reason": "FieldValueForbidden",
 }
 _CANCEL_ONLY_UNFINISHED = {
     "rule": "!has(self.spec.cancel) || !self.spec.cancel || (has(oldSelf.spec.cancel) && oldSelf.spec.cancel) || "
-            "!has(self.status) || !has(self.status.state) || !(self.status.state in ['succeeded', 'dead', 'cancelled'])",
-    "messageExpression": "'cannot cancel: the job is ' + self.status.state + "
-                         "'; only scheduled, queued, running or failed jobs can be cancelled'",
+            "!has(self.status) || !has(self.status.state) || "
+            f"!(self.status.state in {_cel_states(frozenset(job.State) - job.CANCELLABLE)})",
+    "messageExpression": f"'cannot cancel: the job is ' + self.status.state + '; {job.CANCEL_ONLY}'",
     "fieldPath": ".spec.cancel",
     "reason": "FieldValueForbidden",
 }

@@ -91,6 +91,29 @@ class State(str, Enum):
     CANCELLED = "cancelled"
 
 
+# Which states the users' verbs apply to. The API server's CEL rules (resources/crds.py) and the lifecycle
+# (lifecycle/states.py) both read these, so the CRDs and the operator cannot disagree.
+FINISHED = frozenset({State.SUCCEEDED, State.DEAD, State.CANCELLED})  # finished for now: retention counts from here
+# The docs: "cancel: scheduled, queued, running". A failed job waiting for its backoff has not started its next
+# attempt either, so cancelling it stops the retries.
+CANCELLABLE = frozenset({State.SCHEDULED, State.QUEUED, State.RUNNING, State.FAILED})
+RETRYABLE = frozenset({State.FAILED, State.DEAD})  # the docs: "retry: failed, dead"
+
+
+def _listed(states: frozenset[State]) -> str:
+    names = [s.value for s in State if s in states]
+    return ", ".join(names[:-1]) + " or " + names[-1]
+
+
+CANCEL_ONLY = f"only {_listed(CANCELLABLE)} jobs can be cancelled"
+RETRY_ONLY = f"only {_listed(RETRYABLE)} jobs can be retried"
+
+
+def is_finished(state: Any) -> bool:
+    """Whether a raw status.state (any JSON value) names a finished state."""
+    return isinstance(state, str) and state in FINISHED
+
+
 class JobSpec(Model):
     queue: str = Field(min_length=1, max_length=63, description="The Queue (in this namespace) the job runs on.")
     handler: str = Field(min_length=1, max_length=63, description="The Handler (in this namespace) that runs it.")

@@ -28,10 +28,9 @@ from .assignments import owns
 
 log = logging.getLogger("sextant.worker")
 
-DRAINED = "Drained"  # the timeline's reason for an attempt stopped by the worker's drain (docs/workers.md §6)
 # Why the worker itself stops a handler whose job it still holds, and then records: the lifecycle's stop reasons,
 # and its drain. (A handler stopped because the job is no longer this worker's is not recorded at all.)
-RECORDED_STOPS = frozenset({A.CANCELLED, A.TIMEOUT, DRAINED})
+RECORDED_STOPS = frozenset({A.CANCELLED, A.TIMEOUT, A.DRAINED})
 WRITE_ATTEMPTS = 8  # conflicts in a row before giving up (each means another writer moved the job meanwhile)
 RETRY_FOR_SECONDS = 60.0  # an unreachable API server: how long a result keeps being retried
 
@@ -64,7 +63,7 @@ def finished(worker: str, report: Report) -> A.PodObservation:
     return A.PodObservation(name=worker, sequence=report.sequence,
                             phase="Succeeded" if report.succeeded else "Failed",
                             node=worker, exit_code=report.exit_code,
-                            reason=DRAINED if report.stop_reason == DRAINED else None,
+                            reason=A.DRAINED if report.stop_reason == A.DRAINED else None,
                             message=report.message if not report.succeeded else None)
 
 

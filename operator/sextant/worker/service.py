@@ -19,7 +19,8 @@ from pydantic import ValidationError
 from .. import sdk
 from ..kube.events import EventRecorder
 from ..kube.informer import Informer
-from ..lifecycle.reading import read_job, job_scheduled_at
+from ..lifecycle import attempts as A
+from ..lifecycle.reading import job_scheduled_at, read_job
 from ..kube.client import Kube
 from ..kube.clock import utcnow
 from ..lifecycle.workers import DEFAULT_LEASE_DURATION
@@ -34,7 +35,7 @@ from ..runner.execution import CommandWork, Ended, Execution, FunctionWork, Work
 from .metrics import WorkerMetrics
 from .plan import Served, serving
 from .registration import Offer, Registration
-from .results import DRAINED, RECORDED_STOPS, Recorder, Report, stop_wanted
+from .results import RECORDED_STOPS, Recorder, Report, stop_wanted
 from .settings import Settings
 
 log = logging.getLogger("sextant.worker")
@@ -232,7 +233,7 @@ class Worker:
         self.running[name] = current
         try:
             if self.drain_expired:
-                execution.stop(DRAINED, self.now())
+                execution.stop(A.DRAINED, self.now())
             self._check(name)
             if self.metrics is not None and found.started_at is not None and execution.stop_reason is None:
                 self.metrics.claim_to_start.labels(self.name).observe(
@@ -306,7 +307,7 @@ class Worker:
         self.drain_expired = True
         now = self.now()
         for current in list(self.running.values()):
-            current.execution.stop(DRAINED, now)
+            current.execution.stop(A.DRAINED, now)
         await self._settle()
         self._drained.set()
 

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from ...kube import kubeconfig as kubeconfig_module
-from ...kube.client import ApiError, Conflict, Gone, Kube, NotFound
+from ...kube.client import ApiError, Conflict, Kube, NotFound
 from ...kube.clock import utcnow
+from ...kube.informer import Informer
 from ...resources import contract
 from ...resources.common import format_time
 from .logs import KubeletServer, self_signed_certificate
@@ -317,36 +318,28 @@ class LocalNode:
     # ---- the pods --------------------------------------------------------------------------------------------
 
     async def _watch_pods(self, listed: asyncio.Event) -> None:
-        """List the node's pods, then watch from there; list again on 410 Gone, resume after a dropped watch."""
-        path = contract.pods_path()
-        selector = f"spec.nodeName={self.name}"
-        while True:
-            items, version = await self.api.list(path, {"fieldSelector": selector})
-            present = set()
-            for pod in items:
-                present.add(pod["metadata"]["uid"])
-                self._observe(pod)
-            for uid in [u for u in self.pods if u not in present]:
-                self.pods.pop(uid).vanish()
+        """The node's pods, from an informer (kube/informer.py: a list, then a watch; listed again on 410 Gone)."""
+        informer = Informer(self.api, contract.pods_path(), self._pod_changed, name=f"node {self.name} pods",
+                            field_selector=f"spec.nodeName={self.name}")
+        watching = asyncio.ensure_future(informer.run())
+        try:
+            await informer.synced.wait()
             listed.set()
-            while True:
-                try:
-                    async for event_type, obj in self.api.watch(path, version, {"fieldSelector": selector}):
-                        version = obj.get("metadata", {}).get("resourceVersion") or version
-                        if event_type == "BOOKMARK":
-                            continue
-                        if event_type == "DELETED":
-                            runner = self.pods.pop(obj["metadata"]["uid"], None)
-                            if runner is not None:
-                                runner.vanish()
-                        else:
-                            self._observe(obj)
-                except Gone:
-                    log.info("node %s: the pod watch expired (410); listing again", self.name)
-                    break
-                except ApiError as exc:  # a dropped or cut stream too: the client says so with status 0
-                    log.warning("node %s: the pod watch failed (%r); resuming", self.name, exc)
-                    await asyncio.sleep(1)
+            await watching
+        finally:
+            watching.cancel()
+
+    def _pod_changed(self, kind: str, pod: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        # A pod deleted while no watch was open is delivered by name only; one replaced under its name by
+        # another (a new uid) ends the old one's processes.
+        gone = [uid for uid, runner in self.pods.items()
+                if (runner.namespace, runner.name) == (meta.get("namespace"), meta["name"])
+                and (kind == "delete" or uid != meta.get("uid"))]
+        for uid in gone:
+            self.pods.pop(uid).vanish()
+        if kind == "upsert":
+            self._observe(pod)
 
     def _observe(self, pod: dict[str, Any]) -> None:
         uid = pod["metadata"]["uid"]
