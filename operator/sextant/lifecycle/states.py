@@ -11,10 +11,10 @@ SUCCEEDED, FAILED, DEAD, CANCELLED = State.SUCCEEDED, State.FAILED, State.DEAD, 
 TERMINAL = frozenset({SUCCEEDED, CANCELLED})
 # States in which the job is finished for now: retention counts from here.
 FINISHED = frozenset({SUCCEEDED, DEAD, CANCELLED})
-# The docs: "cancel: scheduled, queued, running". A failed job waiting for its backoff has not started its
-# next attempt either, so cancelling it stops the retries.
+# A job that has not finished can be cancelled: scheduled, queued, running (README, "Cancel and retry"), and failed:
+# a failed job waiting for its backoff has not started its next attempt, so cancelling it stops the retries.
 CANCELLABLE = frozenset({SCHEDULED, QUEUED, RUNNING, FAILED})
-# The docs: "retry: failed, dead".
+# Only a failed or dead job can be retried (README, "Cancel and retry").
 RETRYABLE = frozenset({FAILED, DEAD})
 
 # None is a job the operator has not seen yet.
