@@ -64,5 +64,5 @@ class Job:
 
 @dataclass
 class Context:
-    jobs: Any  # sextant.client.Jobs: create() the next job
+    jobs: Any  # sextant.runner.chaining.Jobs: create() the next job
     cancelled: threading.Event = field(default_factory=threading.Event)  # set on SIGTERM (cancel, timeout)

@@ -1,4 +1,4 @@
-"""Small builders shared by the unit tests: a fixed clock, resources with the seeds' defaults, pods.
+"""Small builders shared by the unit tests: a fixed clock, resources with the models' defaults, pods.
 
 Nothing here reads the clock or touches a cluster: every test passes its own `now`.
 """

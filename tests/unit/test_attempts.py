@@ -1,4 +1,4 @@
-"""What an attempt's pod tells: still running, or the outcome (the product docs: "What counts as a failed attempt")."""
+"""What an attempt's pod tells: still running, or the outcome (what counts as a failed attempt)."""
 
 from __future__ import annotations
 

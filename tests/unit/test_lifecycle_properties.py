@@ -5,7 +5,7 @@ when it is queued and no pod of it is alive (admission writes nothing: the job s
 starts; "crash" admissions lose the decision's status, which must not matter), pods start (or never do, and
 time out), succeed, fail with any exit code, are evicted or vanish, stopping pods
 terminate, leases are renewed, users cancel and retry, the Queue or Handler disappears and comes back. After
-every step the core reconciles, the simulator carries out its actions, and the rules of the seeds are checked.
+every step the core reconciles, the simulator carries out its actions, and the lifecycle's rules are checked.
 """
 
 from __future__ import annotations

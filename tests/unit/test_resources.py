@@ -1,4 +1,4 @@
-"""The public API models: durations, ids, the product docs' defaults, validation."""
+"""The public API models: durations, ids, the defaults, validation."""
 
 from __future__ import annotations
 
@@ -170,13 +170,13 @@ def test_id_and_name_round_trip(name):
     assert job_id(object_name(job_id(name))) == job_id(name)
 
 
-# ---------------------------------------------------------------- Queue: the seeds' defaults
+# ---------------------------------------------------------------- Queue: its defaults
 
 
 def test_queue_defaults_are_the_documented_ones():
     spec = QueueSpec()
-    assert spec.lease_duration == "30s"  # core-concepts: "a lease, 30 seconds by default"
-    assert spec.cancel_grace == "10s"  # job-lifecycle: "cancel_grace, 10 seconds by default"
+    assert spec.lease_duration == "30s"  # an attempt's lease: 30 seconds by default
+    assert spec.cancel_grace == "10s"  # SIGTERM to SIGKILL on a cancel: 10 seconds by default
     assert parse_duration(spec.lease_duration) == timedelta(seconds=30)
     assert parse_duration(spec.cancel_grace) == timedelta(seconds=10)
     assert (spec.concurrency, spec.max_attempts, spec.timeout) == (10, 5, "5m")

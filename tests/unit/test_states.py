@@ -1,4 +1,4 @@
-"""The seven states and the transitions between them (the product docs' job lifecycle)."""
+"""The seven states and the transitions between them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The job reconciler: one level-triggered reconcile per job key, fed by the view, acting through kube.py.
+"""The job reconciler: one level-triggered reconcile per job key, fed by the view, acting through kube/client.py.
 
 Order of writes, chosen so that a crash between any two of them is repaired by the next reconcile:
 the attempt's pod is created before the status records it (a pod of sequence status.sequence+1 is the queued job's

@@ -1,6 +1,6 @@
 """The schedule reconciler: the pure rules of lifecycle/schedule.py, fed by the Schedule informer and the jobs of
 the one View (its index on the label sextant.dev/schedule), woken by the operator's one timer heap (a key per
-schedule, at its next fire time), run on the shared controller runtime, acting through kube.py.
+schedule, at its next fire time), run on the shared controller runtime, acting through kube/client.py.
 
 Order of writes, so that a crash between any two is repaired by the next evaluation: Replace's cancels, then
 the tick's job (its name is derived from the tick: a second create answers AlreadyExists, never a second

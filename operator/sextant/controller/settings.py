@@ -22,7 +22,7 @@ class ElectionSettings:
 @dataclass
 class Settings:
     namespaces: list[str] = field(default_factory=list)  # empty: all namespaces
-    workers: int = 64  # an admission is 2 sequential writes; completions must not wait behind them
+    workers: int = 64  # an admission is one write (its pod, or the job's status); completions must not wait behind them
     pending_pods: int = 200  # per queue, attempt pods waiting for a node (0: no limit); see slots.py
     record_queued_after: timedelta = RECORD_QUEUED_AFTER  # a job about to start goes this long without a state
     idempotency_window: timedelta = IDEMPOTENCY_WINDOW  # SEXTANT_IDEMPOTENCY_WINDOW: every client must agree

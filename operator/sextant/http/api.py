@@ -1,4 +1,4 @@
-"""The /v2 HTTP API of the docs, served by the operator process (see openapi.py for the document).
+"""The /v2 HTTP API (README, "The HTTP API"), served by the operator process (see openapi.py for the document).
 
     POST /v2/jobs                      create (honours idempotency_key: 201 created, 200 the existing job)
     GET  /v2/jobs?queue=&state=&handler=&limit=&continue=     list, a page at a time (the API server's pages)

@@ -1,6 +1,6 @@
 """The /v2 HTTP API's request and response bodies (pydantic; the OpenAPI document is generated from them).
 
-The API speaks the docs' words in snake_case (`idempotency_key`, `run_at`, `max_attempts`); a job's id is
+The API speaks the resources' words in snake_case (`idempotency_key`, `run_at`, `max_attempts`); a job's id is
 `job_8f3k2m9q` (its Kubernetes object is named `job-8f3k2m9q`).
 """
 

@@ -1,4 +1,6 @@
-"""Prometheus metrics (prometheus_client, one registry per process). "Run" and "attempt" mean the same thing.
+"""Prometheus metrics (prometheus_client, one registry per process): the operator's, the /v2 API's among them (a
+worker keeps its own, worker/metrics.py). An attempt here is one entry of a job's timeline, one sequence number
+(status.attempts[].sequence), whatever its attempt number after a retry.
 
 Counters move only after the status write that records the change succeeded, so a retried reconcile never
 counts twice; gauges are read from the operator's in-memory view at scrape time.

@@ -1,4 +1,4 @@
-"""Idempotency keys (core-concepts: Jobs): a second job with the same key within 24 hours is the first one.
+"""Idempotency keys: a second job with the same key within 24 hours is the first one.
 
 Atomic without a lock: a job created with a key gets a name derived from (namespace, key, generation) (`keyed_name`,
 which names schedules' ticks too), so concurrent creates race for one name and the API server lets exactly one win.

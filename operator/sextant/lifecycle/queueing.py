@@ -3,7 +3,7 @@
 - `runnable_since`/`line_position`: when a job became runnable (its creation, or its runAt): the FIFO order among
   equal priorities, recorded as status.queuedAt when the job is written queued.
 - `counted_state`: the one rule of what a job counts as in a queue's numbers. A job the operator has not written a
-  state for yet is new and runnable (core-concepts: "queued: runnable, no worker has taken it"), so it counts as
+  state for yet is new and runnable (queued is "runnable, no worker has taken it"), so it counts as
   queued (scheduled while its runAt is ahead), unless it is Invalid; the operator holds many jobs so on purpose
   (lifecycle.transitions.hold_first_write). The Queue's status (`count_unfinished`, written by the operator), GET
   /v2/queues and the dashboard (`queue_stats`) all count with it, so `kubectl get squeue` and /v2/queues agree.

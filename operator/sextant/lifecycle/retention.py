@@ -1,5 +1,5 @@
-"""Retention (seeds: "Retention decides how long finished jobs stay visible"): when a finished job, and
-earlier its pods, may be deleted. Pure; the operator's central timer acts on it."""
+"""Retention (how long finished jobs stay visible): when a finished job, and earlier its pods, may be deleted.
+Pure; the operator's central timer acts on it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Schedules (core-concepts: Schedules): when a Schedule fires and what each fire does. Pure: no I/O, no clock.
+"""Schedules (README, "Schedules"): when a Schedule fires and what each fire does. Pure: no I/O, no clock.
 
 The rules, as users see them:
 

@@ -4,7 +4,7 @@ Both take the job as last stored plus what the cluster shows now, and return the
 actions to take and when to look again. Level-triggered: called again with the same inputs, they return
 the same status and actions that are safe to repeat (pod names are deterministic).
 
-Pod mode, "running = taken by a worker" (the docs: queued is "no worker has taken it"): admission creates the
+Pod mode, "running = taken by a worker" (README, "Running means taken"): admission creates the
 attempt's pod, named <job>-<sequence+1>, and writes nothing; the job stays `queued` (its pod holds the slot). The pod
 takes the job when its handler container starts: the reconcile that sees that records the attempt (sequence, attempt,
 startedAt = the container's start, the timeout from there) and `running`, in one write, at most RECORD_RUNNING_AFTER

@@ -1,5 +1,6 @@
 """Names that the operator, workers, the runner, the CLI and the HTTP API share with each other and with users'
-scripts: labels, annotations, lease names and the API server's paths."""
+scripts: labels, annotations, lease names, the idempotency window's environment variable and the API server's paths.
+(The SEXTANT_* variables of an attempt's handler are runner/env.py's.)"""
 
 from __future__ import annotations
 
@@ -12,15 +13,16 @@ LABEL_HANDLER = "sextant.dev/handler"
 LABEL_ATTEMPT = "sextant.dev/attempt"
 LABEL_SEQUENCE = "sextant.dev/sequence"  # the attempt's sequence number over the job's life: names the pod
 # The previous version's name of LABEL_SEQUENCE, on pods and Leases it made that may still be in flight: read as a
-# fallback, never written. Drop with the version after next.
+# fallback. The operator never writes it; the runner still labels its Lease with it too (runner/lease.py), for an
+# operator of the previous version. Drop with the version after next.
 LEGACY_LABEL_SEQUENCE = "sextant.dev/run"
-# The job-id annotation of an attempt's pod (`sextant.dev/job-id=job_8f3k2m9q`, the id the docs show).
+# The job-id annotation of an attempt's pod (`sextant.dev/job-id=job_8f3k2m9q`, the id users see: the CLI, the /v2 API).
 ANNOTATION_JOB_ID = "sextant.dev/job-id"
 
 # A job created through the HTTP API: who asked for it.
 ANNOTATION_REQUESTED_BY = "sextant.dev/requested-by"
 
-# A schedule's jobs (core-concepts: Schedules): the Schedule's name, and the tick in RFC 3339, UTC.
+# A schedule's jobs (README, "Schedules"): the Schedule's name, and the tick in RFC 3339, UTC.
 LABEL_SCHEDULE = "sextant.dev/schedule"
 ANNOTATION_SCHEDULED_AT = "sextant.dev/scheduled-at"
 

@@ -1,4 +1,4 @@
-"""Handler: how the code that does the work runs — a pod per attempt, or on workers (core-concepts: Handlers)."""
+"""Handler: how the code that does the work runs — a pod per attempt, or on workers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Job: one unit of work (core-concepts: Jobs) and its lifecycle status (job-lifecycle)."""
+"""Job: one unit of work and its lifecycle status (README; the rules are lifecycle/'s)."""
 
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ def _immutable(field: str) -> dict[str, str]:
 
 
 class State(str, Enum):
-    """The seven states of job-lifecycle."""
+    """The seven states of a job (README; lifecycle/states.py has the moves between them)."""
 
     SCHEDULED = "scheduled"
     QUEUED = "queued"
@@ -94,10 +94,10 @@ class State(str, Enum):
 # Which states the users' verbs apply to. The API server's CEL rules (resources/crds.py) and the lifecycle
 # (lifecycle/states.py) both read these, so the CRDs and the operator cannot disagree.
 FINISHED = frozenset({State.SUCCEEDED, State.DEAD, State.CANCELLED})  # finished for now: retention counts from here
-# The docs: "cancel: scheduled, queued, running". A failed job waiting for its backoff has not started its next
-# attempt either, so cancelling it stops the retries.
+# A job that has not finished can be cancelled: scheduled, queued, running (README, "Cancel and retry"), and failed:
+# a failed job waiting for its backoff has not started its next attempt, so cancelling it stops the retries.
 CANCELLABLE = frozenset({State.SCHEDULED, State.QUEUED, State.RUNNING, State.FAILED})
-RETRYABLE = frozenset({State.FAILED, State.DEAD})  # the docs: "retry: failed, dead"
+RETRYABLE = frozenset({State.FAILED, State.DEAD})  # only failed or dead (README, "Cancel and retry")
 
 
 def _listed(states: frozenset[State]) -> str:
@@ -299,12 +299,12 @@ class Job(Model):
 # since people type them.
 ID_ALPHABET = "23456789abcdefghjkmnpqrstuvwxyz"
 ID_LENGTH = 8
-# How long an idempotency key stays claimed (core-concepts: Jobs), unless SEXTANT_IDEMPOTENCY_WINDOW says otherwise.
+# How long an idempotency key stays claimed, unless SEXTANT_IDEMPOTENCY_WINDOW says otherwise.
 IDEMPOTENCY_WINDOW = timedelta(hours=24)
 
 
 def job_id(name: str) -> str:
-    """The id the docs show (job_8f3k2m9q) for an object named job-8f3k2m9q."""
+    """The id users see (job_8f3k2m9q: the CLI, the /v2 API) for an object named job-8f3k2m9q."""
     return name.replace("job-", "job_", 1) if name.startswith("job-") else name
 
 

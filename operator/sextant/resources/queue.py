@@ -1,4 +1,4 @@
-"""Queue: a named line of jobs with its own settings (core-concepts: Queues)."""
+"""Queue: a named line of jobs with its own settings."""
 
 from __future__ import annotations
 

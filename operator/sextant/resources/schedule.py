@@ -1,4 +1,4 @@
-"""Schedule: creates jobs on a cron expression or a fixed interval (core-concepts: Schedules)."""
+"""Schedule: creates jobs on a cron expression or a fixed interval (README, "Schedules")."""
 
 from __future__ import annotations
 

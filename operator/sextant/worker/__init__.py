@@ -1,12 +1,7 @@
-"""`sextant worker`: a long-running process that serves queues and runs handlers as jobs are assigned to it, with
-no pod per attempt (docs/workers.md is the protocol).
-
-    plan.py          which queues and handlers it serves (the Handler objects and the --module functions)
-    registration.py  its Lease: created at start, renewed every leaseDuration/3, draining, deleted at exit
-    assignments.py   which jobs are its own: one watch with fieldSelector=status.worker=NAME
-    execution.py     running one attempt: SDK functions on the loop or in threads, commands as subprocesses
-    results.py       the attempt's end, recorded by the lifecycle's own rules at the version read
-    service.py       the worker: the above together, stops (cancel, timeout, lease loss) and the drain
-    settings.py      what it is told (the flags' defaults)
-    main.py          the CLI
-"""
+"""`sextant worker`: a long-running process that serves queues and runs handlers as jobs are assigned to it, with no
+pod per attempt (docs/workers.md is the protocol): which queues and handlers it serves (plan.py), its registration
+Lease (registration.py), which jobs are its own (assignments.py: one watch with fieldSelector=status.worker=NAME),
+the attempt's end recorded by the lifecycle's own rules (results.py), all of it together with stops and the drain
+(service.py), its flags' defaults (settings.py), its command (main.py) and its metrics (metrics.py). An attempt
+runs in-process through runner/execution.py, with pod mode's exit codes. It may import resources/, lifecycle/,
+kube/, runner/, sdk.py and client.py; never controller/."""
