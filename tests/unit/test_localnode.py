@@ -55,9 +55,9 @@ def test_killing_a_container_takes_the_process_groups_its_processes_started(tmp_
     child = tmp_path / "child.pid"
     main = subprocess.Popen(["sh", "-c", f'setsid sleep 120 & echo $! > {child}; wait'], start_new_session=True)
     try:
-        wait_for(child.exists, 10, message="the child in its own session")
+        wait_for(lambda: child.exists() and child.read_text().strip(), 10, message="the child's pid")
         pid = int(child.read_text())
-        assert os.getpgid(pid) != main.pid
+        wait_for(lambda: os.getpgid(pid) != main.pid, 10, message="the child in its own session")
         kill_container(main.pid)
         assert main.wait(10) == -signal.SIGKILL
         wait_for(lambda: not _alive(pid), 5, message="the child killed too")
