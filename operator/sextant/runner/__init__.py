@@ -1,5 +1,5 @@
-"""Running one attempt's handler: `sextant run`, the entrypoint of attempt pods (run.py), with what the operator tells
-the pod (env.py), the payload read from the Job (payload.py), the attempt's Lease (lease.py) and ctx.jobs for job
-chaining (chaining.py); and execution.py, which runs SDK functions and commands in a `sextant worker` process with pod
-mode's exit codes, signals and environment. It may import resources/, lifecycle/, kube/, sdk.py and client.py; never
+"""Running one attempt's handler: execution.py runs SDK functions and commands with the exit-code contract (0, 1, 86,
+128+N), for `sextant run` in an attempt pod (run.py, its adapter: what the operator tells the pod (env.py), the
+payload read from the Job (payload.py), the attempt's Lease (lease.py)) and for a `sextant worker` process alike;
+ctx.jobs for job chaining (chaining.py). It may import resources/, lifecycle/, kube/, sdk.py and client.py; never
 controller/ or worker/."""

@@ -1,21 +1,24 @@
-"""Running one attempt on a worker (docs/workers.md §5): an SDK function on the worker's event loop (`async def`)
-or in its thread pool (`def`), or a command as a subprocess with the payload on stdin and the SEXTANT_*
-environment of an attempt pod. The same `sextant.sdk` handler code runs unchanged here and under `sextant run`.
+"""Running one attempt's handler, for both the runner in an attempt pod (`sextant run`, run.py) and a worker
+(docs/workers.md §5): an SDK function on the event loop (`async def`) or in a thread pool (`def`), or a command as
+a subprocess with the payload on stdin and the SEXTANT_* environment of an attempt pod. The same `sextant.sdk`
+handler code runs unchanged in either.
 
-The exit codes are those of pod mode: 0 on return, 1 on an exception (its message recorded), 86 for
-NonRetryableError, 128+N after signal N. A stop (cancel, timeout, drain, a lost lease) is SIGTERM /
-ctx.cancelled and task cancellation, then after the queue's cancelGrace SIGKILL to the command's process group.
-A `def` function that ignores ctx.cancelled cannot be killed inside a process: it is given up on (137) and keeps
-its thread, counted in `lingering`, until it returns.
+The exit codes: 0 on return, 1 on an exception (its message recorded), 86 for NonRetryableError, 128+N after
+signal N (143 for a cancelled `async def`), 127 for a command that cannot start; in a pod also 75 when the
+attempt was lost. A stop (cancel, timeout, drain, a lost lease) is SIGTERM / ctx.cancelled and task cancellation,
+then after the queue's cancelGrace SIGKILL to the command's process group. A `def` function that ignores
+ctx.cancelled cannot be killed inside a process: it is given up on (137) and keeps its thread, counted in
+`lingering`, until it returns.
+
+A handler's output goes to this process's: prefixed with the job's label on a worker, as it is (label None) in a
+pod, where `kubectl logs` shows it as the handler wrote it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import inspect
 import json
-import logging
 import os
 import signal
 import sys
@@ -28,15 +31,16 @@ from typing import Any, Protocol
 
 from .. import sdk
 
-log = logging.getLogger("sextant.worker")
-
 KILLED = 128 + signal.SIGKILL
 TERMINATED = 128 + signal.SIGTERM
 COMMAND_NOT_FOUND = 127
-GIVE_UP_AFTER_KILL = 1.0  # seconds a killed handler gets to be gone before the worker stops waiting for it
+LEASE_LOST = 75  # EX_TEMPFAIL: the attempt was lost (or could not start), not the handler's fault
+GIVE_UP_AFTER_KILL = 1.0  # seconds a killed handler gets to be gone before we stop waiting for it
 # As a container's FallbackToLogsOnError: the last 80 lines or 2 KiB of a failed command's output, whichever is
 # shorter, become the timeline's message.
 TAIL_LINES, TAIL_BYTES = 80, 2048
+TAIL_KEPT = 16 * 1024  # bytes of output kept to find those lines in
+CHUNK = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -58,12 +62,18 @@ def _exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-class FunctionWork:
-    """An SDK function: `async def` as a task on the worker's loop, `def` in its thread pool."""
+def _notes(label: str | None) -> tuple[str, str]:
+    """The prefix of the handler's own output lines (none in a pod), and of what we say about it."""
+    return (f"{label} " if label else ""), (f"{label} " if label else "sextant: ")
 
-    def __init__(self, fn: Callable[..., Any], job: sdk.Job, ctx: sdk.Context, executor: Executor,
-                 label: str) -> None:
-        self.fn, self.job, self.ctx, self.executor, self.label = fn, job, ctx, executor, label
+
+class FunctionWork:
+    """An SDK function: `async def` as a task on the loop, `def` in the executor (None: the loop's default)."""
+
+    def __init__(self, fn: Callable[..., Any], job: sdk.Job, ctx: sdk.Context, executor: Executor | None,
+                 label: str | None) -> None:
+        self.fn, self.job, self.ctx, self.executor = fn, job, ctx, executor
+        self.prefix, self.note = _notes(label)
         self.task: asyncio.Future[Any] | None = None
 
     async def run(self) -> Ended:
@@ -78,7 +88,7 @@ class FunctionWork:
                 await asyncio.shield(asyncio.get_running_loop().run_in_executor(self.executor, self.fn, self.job,
                                                                                 self.ctx))
         except sdk.NonRetryableError as exc:
-            print(f"{self.label} non-retryable: {exc}", file=sys.stderr, flush=True)
+            print(f"{self.note}non-retryable: {exc}", file=sys.stderr, flush=True)
             return Ended(sdk.NON_RETRYABLE_EXIT_CODE, f"NonRetryableError: {exc}")
         except asyncio.CancelledError:
             if self.task is None or not self.task.cancelled():
@@ -89,7 +99,7 @@ class FunctionWork:
             return Ended(code, None if code == 0 else f"SystemExit: {exc.code}")
         except Exception as exc:  # noqa: BLE001 - the handler's failure is the attempt's failure, with its message
             lines = traceback.format_exception(exc)
-            print("".join(f"{self.label} {line}" for line in "".join(lines).splitlines(True)), end="",
+            print("".join(f"{self.prefix}{line}" for line in "".join(lines).splitlines(True)), end="",
                   file=sys.stderr, flush=True)
             return Ended(1, f"{type(exc).__name__}: {exc}")
         return Ended(0)
@@ -104,28 +114,35 @@ class FunctionWork:
 
 
 class CommandWork:
-    """A command handler: one subprocess per job (its own process group), the payload (JSON) on stdin, its
-    output forwarded line by line to the worker's, prefixed with the job."""
+    """A command handler: one subprocess per attempt in its own process group, the payload (JSON) on stdin. With a
+    label (a worker), its stdout and stderr go to our stdout line by line, prefixed with it; without (a pod), to
+    our stdout and stderr as they are. Whatever the command leaves behind in its group is killed when it ends,
+    as with a pod's container."""
 
-    def __init__(self, command: list[str], env: dict[str, str], payload: dict[str, Any], label: str) -> None:
-        self.command, self.env, self.payload, self.label = command, env, payload, label
+    def __init__(self, command: list[str], env: dict[str, str], payload: dict[str, Any], label: str | None) -> None:
+        self.command, self.env, self.payload = command, env, payload
+        self.prefix, self.note = _notes(label)
         self.proc: asyncio.subprocess.Process | None = None
         self.terminated = False
-        self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+        self.tail = bytearray()  # the last TAIL_KEPT bytes of its output
 
     async def run(self) -> Ended:
+        pipe = asyncio.subprocess.PIPE
         try:
             self.proc = await asyncio.create_subprocess_exec(
-                *self.command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT, env=self.env, start_new_session=True)
+                *self.command, stdin=pipe, stdout=pipe, stderr=asyncio.subprocess.STDOUT if self.prefix else pipe,
+                env=self.env, start_new_session=True)
         except OSError as exc:  # not found, not executable
-            print(f"{self.label} cannot start {self.command[0]!r}: {exc}", file=sys.stderr, flush=True)
+            print(f"{self.note}cannot start {self.command[0]!r}: {exc}", file=sys.stderr, flush=True)
             return Ended(COMMAND_NOT_FOUND, f"cannot start {self.command[0]!r}: {exc.strerror or exc}")
-        output = asyncio.ensure_future(self._forward())
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        streams = [(self.proc.stdout, sys.stdout.buffer)]
+        if self.proc.stderr is not None:
+            streams.append((self.proc.stderr, sys.stderr.buffer))
+        output = asyncio.gather(*(self._forward(stream, out) for stream, out in streams))
         if self.terminated:  # stopped while it was being started
             self.terminate()
         try:
-            assert self.proc.stdin is not None
             self.proc.stdin.write(json.dumps(self.payload).encode())
             await self.proc.stdin.drain()
         except (BrokenPipeError, ConnectionResetError):
@@ -139,25 +156,36 @@ class CommandWork:
             try:
                 await asyncio.wait_for(output, 5)
             except asyncio.TimeoutError:
-                output.cancel()
+                pass  # wait_for cancelled it
         if code == 0:
             return Ended(0)
-        text = "".join(self.tail).strip()[-TAIL_BYTES:]
+        lines = bytes(self.tail).decode(errors="replace").splitlines(True)[-TAIL_LINES:]
+        text = "".join(lines).strip()[-TAIL_BYTES:]
         return Ended(code, text or f"exit code {code}")
 
-    async def _forward(self) -> None:
-        assert self.proc is not None and self.proc.stdout is not None
-        prefix = f"{self.label} ".encode()
-        out = sys.stdout.buffer
-        while line := await self.proc.stdout.readline():
-            self.tail.append(line.decode(errors="replace"))
-            out.write(prefix + line if line.endswith(b"\n") else prefix + line + b"\n")
+    async def _forward(self, stream: asyncio.StreamReader, out: Any) -> None:
+        """Copy stream to out in chunks (a line of any length passes), each line prefixed when there is one."""
+        prefix, partial = self.prefix.encode(), b""
+        while chunk := await stream.read(CHUNK):
+            self.tail += chunk
+            del self.tail[:-TAIL_KEPT]
+            if not prefix:
+                out.write(chunk)
+            else:
+                *lines, partial = (partial + chunk).split(b"\n")
+                out.writelines(prefix + line + b"\n" for line in lines)
+                if len(partial) >= CHUNK:  # no end of line in sight: out with it
+                    out.write(prefix + partial + b"\n")
+                    partial = b""
+            out.flush()
+        if partial:
+            out.write(prefix + partial + b"\n")
             out.flush()
 
     def terminate(self) -> None:
         self.terminated = True
         if self.proc is not None and self.proc.returncode is None:
-            self.proc.send_signal(signal.SIGTERM)  # to the handler only, as the runner forwards it in a pod
+            self.proc.send_signal(signal.SIGTERM)  # to the handler only, as a kubelet to a container's PID 1
 
     def kill(self) -> None:
         self._signal_group(signal.SIGKILL)

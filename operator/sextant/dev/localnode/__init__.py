@@ -32,7 +32,8 @@ and init containers are not run (reported as waiting, reason NotRunOnLocalNode; 
 - Working directory: `workingDir` if set (it must exist here), else <workdir>/pods/<namespace>/<pod>/.
 - stdin is /dev/null; stdout and stderr go to <workdir>/logs/<namespace>/<pod>/<container>.log (see logs).
 - Each process starts in its own session (process group); signals go to the whole group, and when the main
-  process exits whatever is left in its group is killed, as when a container ends.
+  process exits whatever is left in its group is killed, as when a container ends. SIGKILL also reaches the
+  process groups its processes started (`sextant run` starts its handler in one of its own).
 - Status (pods/status): Running with podIP/hostIP 127.0.0.1, startTime, conditions True and
   containerStatuses[0] running; on exit Succeeded (exit 0) or Failed, with containerStatuses[0].state.terminated
   {exitCode, reason Completed|Error, startedAt, finishedAt}; a process killed by signal N reports 128+N.

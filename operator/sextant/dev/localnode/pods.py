@@ -79,6 +79,32 @@ def signal_group(pgid: int, sig: int) -> bool:
         return False
 
 
+def _descendant_groups(pid: int) -> set[int]:
+    """The process groups of pid's descendants, from /proc."""
+    children: dict[int, list[tuple[int, int]]] = {}
+    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        children.setdefault(int(fields[1]), []).append((int(entry.name), int(fields[2])))  # ppid: (pid, pgrp)
+    groups, todo = set(), [pid]
+    while todo:
+        for child, group in children.get(todo.pop(), ()):
+            groups.add(group)
+            todo.append(child)
+    return groups
+
+
+def kill_container(pid: int) -> None:
+    """SIGKILL the group of a pod's main process and every group its processes started (the runner's handler has
+    its own), as a container's end takes all of its processes."""
+    for group in {pid} | _descendant_groups(pid):
+        signal_group(group, signal.SIGKILL)
+
+
 def _proc_start_ticks(pid: int) -> str | None:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -127,7 +153,7 @@ class PodRunner:
         """The pod was removed from the API (deleted with grace 0 by someone, or by us): stop at once."""
         self.gone = True
         if self.running:
-            signal_group(self.process.pid, signal.SIGKILL)  # type: ignore[union-attr]
+            kill_container(self.process.pid)  # type: ignore[union-attr]
         self.changed.set()
 
     @property
@@ -276,7 +302,7 @@ class PodRunner:
                 elif kill_at is not None and self.deletion_requested:
                     kill_at = min(kill_at, time.monotonic() + grace)  # a second delete may shorten the grace
                 if kill_at is not None and time.monotonic() >= kill_at:
-                    signal_group(proc.pid, signal.SIGKILL)
+                    kill_container(proc.pid)
                     kill_at = float("inf")
                 timeouts = [kill_at - time.monotonic()] if kill_at not in (None, float("inf")) else []
                 if deadline is not None and stop_reason == "":
@@ -315,7 +341,10 @@ class PodRunner:
         """SIGTERM the process group; the time to SIGKILL it."""
         assert self.process is not None
         log.info("pod %s/%s: SIGTERM to pid %d, SIGKILL in %s s", self.namespace, self.name, self.process.pid, grace)
-        signal_group(self.process.pid, signal.SIGTERM if grace > 0 else signal.SIGKILL)
+        if grace > 0:
+            signal_group(self.process.pid, signal.SIGTERM)
+        else:
+            kill_container(self.process.pid)
         return time.monotonic() + grace
 
     def _log_tail(self) -> str:
@@ -429,7 +458,7 @@ class PodRunner:
         """The agent is stopping: kill the process now and report it Failed (137)."""
         if self.running:
             assert self.process is not None
-            signal_group(self.process.pid, signal.SIGKILL)
+            kill_container(self.process.pid)
             await self.process.wait()
             self._pidfile().unlink(missing_ok=True)
             self.outcome = Outcome(exit_code_of(self.process.returncode or -signal.SIGKILL), "Error", message)
@@ -449,5 +478,5 @@ def reap_leftovers(workdir: Path) -> None:
         if info.get("start") and _proc_start_ticks(pid) == info["start"]:
             log.warning("killing pid %d of pod %s/%s, left by an earlier agent", pid, info.get("namespace"),
                         info.get("name"))
-            signal_group(pid, signal.SIGKILL)
+            kill_container(pid)
         path.unlink(missing_ok=True)
