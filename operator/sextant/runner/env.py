@@ -25,6 +25,7 @@ from typing import Any
 from ..lifecycle.reading import scheduled_at
 from ..resources.common import parse_duration, parse_time
 from ..resources.job import PAYLOAD_ENV_MAX_BYTES, job_id, payload_json
+from ..resources.queue import QueueSpec
 
 ATTEMPT_REF = "SEXTANT_ATTEMPT_REF"
 # The pod's own fields (downward API in an attempt pod; the worker sets them for its processes).
@@ -32,6 +33,7 @@ POD_VARIABLES = ("SEXTANT_NODE_NAME", "SEXTANT_POD_NAME", "SEXTANT_POD_UID")
 # The keys of SEXTANT_ATTEMPT_REF, all required. The previous version's operator wrote `run` for `sequence`: read too.
 REF_KEYS = ("namespace", "job", "uid", "sequence", "attempt", "pod", "leaseDuration", "cancelGrace")
 LEGACY_REF_SEQUENCE = "run"
+QUEUE_DEFAULTS = QueueSpec()  # what a pod without SEXTANT_LEASE_DURATION or SEXTANT_CANCEL_GRACE gets
 
 
 def attempt_variables(*, job_name: str, job_uid: str, namespace: str, queue: str, handler: str, attempt: int,
@@ -131,8 +133,8 @@ class AttemptEnv:
             scheduled_at=env.get("SEXTANT_SCHEDULED_AT", ""),
             payload=json.loads(env["SEXTANT_PAYLOAD"]) if env.get("SEXTANT_PAYLOAD") else None,
             lease_name=env.get("SEXTANT_LEASE_NAME") or None,
-            lease_duration=parse_duration(env.get("SEXTANT_LEASE_DURATION", "30s")),
-            cancel_grace=parse_duration(env.get("SEXTANT_CANCEL_GRACE", "10s")),
+            lease_duration=parse_duration(env.get("SEXTANT_LEASE_DURATION", QUEUE_DEFAULTS.lease_duration)),
+            cancel_grace=parse_duration(env.get("SEXTANT_CANCEL_GRACE", QUEUE_DEFAULTS.cancel_grace)),
             pod_name=env.get("SEXTANT_POD_NAME") or env.get("HOSTNAME", ""),
             heartbeat=env.get("SEXTANT_HEARTBEAT", "true") != "false",
             pod_uid=env.get("SEXTANT_POD_UID", ""),
