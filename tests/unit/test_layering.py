@@ -5,6 +5,7 @@
 - kube/ (Kubernetes plumbing for every process) imports only resources/ and itself: it knows no lifecycle rule;
 - only controller/ imports controller/ (the operator's internals), except the `sextant` command's composition root;
 - no two packages import each other, directly or through others (no package cycles);
+- no two modules import each other either, directly or through others, not even for types;
 - no module keeps an unused import or a name that does not resolve (pyflakes).
 """
 
@@ -164,3 +165,22 @@ def test_no_module_keeps_an_unused_import_or_an_undefined_name(path: Path):
     out = io.StringIO()
     check(path.read_text(), str(path.relative_to(PACKAGE_DIR)), Reporter(out, out))
     assert out.getvalue() == ""
+
+
+def module_graph() -> dict[str, set[str]]:
+    """Which module imports which (a `from m import x` counts m.x only where x is a module)."""
+    names = {module_name(p) for p in MODULES}
+    graph: dict[str, set[str]] = defaultdict(set)
+    for path in MODULES:
+        source = module_name(path)
+        for module in imports_of(path):
+            while module not in names:  # an imported name: the module that defines it
+                module = module.rpartition(".")[0]
+            if module not in (source, "sextant"):
+                graph[source].add(module)
+    return graph
+
+
+def test_no_module_imports_another_that_imports_it_back():
+    """Not even for types or inside a function: each module can be read from the ones it builds on."""
+    assert cycles(module_graph()) == []

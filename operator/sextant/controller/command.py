@@ -128,10 +128,11 @@ def settings(args: argparse.Namespace, conn: kubeconfig.Connection) -> Settings:
 
 
 def run(args: argparse.Namespace, conn: kubeconfig.Connection) -> None:
-    """Run the operator on conn with the flags' settings until SIGINT/SIGTERM (`sextant operator`, `sextant dev`)."""
-    from .operator import run as run_operator
+    """Run the operator on conn with the flags' settings until SIGINT/SIGTERM (`sextant operator`, `sextant dev`), on
+    kopf (controller/kopfapp.py; imported here, so that the flags' help does not load kopf)."""
+    from .kopfapp import run as run_on_kopf
 
-    run_operator(conn, settings(args, conn))
+    run_on_kopf(conn, settings(args, conn))
 
 
 def _operator(args: argparse.Namespace) -> int:

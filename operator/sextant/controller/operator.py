@@ -207,10 +207,3 @@ async def supervise(name: str, loop: Callable[[], Awaitable[None]], first_delay:
             delay = first_delay  # it had run well for a long while: this is a new streak
         await asyncio.sleep(delay)
         delay = min(delay * 2, max_delay)
-
-
-def run(conn: Connection, settings: Settings | None = None) -> None:
-    """Run until SIGINT/SIGTERM, on kopf (controller/kopfapp.py)."""
-    from .kopfapp import run as run_on_kopf
-
-    run_on_kopf(conn, settings or Settings())

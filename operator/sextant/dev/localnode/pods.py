@@ -19,18 +19,25 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from ...kube.client import ApiError, Conflict, NotFound
+from ...kube.client import ApiError, Conflict, Kube, NotFound
 from ...kube.clock import utcnow
 from ...resources import contract
 from ...resources.common import format_time
 from .logs import log_path
 
-if TYPE_CHECKING:
-    from .agent import LocalNode
-
 log = logging.getLogger(__name__)
+
+
+class Node(Protocol):
+    """What a pod reads of the node that runs it (agent.LocalNode), without importing the agent that imports it."""
+
+    name: str
+    node_ip: str
+    workdir: Path
+    base_env: dict[str, str]
+    api: Kube
 
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 # What a kubelet keeps of a failed container's log as its termination message (FallbackToLogsOnError).
@@ -123,7 +130,7 @@ class Outcome:
 
 
 class PodRunner:
-    def __init__(self, node: LocalNode, pod: dict[str, Any], mode: str = "new") -> None:
+    def __init__(self, node: Node, pod: dict[str, Any], mode: str = "new") -> None:
         """mode: "new" (start it), "lost" (it ran under an earlier agent; its process is gone), "finished"."""
         self.node = node
         self.pod = pod
