@@ -118,7 +118,8 @@ class Client:
                    labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None,
                    now: datetime | None = None) -> tuple[dict[str, Any], bool]:
         """Create a job; returns (job, created). With a key already used within 24 h: (that job, False), whoever
-        created it under whatever name (a job applied with kubectl too)."""
+        created it under whatever name (a job applied with kubectl too); KeyConflict when that job has another
+        queue, handler or payload (lifecycle/idempotency.SAME_JOB), and nothing is created."""
         spec: dict[str, Any] = {"queue": queue, "handler": handler, "payload": payload or {}, "priority": priority}
         if run_at is not None:
             spec["runAt"] = format_time(run_at, precise=False)
@@ -126,7 +127,7 @@ class Client:
             spec["idempotencyKey"] = idempotency_key
             held = self.key_holder(namespace, idempotency_key, now or utcnow())
             if held is not None:
-                return held, False
+                return _replayed(held, idempotency_key, spec), False
         for generation in range(1000):
             name = (idempotency.keyed_name(namespace, idempotency_key, generation) if idempotency_key
                     else inputs.random_name())
@@ -144,7 +145,7 @@ class Client:
             if (existing["spec"].get("idempotencyKey") == idempotency_key
                     and idempotency.still_claimed(created, now or utcnow(),
                                                self.idempotency_window)):
-                return existing, False
+                return _replayed(existing, idempotency_key, spec), False
             # The key's claim ran out (or, rarely, another key hashed to this name): the next generation.
         raise ApiError(409, {"message": f"no free name for idempotency key {idempotency_key!r}"}, "POST",
                        contract.jobs_path(namespace))
@@ -270,6 +271,28 @@ class Client:
 # --- what a request means, in words --------------------------------------------------------------------------
 class Refused(Exception):
     """A request the API server refused or could not serve, in one line that says what and where (str())."""
+
+
+class KeyConflict(Refused):
+    """A create whose idempotency key is held by a job with another queue, handler or payload. str() names the
+    differing fields as spec.queue ...; `fields` lists them (spec keys, which the HTTP API's fields spell alike),
+    `job` is the holder's id; words("") names them as the HTTP API does."""
+
+    def __init__(self, key: str, job: str, held: dict[str, Any], wanted: dict[str, Any]) -> None:
+        self.key, self.job, self.held, self.wanted = key, job, held, wanted
+        self.fields = idempotency.differences(held, wanted)
+        super().__init__(self.words())
+
+    def words(self, prefix: str = "spec.") -> str:
+        return idempotency.conflict_message(self.key, self.job, self.held, self.wanted, self.fields, prefix)
+
+
+def _replayed(held: dict[str, Any], key: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """The job holding the key, answered for a create of `spec`: the same job, or KeyConflict."""
+    held_spec = held.get("spec") or {}
+    if idempotency.differences(held_spec, spec):
+        raise KeyConflict(key, job_id(held["metadata"]["name"]), held_spec, spec)
+    return held
 
 
 _CRD_MISSING = "the server could not find the requested resource"

@@ -74,7 +74,8 @@ def test_jobs_through_the_api(cluster, api):
         "namespace": api.namespace}
     annotations = job_json(cluster, api.namespace, job["id"])["metadata"]["annotations"]
     assert annotations["sextant.dev/requested-by"] == f"system:serviceaccount:{api.namespace}:api-user"
-    again = api.call("POST", "/v2/jobs", json={"queue": "q", "handler": "ok", "idempotency_key": "receipt-42"})
+    again = api.call("POST", "/v2/jobs", json={"queue": "q", "handler": "ok", "payload": {"orderId": 42},
+                                               "idempotency_key": "receipt-42"})  # a replay: the same job
     assert again.status_code == 200 and again.json()["id"] == job["id"]
     assert again.headers["Idempotent-Replayed"] == "true"
     api.wait_state(job["id"], "succeeded")

@@ -1,7 +1,9 @@
 """Idempotency keys on every create path (the CLI, the HTTP API, the SDK's ctx.jobs.create): a key held by a job
-that `kubectl apply` made under a name of its own returns that job, and nothing is created; and the window's end,
-with the window shortened for the test (SEXTANT_IDEMPOTENCY_WINDOW, given to the operator and to the CLI alike):
-a keyed job outlives a shorter retention until its key expires, and after the window the key makes a new job."""
+that `kubectl apply` made under a name of its own returns that job, and nothing is created; a key held by a job
+with another queue, handler or payload is refused on every path, naming the field, and nothing is created; and the
+window's end, with the window shortened for the test (SEXTANT_IDEMPOTENCY_WINDOW, given to the operator and to the
+CLI alike): a keyed job outlives a shorter retention until its key expires, and after the window the key makes a
+new job."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from datetime import datetime, timezone
 import httpx
 
 from sextant.kube import kubeconfig
-from sextant.client import Client
+from sextant.client import Client, KeyConflict
 from sextant.resources.contract import ENV_IDEMPOTENCY_WINDOW as WINDOW_ENV
 from sextant.resources.common import parse_time
 from sextant.runner.chaining import Jobs
@@ -32,7 +34,7 @@ def test_every_create_path_returns_the_applied_job_that_holds_the_key(cluster, n
 
     # The CLI: the id of the applied job on stdout, a note on stderr, nothing created.
     made = sextant(cluster, "jobs", "create", "-n", namespace, "--queue", "q", "--handler", "ok",
-                   "--idempotency-key", "receipt-42")
+                   "--payload", '{"orderId": 42}', "--idempotency-key", "receipt-42")
     assert ok(made).strip() == "job_applied"
     assert "already used" in made.stderr and "job_applied" in made.stderr
     # The HTTP API: 200 with the applied job, Idempotent-Replayed.
@@ -41,7 +43,8 @@ def test_every_create_path_returns_the_applied_job_that_holds_the_key(cluster, n
         wait_for(lambda: http.get(operator.http_url + "/readyz").status_code == 200, 30, message="operator ready")
         answer = http.post(operator.http_url + "/v2/jobs", params={"namespace": namespace},
                            headers={"Authorization": f"Bearer {token}"},
-                           json={"queue": "q", "handler": "ok", "idempotency_key": "receipt-42"})
+                           json={"queue": "q", "handler": "ok", "payload": {"orderId": 42},
+                                 "idempotency_key": "receipt-42"})
     assert answer.status_code == 200, answer.text
     assert answer.json()["id"] == "job_applied" and answer.headers["Idempotent-Replayed"] == "true"
     # The SDK: ctx.jobs.create, as a handler calls it.
@@ -61,6 +64,70 @@ def test_every_create_path_returns_the_applied_job_that_holds_the_key(cluster, n
     assert {k: v for k, v in after.items() if k in before} == before  # the applied job untouched
     assert len(after) == len(before) + 1  # only the odd key's job is new
     assert not [j for j in jobs(cluster, namespace).values() if (j.get("status") or {}).get("duplicateOf")]
+
+
+def test_a_key_held_by_another_job_is_refused_on_every_create_path_naming_the_field(cluster, namespace, operator):
+    apply(cluster, namespace, queue("q", **FAST), handler("ok"))
+    client = Client(kubeconfig.load(str(cluster.kubeconfig)))
+    token = grant(cluster, namespace, "api-user")
+    try:
+        held, created = client.create_job(namespace, queue="q", handler="ok", payload={"orderId": 42},
+                                          idempotency_key="receipt-42")
+        ident = held["metadata"]["name"].replace("-", "_")
+        assert created
+        wait_state(cluster, namespace, held["metadata"]["name"], "succeeded")
+        before = snapshot(cluster, namespace)
+        held_by = f"idempotency key 'receipt-42' is held by job {ident} with another"
+
+        # The Python client: KeyConflict (a Refused), naming the field and both values.
+        try:
+            client.create_job(namespace, queue="other", handler="ok", payload={"orderId": 42},
+                              idempotency_key="receipt-42")
+        except KeyConflict as exc:
+            assert exc.fields == ["queue"] and exc.job == ident
+            assert str(exc).startswith(f"{held_by} spec.queue (q, not other)"), str(exc)
+        else:
+            raise AssertionError("a create with another queue was answered with the key's job")
+
+        # The HTTP API: 409 in the API's error format, error.field naming the field.
+        with httpx.Client(timeout=30) as http:
+            wait_for(lambda: http.get(operator.http_url + "/readyz").status_code == 200, 30, message="operator ready")
+            answer = http.post(operator.http_url + "/v2/jobs", params={"namespace": namespace},
+                               headers={"Authorization": f"Bearer {token}"},
+                               json={"queue": "q", "handler": "other", "payload": {"orderId": 42},
+                                     "idempotency_key": "receipt-42"})
+        assert answer.status_code == 409, answer.text
+        error = answer.json()["error"]
+        assert (error["status"], error["reason"], error["field"]) == (409, "Conflict", "handler"), error
+        assert error["message"].startswith(f"{held_by} handler (ok, not other)"), error["message"]
+
+        # The CLI: exit 1, nothing on stdout, that one line on stderr.
+        made = sextant(cluster, "jobs", "create", "-n", namespace, "--queue", "q", "--handler", "ok",
+                       "--payload", '{"orderId": 43}', "--idempotency-key", "receipt-42")
+        assert made.returncode == 1 and made.stdout == "", (made.returncode, made.stdout, made.stderr)
+        lines = made.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith(
+            f'error: {held_by} spec.payload ({{"orderId":42}}, not {{"orderId":43}})'), made.stderr
+
+        # The SDK's ctx.jobs.create: KeyConflict, every differing field named.
+        try:
+            Jobs(lambda: client, namespace).create(queue="other", handler="ok", payload={},
+                                                   idempotency_key="receipt-42")
+        except KeyConflict as exc:
+            assert exc.fields == ["queue", "payload"], exc.fields
+            assert "spec.queue (q, not other) and spec.payload" in str(exc), str(exc)
+        else:
+            raise AssertionError("ctx.jobs.create with another queue and payload returned the key's job")
+
+        assert snapshot(cluster, namespace) == before  # no second job, the holder untouched
+        # A replay (another priority and run time: not what the job does) still answers the first job.
+        again = sextant(cluster, "jobs", "create", "-n", namespace, "--queue", "q", "--handler", "ok",
+                        "--payload", '{"orderId": 42}', "--idempotency-key", "receipt-42", "--priority", "9",
+                        "--in", "1h")
+        assert ok(again).strip() == ident and "already used" in again.stderr
+        assert snapshot(cluster, namespace) == before
+    finally:
+        client.close()
 
 
 def test_the_window_ends_and_a_keyed_job_outlives_its_retention_until_then(cluster, namespace, crds, tmp_path,

@@ -261,7 +261,9 @@ def test_openapi_document_covers_every_route_and_error():
     ops = {(path, method) for path, item in doc["paths"].items() for method in item}
     assert ops == {("/v2/jobs", "post"), ("/v2/jobs", "get"), ("/v2/jobs/{job_id}", "get"),
                    ("/v2/jobs/{job_id}/cancel", "post"), ("/v2/jobs/{job_id}/retry", "post"), ("/v2/queues", "get")}
-    assert {"201", "200", "401", "403", "422"} <= set(doc["paths"]["/v2/jobs"]["post"]["responses"])
+    create = doc["paths"]["/v2/jobs"]["post"]["responses"]
+    assert {"201", "200", "401", "403", "409", "422"} <= set(create)
+    assert "idempotency_key is held by a job with another queue" in create["409"]["description"]
     assert "409" in doc["paths"]["/v2/jobs/{job_id}/cancel"]["post"]["responses"]
     assert "410" in doc["paths"]["/v2/jobs"]["get"]["responses"]
     for path, item in doc["paths"].items():

@@ -1,5 +1,5 @@
-"""Idempotency keys: the window (and its test setting), who holds a key now, the field selector's escaping, and
-when a keyed job's claim ends."""
+"""Idempotency keys: the window (and its test setting), who holds a key now, the field selector's escaping, when a
+keyed job's claim ends, and which fields make a create with a held key another job (refused)."""
 
 from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sextant.lifecycle import idempotency as I
-from sextant.client import Client
+from sextant.client import Client, KeyConflict, Refused
 from sextant.kube.kubeconfig import Connection
 from sextant.resources import inputs
 from sextant.resources.contract import ENV_IDEMPOTENCY_WINDOW
@@ -173,3 +173,68 @@ def test_client_and_operator_name_the_same_holder_when_a_started_job_ties_with_a
                          "spec": {"queue": "q", "handler": "h", "idempotencyKey": "k"}})
     view.pods[("shop", "job-zzz")] = {1: SimpleNamespace(owner_uid="job-zzz")}  # the pod created on first sight
     assert not view._undecided(("shop", "job-zzz")) and view._undecided(("shop", "job-aaa"))
+
+
+HELD = {"queue": "emails", "handler": "send-receipt", "payload": {"orderId": 42, "lines": [1, 2.5]},
+        "idempotencyKey": "receipt-42", "runAt": "2026-12-01T12:00:00Z", "priority": 3}
+
+
+@pytest.mark.parametrize("change, named", [
+    ({}, []),
+    ({"queue": "sms"}, ["queue"]),
+    ({"handler": "send-sms"}, ["handler"]),
+    ({"payload": {"orderId": 43, "lines": [1, 2.5]}}, ["payload"]),
+    ({"payload": {"orderId": 42}}, ["payload"]),  # a key missing
+    ({"payload": {"orderId": 42, "lines": [1, 2.5], "extra": None}}, ["payload"]),  # a key more
+    ({"payload": {"orderId": True, "lines": [1, 2.5]}}, ["payload"]),  # JSON: true is not 1 ...
+    ({"payload": {"orderId": 42.0, "lines": [1.0, 2.5]}}, []),  # ... while 42 is 42.0 (the API server may write it)
+    ({"payload": {"orderId": "42", "lines": [1, 2.5]}}, ["payload"]),
+    ({"payload": {"orderId": 42, "lines": [2.5, 1]}}, ["payload"]),  # a list's order counts
+    ({"queue": "sms", "payload": {}}, ["queue", "payload"]),
+    ({"queue": "sms", "handler": "send-sms", "payload": {}}, ["queue", "handler", "payload"]),
+    # What says when or in what order, not what: not compared.
+    ({"runAt": "2026-12-02T00:00:00Z", "priority": 0}, []),
+    ({"runAt": None}, []),
+])
+def test_a_create_differs_from_its_keys_holder_in_queue_handler_or_payload(change, named):
+    assert I.differences(HELD, {**HELD, **change}) == named
+
+
+def test_a_missing_payload_is_the_empty_one():
+    assert I.differences({"queue": "q", "handler": "h"}, {"queue": "q", "handler": "h", "payload": {}}) == []
+    assert I.differences({"queue": "q", "handler": "h"}, {"queue": "q", "handler": "h", "payload": {"a": 1}}) \
+        == ["payload"]
+
+
+def test_the_conflict_names_each_field_with_the_holders_value_then_the_creates():
+    wanted = {**HELD, "queue": "sms", "payload": {"orderId": 43, "note": "x" * 100}}
+    message = I.conflict_message("receipt-42", "job_8f3k2m9q", HELD, wanted, I.differences(HELD, wanted))
+    assert message.startswith("idempotency key 'receipt-42' is held by job job_8f3k2m9q with another "
+                              "spec.queue (emails, not sms) and spec.payload ({\"orderId\":42,\"lines\":[1,2.5]}, "
+                              "not {\"orderId\":43,\"note\":\"" + "x" * 17 + "…)"), message  # 40 characters of each at most
+    assert "\n" not in message
+    api = I.conflict_message("k", "job_x", HELD, {**HELD, "handler": "h2"}, ["handler"], prefix="")
+    assert "with another handler (send-receipt, not h2)" in api
+
+
+def test_the_client_refuses_a_create_whose_key_is_held_by_another_job_and_creates_nothing():
+    posted = []
+    holder = {"metadata": {"name": "job-applied", "creationTimestamp": "2026-12-01T11:00:00Z"},
+              "spec": {"queue": "emails", "handler": "h", "payload": {"n": 1}, "idempotencyKey": "k"},
+              "status": {"state": "queued"}}
+
+    def answer(request):
+        if request.method == "POST":
+            posted.append(request)
+        return httpx.Response(200, json=listed(holder))
+
+    client = scripted_client(answer)
+    with pytest.raises(KeyConflict) as caught:
+        client.create_job("shop", queue="sms", handler="h", payload={"n": 1}, idempotency_key="k", now=T0)
+    assert isinstance(caught.value, Refused)
+    assert (caught.value.key, caught.value.job, caught.value.fields) == ("k", "job_applied", ["queue"])
+    assert "held by job job_applied with another spec.queue (emails, not sms)" in str(caught.value)
+    # The same job: answered, as before (another priority and runAt too).
+    job, created = client.create_job("shop", queue="emails", handler="h", payload={"n": 1}, priority=5,
+                                     run_at=T0 + timedelta(hours=1), idempotency_key="k", now=T0)
+    assert (job["metadata"]["name"], created) == ("job-applied", False) and posted == []

@@ -31,7 +31,8 @@ def register(sub: argparse._SubParsersAction, flags: argparse.ArgumentParser) ->
                              description="Create a job and print its id alone on stdout, so that "
                                          "ID=$(sextant jobs create ...) works. With an idempotency key used "
                                          "within the last 24 hours, print the first job's id instead (and say so "
-                                         "on stderr).")
+                                         "on stderr); exit 1, creating nothing, when that job has another queue, "
+                                         "handler or payload.")
     create.add_argument("--queue", required=True, help="the Queue it runs on")
     create.add_argument("--handler", required=True, help="the Handler that runs it")
     create.add_argument("--payload", default=None,
@@ -42,7 +43,8 @@ def register(sub: argparse._SubParsersAction, flags: argparse.ArgumentParser) ->
     when.add_argument("--in", dest="delay", metavar="DURATION", help="do not run before this long from now, "
                                                                      "e.g. 10m or 1h30m")
     create.add_argument("--idempotency-key", metavar="KEY",
-                        help="a second create with this key within 24 h returns the first job")
+                        help="a second create with this key within 24 h returns the first job (refused "
+                             "when that job has another queue, handler or payload)")
     create.add_argument("--priority", type=int, default=0, help="higher runs first within its queue (default 0)")
     create.add_argument("-o", "--output", choices=output.FORMATS,
                         help="print the whole job as json or yaml instead of its id")

@@ -1,6 +1,7 @@
 """The /v2 HTTP API (README, "The HTTP API"), served by the operator process (see openapi.py for the document).
 
-    POST /v2/jobs                      create (honours idempotency_key: 201 created, 200 the existing job)
+    POST /v2/jobs                      create (honours idempotency_key: 201 created, 200 the existing job, 409 when
+                                       that job has another queue, handler or payload)
     GET  /v2/jobs?queue=&state=&handler=&limit=&continue=     list, a page at a time (the API server's pages)
     GET  /v2/jobs/{job_id}             one job (job_8f3k2m9q or job-8f3k2m9q)
     POST /v2/jobs/{job_id}/cancel      409 when the job's state forbids it
@@ -40,7 +41,7 @@ from pydantic import ValidationError
 from ..kube.clock import utcnow
 from ..resources import inputs
 from ..kube import metrics
-from ..client import Client, refusal_message
+from ..client import Client, KeyConflict, refusal_message
 from ..kube.client import ApiError, Gone, Kube, NotFound
 from ..lifecycle.queueing import queue_stats
 from ..resources import contract
@@ -287,6 +288,9 @@ class Api:
                 ns, queue=spec.queue, handler=spec.handler, payload=spec.payload, run_at=spec.run_at,
                 idempotency_key=spec.idempotency_key, priority=spec.priority,
                 annotations={ANNOTATION_REQUESTED_BY: request["user"].username[:4096]}))
+        except KeyConflict as exc:
+            # The API's field names are the spec's for these (queue, handler, payload); the message names them all.
+            raise HttpError(409, "Conflict", exc.words(""), field=exc.fields[0]) from None
         except ApiError as exc:
             raise self._upstream(exc, ns) from None
         out = models.dump(models.job_out(job))

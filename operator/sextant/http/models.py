@@ -143,7 +143,9 @@ class ErrorDetail(Out):
     status: int = Field(description="The HTTP status.")
     reason: str = Field(description="Unauthorized, Forbidden, NotFound, Conflict, Invalid, ...")
     message: str = Field(description="What went wrong, for a person.")
-    field: str | None = Field(default=None, description="The invalid field (422).")
+    field: str | None = Field(default=None, description="The invalid field (422); for a create whose idempotency_key "
+                                                        "is held by another job (409), the first field in which "
+                                                        "that job differs (queue, handler or payload).")
 
 
 class Error(Out):

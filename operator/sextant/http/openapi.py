@@ -41,11 +41,12 @@ RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait before retrying."
                                "schema": {"type": "string", "pattern": "^[0-9]+$"}}}
 
 
-def _responses(ok: dict[int, tuple[str, str]], *errors: int) -> dict[str, Any]:
+def _responses(ok: dict[int, tuple[str, str]], *errors: int, words: dict[int, str] | None = None) -> dict[str, Any]:
+    """An operation's answers: `ok`, and the errors (ERRORS' descriptions unless `words` has the operation's own)."""
     out: dict[str, Any] = {str(code): {"description": text, "content": _content(schema)}
                            for code, (schema, text) in ok.items()}
     for code in (401, 403, *errors, 429, 502, 503):
-        out[str(code)] = {"description": ERRORS[code], "content": _content("Error"),
+        out[str(code)] = {"description": (words or {}).get(code, ERRORS[code]), "content": _content("Error"),
                           **({"headers": RETRY_AFTER} if code in (429, 503) else {})}
     return out
 
@@ -102,12 +103,17 @@ def document() -> dict[str, Any]:
                     "operationId": "createJob", "summary": "Create a job",
                     "description": "With an idempotency_key already used in the namespace within 24 hours, the "
                                    "first job is answered (200, header Idempotent-Replayed: true) instead of "
-                                   "creating another (201). Atomic: concurrent creates with one key make one job.",
+                                   "creating another (201), when it has the same queue, handler and payload; "
+                                   "else 409 (run_at and priority are not compared). Atomic: concurrent creates "
+                                   "with one key make one job.",
                     "parameters": [NAMESPACE],
                     "requestBody": {"required": True, "content": _content("CreateJob")},
                     "responses": _responses({201: ("Job", "Created."),
                                              200: ("Job", "The job that already holds the idempotency key.")},
-                                            404, 422),
+                                            404, 409, 422,
+                                            words={409: "The idempotency_key is held by a job with another queue, "
+                                                        "handler or payload; error.field names the first such "
+                                                        "field, the message all of them. Nothing is created."}),
                 },
                 "get": {
                     "operationId": "listJobs", "summary": "List jobs",

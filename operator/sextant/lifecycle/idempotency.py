@@ -5,7 +5,9 @@ which names schedules' ticks too), so concurrent creates race for one name and t
 After the window (24 hours) the key may be used again: the next generation's name is free. A job applied directly
 under another name that reuses a claimed key is caught by the operator (`claimant`, recorded as `duplicateOf`), and
 found by every create path (CLI, HTTP API, SDK) before it creates anything (`holder`): one rule for both, with the
-same `undecided` tie-break, so that the client and the operator always name the same job.
+same `undecided` tie-break, so that the client and the operator always name the same job. A create whose key is
+held by a job that does something else (`differences`: another queue, handler or payload) is refused, not answered
+with that job.
 
 Pure: the window is passed in (resources/inputs.idempotency_window reads SEXTANT_IDEMPOTENCY_WINDOW once per
 process, for tests and experiments; the operator and every client must then be given the same value).
@@ -14,6 +16,7 @@ process, for tests and experiments; the operator and every client must then be g
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -26,6 +29,49 @@ WINDOW = IDEMPOTENCY_WINDOW
 
 # (creation time, undecided, name): what the rule knows of each job carrying one key.
 Candidate = tuple[datetime, bool, str]
+
+
+# What makes a create with a held key "the same job" as its holder: what the job does. Not runAt, which says when: a
+# repeated `--in 10m` (or run_at=now+delta) names another moment each time it is sent; not priority, which may be
+# patched after creation (it is not immutable), so that a faithful replay would be refused after a bump.
+SAME_JOB = ("queue", "handler", "payload")
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    """JSON equality: true is not 1 (Python says it is), while 1 is 1.0 (the API server may write 1.0 back as 1)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, dict) or isinstance(b, dict):
+        return (isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys()
+                and all(_same_json(a[k], b[k]) for k in a))
+    if isinstance(a, list) or isinstance(b, list):
+        return isinstance(a, list) and isinstance(b, list) and len(a) == len(b) and all(map(_same_json, a, b))
+    return a == b
+
+
+def _field(spec: Mapping[str, Any], field: str) -> Any:
+    """A spec's field; a missing payload is {}, as every create writes it."""
+    return (spec.get(field) or {}) if field == "payload" else spec.get(field)
+
+
+def differences(held: Mapping[str, Any], wanted: Mapping[str, Any]) -> list[str]:
+    """The SAME_JOB fields (spec keys, in that order) in which the spec of a create (`wanted`) differs from the spec
+    of the job holding its key (`held`); [] for a replay."""
+    return [f for f in SAME_JOB if not _same_json(_field(held, f), _field(wanted, f))]
+
+
+def _shown(value: Any, limit: int = 40) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def conflict_message(key: str, holder_id: str, held: Mapping[str, Any], wanted: Mapping[str, Any],
+                     fields: list[str], prefix: str = "spec.") -> str:
+    """Why a create is refused, in one line: "idempotency key 'k' is held by job job_x with another spec.queue
+    (emails, not sms)": each differing field, named with `prefix`, with the holder's value, then the create's."""
+    what = " and ".join(f"{prefix}{f} ({_shown(_field(held, f))}, not {_shown(_field(wanted, f))})" for f in fields)
+    return (f"idempotency key {key!r} is held by job {holder_id} with another {what}: a key names one job within "
+            "its window; give another job another key")
 
 
 def keyed_name(namespace: str, key: str, generation: int = 0) -> str:

@@ -23,7 +23,8 @@ class Jobs:
         """Create a job and return its id; with a key used in the last 24 h, the id of that job.
 
         Raises sextant.resources.inputs.InputError (a ValueError) for a payload that is not a JSON object or is over the cap
-        (256 KiB as JSON), before anything is sent."""
+        (256 KiB as JSON), before anything is sent; sextant.client.KeyConflict when the key is held by a job with
+        another queue, handler or payload (nothing is created; its message names the fields)."""
         payload = inputs.payload("payload", payload or {})
         if self._client is None:
             self._client = self._connect()
