@@ -64,3 +64,62 @@ def test_a_command_dies_with_its_sigkilled_worker(tmp_path: Path, loop: str):
         parent.wait(10)
         if pidfile.exists() and running(pid := int(pidfile.read_text())):
             os.kill(pid, signal.SIGKILL)
+
+
+# An init as the worker is when PID 1 (run_as_init), made the subreaper of its descendants as PID 1 is of every
+# process in its container. Its child (the worker) orphans a grandchild that then ends: the init must reap it.
+# The child reports whether the zombie went away: 0 reaped, 3 still a zombie.
+INIT = """
+    import os, subprocess, sys, time
+    from pathlib import Path
+    from sextant.runner.process import become_subreaper, run_as_init
+    assert become_subreaper()
+
+    def worker() -> int:
+        pidfile = Path(sys.argv[1])
+        subprocess.run(["sh", "-c", f"sleep 0.2 & echo $! > {pidfile}"], check=True)  # sh exits: sleep is orphaned
+        orphan = Path(f"/proc/{int(pidfile.read_text())}")
+        deadline = time.monotonic() + 10
+        while orphan.exists():  # a zombie keeps its /proc entry until reaped
+            if time.monotonic() > deadline:
+                return 3
+            time.sleep(0.02)
+        return 0
+
+    sys.exit(run_as_init(worker))
+"""
+
+
+@linux_only
+def test_an_init_worker_reaps_the_orphans_that_become_its_own(tmp_path: Path):
+    init = python(INIT, str(tmp_path / "pid"))
+    assert init.wait(30) == 0
+
+
+# The init passes SIGTERM (a pod's deletion) on to the worker, whose exit code becomes its own.
+FORWARDING = """
+    import signal, sys
+    from pathlib import Path
+    from sextant.runner.process import run_as_init
+
+    def worker() -> int:
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(7))
+        Path(sys.argv[1]).touch()
+        while True:
+            signal.pause()
+
+    sys.exit(run_as_init(worker))
+"""
+
+
+@linux_only
+def test_an_init_worker_forwards_sigterm_and_exits_with_the_workers_code(tmp_path: Path):
+    ready = tmp_path / "ready"
+    init = python(FORWARDING, str(ready))
+    try:
+        wait_for(ready.exists, 20, interval=0.02, message="the worker to start")
+        init.send_signal(signal.SIGTERM)
+        assert init.wait(10) == 7
+    finally:
+        init.kill()
+        init.wait(10)
