@@ -3,7 +3,7 @@ after it, saying which queues and handlers it serves and with how many slots; re
 renewal covers every attempt the worker runs.
 
 Every write is a PUT at the resourceVersion last written, so a worker notices at once when its Lease was taken
-over (a process started under the same name) or deleted: then, as when it cannot renew it for leaseDuration, the
+over (a process started under the same name) or deleted: then, as when it cannot renew it in time (below), the
 Lease is lost and the worker's attempts are no longer its own.
 
 The worker fences itself: when no renewal has been acknowledged within its renew deadline (2/3 of the
