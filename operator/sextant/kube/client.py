@@ -141,7 +141,8 @@ class Kube:
 
     async def request(self, method: str, path: str, *, params: dict[str, Any] | None = None,
                       body: Any = None, content_type: str = "application/json",
-                      retry: bool = True) -> dict[str, Any]:
+                      retry: bool = True, timeout: float = 60.0) -> dict[str, Any]:
+        """timeout: seconds for each try, the whole of it (connecting, sending, the answer)."""
         if method != "GET" and self.fence is not None and not self.fence():
             self.fenced += 1
             raise NotLeader(method, path)
@@ -151,7 +152,7 @@ class Kube:
         for attempt in range(1, self.attempts + 1):
             try:
                 async with self.session.request(method, self.conn.server + path, params=params, data=data,
-                                                headers=headers, timeout=aiohttp.ClientTimeout(total=60)) as resp:
+                                                headers=headers, timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
                     self._count(verb, path, resp.status)
                     raw = await resp.read()
                     payload = _decode(raw)

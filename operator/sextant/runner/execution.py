@@ -30,6 +30,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from .. import sdk
+from .process import die_with_parent
 
 KILLED = 128 + signal.SIGKILL
 TERMINATED = 128 + signal.SIGTERM
@@ -117,7 +118,8 @@ class CommandWork:
     """A command handler: one subprocess per attempt in its own process group, the payload (JSON) on stdin. With a
     label (a worker), its stdout and stderr go to our stdout line by line, prefixed with it; without (a pod), to
     our stdout and stderr as they are. Whatever the command leaves behind in its group is killed when it ends,
-    as with a pod's container."""
+    as with a pod's container. On Linux it gets SIGKILL when this process dies, even by SIGKILL (docs/workers.md,
+    "Processes")."""
 
     def __init__(self, command: list[str], env: dict[str, str], payload: dict[str, Any], label: str | None) -> None:
         self.command, self.env, self.payload = command, env, payload
@@ -131,7 +133,7 @@ class CommandWork:
         try:
             self.proc = await asyncio.create_subprocess_exec(
                 *self.command, stdin=pipe, stdout=pipe, stderr=asyncio.subprocess.STDOUT if self.prefix else pipe,
-                env=self.env, start_new_session=True)
+                env=self.env, start_new_session=True, preexec_fn=die_with_parent())
         except OSError as exc:  # not found, not executable
             print(f"{self.note}cannot start {self.command[0]!r}: {exc}", file=sys.stderr, flush=True)
             return Ended(COMMAND_NOT_FOUND, f"cannot start {self.command[0]!r}: {exc.strerror or exc}")

@@ -171,6 +171,14 @@ async def serve(conn: kubeconfig.Connection, args: argparse.Namespace, namespace
 
 
 def main(args: argparse.Namespace) -> int:
+    if os.getpid() == 1:  # PID 1 of its container (no init in the image): be its init too (docs/workers.md)
+        from ..runner.process import run_as_init
+
+        return run_as_init(lambda: _main(args))
+    return _main(args)
+
+
+def _main(args: argparse.Namespace) -> int:
     from .registration import default_name, name_problem
 
     logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO),

@@ -3,8 +3,12 @@ after it, saying which queues and handlers it serves and with how many slots; re
 renewal covers every attempt the worker runs.
 
 Every write is a PUT at the resourceVersion last written, so a worker notices at once when its Lease was taken
-over (a process started under the same name) or deleted: then, as when it cannot renew it for leaseDuration, the
+over (a process started under the same name) or deleted: then, as when it cannot renew it in time (below), the
 Lease is lost and the worker's attempts are no longer its own.
+
+The worker fences itself: when no renewal has been acknowledged within its renew deadline (2/3 of the
+leaseDuration, on a monotonic clock, from when the last acknowledged write was sent), the Lease is lost too, a
+third of the leaseDuration before others can see it expire; each renewal's request may take only the time left.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import math
 import os
 import re
 import socket
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -29,6 +34,7 @@ log = logging.getLogger("sextant.worker")
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 MAX_NAME = 63  # a label value, and the lease's name stays well within 253
+RENEW_DEADLINE = 2 / 3  # of the leaseDuration: renewals at 1/3, retried until 2/3, then the worker fences itself
 
 
 def sanitise(text: str) -> str:
@@ -76,6 +82,10 @@ class Offer:
     def renew_every(self) -> float:
         return self.lease_seconds / 3
 
+    @property
+    def renew_deadline(self) -> float:
+        return self.lease_seconds * RENEW_DEADLINE
+
 
 def lease_body(namespace: str, name: str, holder: str, offer: Offer, now: datetime,
                acquired: datetime | None = None) -> dict[str, Any]:
@@ -104,22 +114,25 @@ class Registration:
     """Holds the Lease: register() once, then run() renews it until the worker stops or the Lease is lost."""
 
     def __init__(self, kube: Kube, namespace: str, name: str, holder: str, offer: Callable[[], Offer],
-                 now: Callable[[], datetime] = utcnow) -> None:
+                 now: Callable[[], datetime] = utcnow, monotonic: Callable[[], float] = time.monotonic) -> None:
         self.kube, self.namespace, self.name, self.holder = kube, namespace, name, holder
         self.offer = offer
-        self.now = now
+        self.now, self.monotonic = now, monotonic
         self.path = contract.leases_path(namespace, contract.worker_lease_name(name))
         self.lost = asyncio.Event()
         self.lost_reason = ""
-        self.renewed_at: datetime | None = None
         self._acquired: datetime | None = None
         self._version: str | None = None
+        # When the last acknowledged write was sent (monotonic), and the leaseDurationSeconds it wrote: others see
+        # the Lease expire no sooner than that much later.
+        self._acked_at = 0.0
+        self._acked_seconds = 0
         self._nudge = asyncio.Event()
 
     async def register(self) -> None:
         """Create the Lease, or take it over from an earlier process of the same name (a restart: its attempts
         are then lost, as the protocol says). ApiError when the API refuses."""
-        now = self.now()
+        now, sent = self.now(), self.monotonic()
         self._acquired = now
         offer = self.offer()
         body = lease_body(self.namespace, self.name, self.holder, offer, now)
@@ -136,7 +149,7 @@ class Registration:
                             (now - renewed).total_seconds())
             body["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
             created = await self.kube.request("PUT", self.path, body=body, retry=False)
-        self._stored(created, now)
+        self._stored(created, sent, offer)
 
     def changed(self) -> None:
         """The offer changed (draining, slots, queues, handlers): write it now rather than at the next renewal."""
@@ -154,35 +167,44 @@ class Registration:
             if not await self._renew_until_lost():
                 return
 
+    def expires_in(self) -> float:
+        """Seconds until others may see the Lease expire (negative: they may already)."""
+        return self._acked_at + self._acked_seconds - self.monotonic()
+
     async def _renew_until_lost(self) -> bool:
-        """One renewal, retried until it lands (True) or the Lease is lost (False)."""
+        """One renewal, retried until it lands (True) or the Lease is lost (False): taken over, deleted, or not
+        renewed within the renew deadline. No request outlives that deadline."""
         delay = 0.2
+        problem = "no answer"
         while True:
             offer = self.offer()
-            now = self.now()
-            problem = await self._renew(offer, now)
-            if problem is None:
+            renew_deadline = min(offer.lease_seconds, self._acked_seconds) * RENEW_DEADLINE
+            deadline = self._acked_at + renew_deadline
+            if self.monotonic() >= deadline:
+                return self._lose(f"no renewal acknowledged within its renew deadline ({renew_deadline:g}s, "
+                                  f"of a leaseDuration of {self._acked_seconds}s): {problem}")
+            problem = await self._renew(offer, self.now(), deadline) or ""
+            if not problem:
                 return True
             if problem.startswith("!"):  # taken over or deleted: no retry can bring it back
                 return self._lose(problem[1:])
-            deadline = (self.renewed_at or now) + timedelta(seconds=offer.lease_seconds)
-            if self.now() >= deadline:
-                return self._lose(f"not renewed for {offer.lease_seconds}s ({problem})")
             log.warning("worker %s: cannot renew its lease: %s", self.name, problem)
-            await asyncio.sleep(min(delay, max(0.05, (deadline - self.now()).total_seconds())))
+            await asyncio.sleep(min(delay, max(0.0, deadline - self.monotonic())))
             delay = min(delay * 2, max(0.2, offer.renew_every / 2))
 
-    async def _renew(self, offer: Offer, now: datetime) -> str | None:
-        """None when written; else what went wrong ('!…' when the Lease is no longer this worker's)."""
+    async def _renew(self, offer: Offer, now: datetime, deadline: float) -> str | None:
+        """None when written; else what went wrong ('!…' when the Lease is no longer this worker's). Each request
+        may take until the deadline (monotonic), no longer."""
         body = lease_body(self.namespace, self.name, self.holder, offer, now, self._acquired)
         body["metadata"]["resourceVersion"] = self._version
+        sent = self.monotonic()
         try:
-            stored = await self.kube.request("PUT", self.path, body=body, retry=False)
+            stored = await self.kube.request("PUT", self.path, body=body, retry=False, timeout=deadline - sent)
         except NotFound:
             return "!its Lease was deleted"
         except Conflict:
             try:
-                holder, version = await self._holder()
+                holder, version = await self._holder(max(0.001, deadline - self.monotonic()))
             except NotFound:
                 return "!its Lease was deleted"
             except ApiError as again:
@@ -193,17 +215,17 @@ class Registration:
             return "changed meanwhile"
         except ApiError as exc:
             return str(exc)
-        self._stored(stored, now)
+        self._stored(stored, sent, offer)
         return None
 
-    async def _holder(self) -> tuple[str | None, str]:
+    async def _holder(self, timeout: float = 60.0) -> tuple[str | None, str]:
         """After a conflict: who holds the Lease now, and its resourceVersion. NotFound: deleted."""
-        current = await self.kube.get(self.path)
+        current = await self.kube.request("GET", self.path, timeout=timeout)
         return (current.get("spec") or {}).get("holderIdentity"), current["metadata"]["resourceVersion"]
 
-    def _stored(self, lease: dict[str, Any], now: datetime) -> None:
+    def _stored(self, lease: dict[str, Any], sent: float, offer: Offer) -> None:
         self._version = lease["metadata"]["resourceVersion"]
-        self.renewed_at = now
+        self._acked_at, self._acked_seconds = sent, offer.lease_seconds
 
     def _lose(self, why: str) -> bool:
         self.lost_reason = why

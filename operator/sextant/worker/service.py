@@ -316,6 +316,14 @@ class Worker:
         while self.tasks:
             await asyncio.gather(*list(self.tasks), return_exceptions=True)
 
+    def _fence(self) -> None:
+        """The Lease is lost: stop every handler, SIGKILL (a command) halfway to when others may see the Lease
+        expire if the queue's cancelGrace is longer, so that no attempt of this worker runs on once it may run
+        elsewhere (the other half: for the kill to land, on a loaded machine)."""
+        now, left = self.now(), max(0.0, self.registration.expires_in() / 2)
+        for current in list(self.running.values()):
+            current.execution.stop(LOST, now, min(current.execution.cancel_grace, left))
+
     async def run(self) -> int:
         """Register, serve until drained (0) or the Lease is lost (1)."""
         await self.registration.register()
@@ -334,9 +342,7 @@ class Worker:
                 task.result()  # a crash: raise it
             if lost in done:
                 code = 1
-                now = self.now()
-                for current in list(self.running.values()):
-                    current.execution.stop(LOST, now)
+                self._fence()
                 await self._settle()
         finally:
             for task in [*background, renewing, drained, lost]:

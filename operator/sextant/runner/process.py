@@ -1,0 +1,125 @@
+"""Process plumbing of the handlers' subprocesses (docs/workers.md, "Processes"): a command dies with the process
+that started it, and a worker that is PID 1 in its container reaps the orphans an init would.
+
+Linux only where the kernel is asked (prctl); elsewhere these are no-ops and a command outlives a SIGKILLed worker.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import signal
+import sys
+from collections.abc import Callable
+
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+# What an init passes on to the process it runs; the rest (SIGCHLD, SIGKILL, SIGSTOP...) it keeps or cannot catch.
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
+             signal.SIGWINCH)
+
+
+def _prctl() -> Callable[..., int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    except OSError:
+        return None
+    fn = libc.prctl
+    fn.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    fn.restype = ctypes.c_int
+    return fn  # type: ignore[no-any-return]
+
+
+# Loaded once, in the parent: the child between fork and exec only calls it.
+PRCTL = _prctl()
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """A preexec_fn for a child that must get SIGKILL when its parent dies (PR_SET_PDEATHSIG); None where the kernel
+    has no such thing. The signal comes when the *thread* that forked exits: asyncio forks on the loop's thread,
+    which lives as long as the process."""
+    prctl = PRCTL
+    if prctl is None:
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the prctl: the signal will never come
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return preexec
+
+
+def become_subreaper() -> bool:
+    """Orphans of our descendants become our children (PR_SET_CHILD_SUBREAPER), as they would an init's."""
+    return PRCTL is not None and PRCTL(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+
+
+def exit_code(status: int) -> int:
+    """A wait status as a shell says it: the exit code, or 128+N after signal N."""
+    code = os.waitstatus_to_exitcode(status)
+    return 128 - code if code < 0 else code
+
+
+def run_as_init(child: Callable[[], int]) -> int:
+    """Be an init for child(): fork, run child() in the child (its return value its exit code), and in this process
+    forward signals to it and reap every process that ends up ours, until child() has ended; its exit code.
+
+    An init of its own process, rather than reaping in the worker: a worker's waitpid(-1) would take the exit status
+    of a command from asyncio's child watcher, or of a `def` handler's subprocess.run from it (which reads ECHILD
+    as exit code 0), and nothing tells an orphan from a child of our own."""
+    forwarded = set(FORWARDED)
+    signal.pthread_sigmask(signal.SIG_BLOCK, forwarded)  # none lost, none misdirected, around the fork
+    pid = os.fork()
+    if pid == 0:
+        try:
+            for sig in forwarded:
+                signal.signal(sig, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, forwarded)
+            code = child()
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        except BaseException:  # noqa: BLE001 - shown, and the exit code says it failed
+            import traceback
+
+            traceback.print_exc()
+            code = 1
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+    def forward(sig: int, _frame: object) -> None:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+    for sig in forwarded:
+        signal.signal(sig, forward)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, forwarded)
+    while True:
+        try:
+            ended, status = os.waitpid(-1, 0)  # retried after a signal handler runs (PEP 475)
+        except ChildProcessError:
+            return 1  # cannot happen while the child lives
+        if ended == pid:
+            code = exit_code(status)
+            break
+    reap()
+    return code
+
+
+def reap() -> None:
+    """Reap whatever has already ended, without waiting for the rest."""
+    while True:
+        try:
+            ended, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if ended == 0:
+            return

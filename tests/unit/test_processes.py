@@ -1,0 +1,125 @@
+"""The handlers' processes as real processes (docs/workers.md, "Processes"): a command dies with the worker that
+started it, even when the worker is SIGKILLed; a worker that is PID 1 reaps the orphans that end up its own."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.harness import wait_for
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl is Linux's")
+OPERATOR = str(Path(__file__).resolve().parents[2] / "operator")
+
+
+def running(pid: int) -> bool:
+    """Alive and not a zombie (a zombie's reaping is its parent's business, here whatever init the test runs under)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def python(script: str, *args: str, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(script), *args],
+                            env={**os.environ, "PYTHONPATH": OPERATOR}, **kwargs)
+
+
+# A parent that runs a command handler as a worker does (CommandWork, on the event loop; uvloop where the worker
+# would use it), the command writing its pid and sleeping.
+PARENT = """
+    import asyncio, sys
+    from sextant.runner.execution import CommandWork
+    if sys.argv[2] == "uvloop":
+        import uvloop
+        uvloop.install()
+    command = ["sh", "-c", f"echo $$ > {sys.argv[1]}.tmp && mv {sys.argv[1]}.tmp {sys.argv[1]} && exec sleep 300"]
+    asyncio.run(CommandWork(command, {"PATH": "/usr/bin:/bin"}, {}, "[job#1]").run())
+"""
+
+
+@linux_only
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_a_command_dies_with_its_sigkilled_worker(tmp_path: Path, loop: str):
+    if loop == "uvloop":
+        pytest.importorskip("uvloop")
+    pidfile = tmp_path / "pid"
+    parent = python(PARENT, str(pidfile), loop)
+    try:
+        wait_for(pidfile.exists, 20, interval=0.02, message="the command to start")
+        command = int(pidfile.read_text())
+        assert running(command)
+        parent.kill()  # SIGKILL: no handler of the parent's runs
+        parent.wait(10)
+        wait_for(lambda: not running(command), 5, interval=0.02, message="the command to die with its parent")
+    finally:
+        parent.kill()
+        parent.wait(10)
+        if pidfile.exists() and running(pid := int(pidfile.read_text())):
+            os.kill(pid, signal.SIGKILL)
+
+
+# An init as the worker is when PID 1 (run_as_init), made the subreaper of its descendants as PID 1 is of every
+# process in its container. Its child (the worker) orphans a grandchild that then ends: the init must reap it.
+# The child reports whether the zombie went away: 0 reaped, 3 still a zombie.
+INIT = """
+    import os, subprocess, sys, time
+    from pathlib import Path
+    from sextant.runner.process import become_subreaper, run_as_init
+    assert become_subreaper()
+
+    def worker() -> int:
+        pidfile = Path(sys.argv[1])
+        subprocess.run(["sh", "-c", f"sleep 0.2 & echo $! > {pidfile}"], check=True)  # sh exits: sleep is orphaned
+        orphan = Path(f"/proc/{int(pidfile.read_text())}")
+        deadline = time.monotonic() + 10
+        while orphan.exists():  # a zombie keeps its /proc entry until reaped
+            if time.monotonic() > deadline:
+                return 3
+            time.sleep(0.02)
+        return 0
+
+    sys.exit(run_as_init(worker))
+"""
+
+
+@linux_only
+def test_an_init_worker_reaps_the_orphans_that_become_its_own(tmp_path: Path):
+    init = python(INIT, str(tmp_path / "pid"))
+    assert init.wait(30) == 0
+
+
+# The init passes SIGTERM (a pod's deletion) on to the worker, whose exit code becomes its own.
+FORWARDING = """
+    import signal, sys
+    from pathlib import Path
+    from sextant.runner.process import run_as_init
+
+    def worker() -> int:
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(7))
+        Path(sys.argv[1]).touch()
+        while True:
+            signal.pause()
+
+    sys.exit(run_as_init(worker))
+"""
+
+
+@linux_only
+def test_an_init_worker_forwards_sigterm_and_exits_with_the_workers_code(tmp_path: Path):
+    ready = tmp_path / "ready"
+    init = python(FORWARDING, str(ready))
+    try:
+        wait_for(ready.exists, 20, interval=0.02, message="the worker to start")
+        init.send_signal(signal.SIGTERM)
+        assert init.wait(10) == 7
+    finally:
+        init.kill()
+        init.wait(10)
