@@ -70,7 +70,7 @@ from croniter.croniter import CroniterError
 from ..resources import API_VERSION, contract
 from ..resources.common import Condition, format_duration, format_time, parse_duration, parse_time, time_or_none
 from ..resources.job import State, payload_refusal
-from ..resources.schedule import KIND, ScheduleSpec, ScheduleStatus
+from ..resources.schedule import KIND, MACROS, ScheduleSpec, ScheduleStatus, cron_problem
 from .idempotency import keyed_name
 from .states import FINISHED
 from .transitions import Event
@@ -88,7 +88,6 @@ LATE = timedelta(seconds=10)
 MAX_CATCH_UP = 100
 # No time zone moves its clocks by more than this at once (the largest, 2 h, is historical double summer time).
 MAX_SHIFT = timedelta(hours=3)
-MACROS = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
 MAX_NAME = 63  # the name is the value of the label sextant.dev/schedule on every job
 
 _UNSTABLE_FIELD = re.compile(r"(^|[,/\-(])[HRhr]($|[,/\-(])")
@@ -134,6 +133,9 @@ def check_cron(expression: str) -> None:
                 f"cron {expression!r}: random (R) and hashed (H) fields are not supported; a tick must be the "
                 "same on every replica and after every restart",
             )
+    problem = cron_problem(expression)  # the CRD's and the models' grammar: croniter alone accepts more (L, W, #, ...)
+    if problem:
+        raise InvalidSchedule("InvalidCron", f"cron {expression!r}: {problem}")
     try:
         croniter(text, datetime(2000, 1, 1)).get_next(datetime)
     except CroniterError as exc:
