@@ -86,6 +86,8 @@ BAD_CRONS = [
     ("@every 5m", "unknown macro"),
     ("@HOURLY", "unknown macro"),
     (" 0 * * * *", "fields"),
+    (" @hourly", "fields"),
+    ("0 * * * * ", "fields"),
 ]
 
 
@@ -119,12 +121,22 @@ _PIECE = st.one_of(st.integers(0, 62).map(str), st.sampled_from(
 _ITEM = st.one_of(_PIECE, st.tuples(_PIECE, _PIECE).map("-".join),
                   st.tuples(st.one_of(_PIECE, st.tuples(_PIECE, _PIECE).map("-".join)),
                             st.integers(0, 70)).map(lambda t: f"{t[0]}/{t[1]}"))
-_FIELD = st.lists(_ITEM, min_size=1, max_size=3).map(",".join)
-_CRON = st.one_of(st.lists(_FIELD, min_size=4, max_size=6).map(" ".join), st.sampled_from([*MACROS, "@every"]))
+# Most fields *, so that a wild field is mostly tried beside valid ones, and some of the crons are valid.
+_FIELD = st.one_of(st.just("*"), st.just("*"), st.lists(_ITEM, min_size=1, max_size=3).map(",".join))
+_SPACE = st.sampled_from([" "] * 20 + ["  ", "\t", "\n", "\u00a0"])  # mostly a space; a few that are no separator
+
+
+@st.composite
+def _crons(draw: st.DrawFn) -> str:
+    if draw(st.integers(0, 9)) == 0:
+        return draw(st.sampled_from(["", " "])) + draw(st.sampled_from([*MACROS, "@every", "@HOURLY"]))
+    fields = draw(st.lists(_FIELD, min_size=draw(st.sampled_from([4, 5, 5, 5, 5, 5, 5, 6])), max_size=6))
+    text = fields[0] + "".join(draw(_SPACE) + f for f in fields[1:])
+    return text + draw(st.sampled_from([""] * 9 + [" "]))
 
 
 @settings(max_examples=1500, deadline=None)
-@given(_CRON)
+@given(_crons())
 def test_the_model_accepts_a_cron_exactly_when_the_operator_can_evaluate_it(cron: str):
     try:
         ScheduleSpec.model_validate({"cron": cron, "jobTemplate": TEMPLATE})
