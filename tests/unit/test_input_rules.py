@@ -85,9 +85,12 @@ BAD_CRONS = [
     ("0 0 * * * *", "6 fields"),
     ("@every 5m", "unknown macro"),
     ("@HOURLY", "unknown macro"),
-    (" 0 * * * *", "fields"),
-    (" @hourly", "fields"),
-    ("0 * * * * ", "fields"),
+    (" 0 * * * *", "remove the spaces before or after it"),
+    (" @hourly", "remove the spaces"),
+    ("0 * * * * ", "remove the spaces"),
+    ("@hourly *", "unknown macro"),
+    ("0 0 *", "it has 3 fields"),
+    ("0 *\n* * *", "separate the five fields"),
 ]
 
 

@@ -60,10 +60,10 @@ ANNOTATION_REQUESTED_BY = contract.ANNOTATION_REQUESTED_BY
 DEFAULT_LIMIT, MAX_LIMIT = models.DEFAULT_LIMIT, models.MAX_LIMIT
 CONTINUE_MAX = models.CONTINUE_MAX
 _CONTINUE_RE = re.compile(models.CONTINUE_PATTERN)
-# The jobs CRD's selectableFields (resources/crds.py): the list filters, applied by the API server.
 # A body is an object whose payload nests at most MAX_PAYLOAD_DEPTH levels; anything deeper is refused before it
 # is validated (pydantic and json.loads recurse, and a deep enough body overflows the stack).
 MAX_BODY_DEPTH = MAX_PAYLOAD_DEPTH + 1
+# The jobs CRD's selectableFields (resources/crds.py): the list filters, applied by the API server.
 FIELD_SELECTORS = {"queue": "spec.queue", "handler": "spec.handler", "state": "status.state"}
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

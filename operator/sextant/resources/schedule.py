@@ -82,14 +82,20 @@ def cron_problem(expression: str) -> str | None:
     (February 30) is the operator's to find (lifecycle/schedule.py, the Invalid condition)."""
     if expression.startswith("@"):
         return None if expression in MACROS else f"unknown macro; use one of {', '.join(MACROS)}"
-    fields = re.split(r"[ \t]+", expression)
     if not re.fullmatch(CRON_PATTERN, expression):
-        return (f"it has {len(fields)} fields; use five (minute hour day-of-month month day-of-week), separated by "
-                "spaces, or a macro")
-    for field, value, regex in zip(CRON_FIELDS, fields, _CRON_FIELD_RES):
+        count = len(expression.split())
+        if expression.strip() != expression and (count == 5 or expression.strip() in MACROS):
+            return "remove the spaces before or after it"
+        if count == 5:
+            return "separate the five fields by spaces or tabs"
+        return (f"it has {count} field{'' if count == 1 else 's'}; use five (minute hour day-of-month month "
+                "day-of-week) or a macro")
+    for field, value, regex in zip(CRON_FIELDS, re.split(r"[ \t]+", expression), _CRON_FIELD_RES):
         if not regex.fullmatch(value):
             return f"{value!r}: {field.rule}"
     return None
+
+
 # The shape of an IANA time zone name ("UTC", "Europe/Berlin", "America/Argentina/Buenos_Aires", "Etc/GMT+1").
 # Whether the zone exists cannot be checked at admission: the operator reports it in the Invalid condition.
 TIME_ZONE_PATTERN = r"^[A-Za-z][A-Za-z0-9_+\-]*(/[A-Za-z0-9_+\-]+)*$"
