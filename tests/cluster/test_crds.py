@@ -158,6 +158,23 @@ INVALID = [
     Invalid("misspelt-field", queue("q-typo", concurency=3), ['unknown field "spec.concurency"']),
     Invalid("cron-with-4-fields", schedule("s-cron-4", cron="0 2 * *"), ["spec.cron", "should match"]),
     Invalid("cron-with-6-fields", schedule("s-cron-6", cron="0 0 2 * * *"), ["spec.cron", "should match"]),
+    Invalid("cron-minute-61", schedule("s-cron-61", cron="61 * * * *"),
+            ["spec.cron", "the minute field must be 0-59"]),
+    Invalid("cron-hour-24", schedule("s-cron-h24", cron="0 24 * * *"), ["spec.cron", "the hour field must be 0-23"]),
+    Invalid("cron-day-0", schedule("s-cron-d0", cron="0 0 0 * *"),
+            ["spec.cron", "the day-of-month field must be 1-31"]),
+    Invalid("cron-month-13", schedule("s-cron-m13", cron="0 0 1 13 *"), ["spec.cron", "the month field must be 1-12"]),
+    Invalid("cron-weekday-8", schedule("s-cron-w8", cron="0 0 * * 8"),
+            ["spec.cron", "the day-of-week field must be 0-7"]),
+    Invalid("cron-step-0", schedule("s-cron-step0", cron="*/0 * * * *"), ["spec.cron", "the minute field"]),
+    Invalid("cron-hashed", schedule("s-cron-hashed", cron="H * * * *"), ["spec.cron", "the minute field"]),
+    Invalid("timeout-0s", queue("q-timeout-0", timeout="0s"), ["spec.timeout", "timeout must be at least 1ms"]),
+    Invalid("job-handler-with-spaces", job("j-handler-spaces", handler="send receipt"),
+            ["spec.handler", "should match"]),
+    Invalid("job-queue-with-spaces", job("j-queue-spaces", queue="my queue"), ["spec.queue", "should match"]),
+    Invalid("schedule-handler-with-spaces",
+            schedule("s-handler-spaces", interval="1m", jobTemplate={"queue": "emails", "handler": "Send Receipt"}),
+            ["spec.jobTemplate.handler", "should match"]),
     Invalid("cron-and-interval", schedule("s-both", cron="0 2 * * *", interval="30s"),
             ["spec", "set exactly one of cron and interval"]),
     Invalid("neither-cron-nor-interval", schedule("s-neither"), ["spec", "set exactly one of cron and interval"]),
@@ -170,6 +187,20 @@ INVALID = [
             handler("h-exit-300", template={"spec": {"containers": [CONTAINER]}}, nonRetryableExitCodes=[300]),
             ["spec.nonRetryableExitCodes[0]", "less than or equal to 255"]),
 ]  # fmt: skip
+
+
+# Every form of cron the operator evaluates (tests/unit/test_input_rules.py): the CRD's rules admit them all.
+GOOD_CRONS = ["*/15 9-17 * * mon-fri", "0 0 1 JAN,jul ?", "0 0 ? * 7", "59/15 23/2 31/3 12/5 6/2", "00 09 * * *",
+              "50-10 22-2 * nov-feb sat-mon", "0,15,30,45 * 1-7,15 */3 0-7", "0 0 L * *", "0 0 15-L/5 * *",
+              "0\t0  *\t*  *", "0 0 30 2 *", "@hourly"]
+
+
+def test_every_cron_form_the_operator_evaluates_is_accepted(installed, ns):
+    for i, cron in enumerate(GOOD_CRONS):
+        manifest = schedule(f"s-good-{i}", cron=cron)
+        installed.kubectl("create", "-n", ns, "-f", "-", input=json.dumps(manifest))
+        assert get(installed, ns, "Schedule", f"s-good-{i}")["spec"]["cron"] == cron
+        Schedule.model_validate(manifest)
 
 
 @pytest.mark.parametrize("case", INVALID, ids=[c.id for c in INVALID])

@@ -206,7 +206,7 @@ def test_default_values_render_a_two_replica_restricted_operator_with_cluster_wi
     assert spec["replicas"] == 2
     (container,) = pod["containers"]
     assert container["image"] == f"ghcr.io/sextant-dev/sextant:{APP_VERSION}"
-    assert container["args"] == ["--http-port=8080", "--log-level=warning", "--workers=64", *TLS_ARGS,
+    assert container["args"] == ["--http-host=0.0.0.0", "--http-port=8080", "--log-level=warning", "--workers=64", *TLS_ARGS,
                                  *LEADER_ELECTION]
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http", "scheme": "HTTPS"}
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http", "scheme": "HTTPS"}
@@ -277,7 +277,7 @@ def test_custom_values_render_roles_per_watched_namespace_a_service_monitor_and_
     deployment = one(docs, "Deployment")
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     assert deployment["spec"]["replicas"] == 1
-    assert container["args"] == ["--http-port=8080", "--log-level=info", "--workers=64", *TLS_ARGS,
+    assert container["args"] == ["--http-host=0.0.0.0", "--http-port=8080", "--log-level=info", "--workers=64", *TLS_ARGS,
                                  "--watch-namespace=shop", "--watch-namespace=billing", "--no-events",
                                  *LEADER_ELECTION]
     assert "affinity" not in deployment["spec"]["template"]["spec"]

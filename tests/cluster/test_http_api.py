@@ -268,6 +268,9 @@ def test_bad_input_is_422_naming_the_field_and_changes_nothing(cluster, api):
     cases = [
         ("POST", post, {"content": b"{not json"}, {}, "body", "not valid JSON"),
         ("POST", post, {"json": [1, 2]}, {}, "body", "a JSON object"),
+        ("POST", post, {"content": b"[" * 100_000 + b"]" * 100_000}, {}, "body", "nests deeper than 101 levels"),
+        ("POST", post, {"content": b'{"queue": "q", "handler": "h", "payload": ' + b'{"a": ' * 200 + b"{}"
+                                   + b"}" * 201}, {}, "body", "the payload at most 100"),
         ("POST", post, {"json": {"handler": "h"}}, {}, "queue", "required"),
         ("POST", post, {"json": {"queue": "Emails!", "handler": "h"}}, {}, "queue", "not a valid queue name"),
         ("POST", post, {"json": {"queue": "q", "handler": "h", "payload": [1]}}, {}, "payload", "an object"),

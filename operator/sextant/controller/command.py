@@ -57,7 +57,9 @@ def flags(op: argparse.ArgumentParser) -> None:
     op.add_argument("--log-level", default="warning", help="debug, info, warning (default) or error")
     op.add_argument("--http-port", type=int, default=Settings.http_port,
                     help=f"port of health, readiness, metrics and the /v2 API (default {Settings.http_port}; -1: none)")
-    op.add_argument("--http-host", default=Settings.http_host, help="address to listen on (default all)")
+    op.add_argument("--http-host", default=Settings.http_host,
+                    help="address to listen on (default %(default)s: this machine only; 0.0.0.0: every interface, "
+                         "as the Helm chart does)")
     op.add_argument("--http-tls-cert", help="serve HTTPS with this PEM certificate (chain); with --http-tls-key. "
                                             "Read again when the file changes")
     op.add_argument("--http-tls-key", help="the certificate's PEM private key")

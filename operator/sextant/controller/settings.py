@@ -27,7 +27,9 @@ class Settings:
     record_queued_after: timedelta = RECORD_QUEUED_AFTER  # a job about to start goes this long without a state
     idempotency_window: timedelta = IDEMPOTENCY_WINDOW  # SEXTANT_IDEMPOTENCY_WINDOW: every client must agree
     events: bool = True
-    http_host: str = "0.0.0.0"
+    # Loopback: without TLS flags the server is plain HTTP, and on every interface it would offer the /v2 API to
+    # the network. The chart listens on all interfaces explicitly (--http-host=0.0.0.0), with TLS by default.
+    http_host: str = "127.0.0.1"
     http_port: int | None = 8080  # health, readiness, metrics and the /v2 API; None: no server
     http_tls: tuple[str, str] | None = None  # (certificate, key) files: serve HTTPS
     http_max_in_flight: int = 100  # /v2 requests served at once; more are answered 429

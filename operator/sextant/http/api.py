@@ -42,10 +42,12 @@ from ..kube.clock import utcnow
 from ..resources import inputs
 from ..kube import metrics
 from ..client import Client, KeyConflict, refusal_message
+from ..kube import jsontext
 from ..kube.client import ApiError, Gone, Kube, NotFound
 from ..lifecycle.queueing import queue_stats
 from ..resources import contract
-from ..resources.job import job_id
+from ..resources.common import json_depth
+from ..resources.job import MAX_PAYLOAD_DEPTH, job_id
 from . import models
 from .auth import Authorizer, HttpError
 from .openapi import document
@@ -59,6 +61,9 @@ ANNOTATION_REQUESTED_BY = contract.ANNOTATION_REQUESTED_BY
 DEFAULT_LIMIT, MAX_LIMIT = models.DEFAULT_LIMIT, models.MAX_LIMIT
 CONTINUE_MAX = models.CONTINUE_MAX
 _CONTINUE_RE = re.compile(models.CONTINUE_PATTERN)
+# A body is an object whose payload nests at most MAX_PAYLOAD_DEPTH levels; anything deeper is refused before it
+# is validated (pydantic and json.loads recurse, and a deep enough body overflows the stack).
+MAX_BODY_DEPTH = MAX_PAYLOAD_DEPTH + 1
 # The jobs CRD's selectableFields (resources/crds.py): the list filters, applied by the API server.
 FIELD_SELECTORS = {"queue": "spec.queue", "handler": "spec.handler", "state": "status.state"}
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -274,9 +279,12 @@ class Api:
         ns = await self._allowed(request, "create", "jobs")
         raw_body = await request.read()
         try:
-            data = json.loads(raw_body) if raw_body.strip() else None
-        except (json.JSONDecodeError, UnicodeDecodeError):
+            data = jsontext.loads(raw_body) if raw_body.strip() else None  # any depth, without recursion
+        except ValueError:  # orjson's JSONDecodeError, bad UTF-8 included
             raise invalid("body", "not valid JSON") from None
+        if json_depth(data, MAX_BODY_DEPTH) > MAX_BODY_DEPTH:  # before anything walks it recursively
+            raise invalid("body", f"the JSON nests deeper than {MAX_BODY_DEPTH} levels (the payload at most "
+                                  f"{MAX_PAYLOAD_DEPTH})")
         if not isinstance(data, dict):
             raise invalid("body", "a JSON object with at least queue and handler is required")
         try:

@@ -70,7 +70,7 @@ from croniter.croniter import CroniterError
 from ..resources import API_VERSION, contract
 from ..resources.common import Condition, format_duration, format_time, parse_duration, parse_time, time_or_none
 from ..resources.job import State, payload_refusal
-from ..resources.schedule import KIND, ScheduleSpec, ScheduleStatus
+from ..resources.schedule import KIND, MACROS, ScheduleSpec, ScheduleStatus, cron_problem
 from .idempotency import keyed_name
 from .states import FINISHED
 from .transitions import Event
@@ -88,7 +88,6 @@ LATE = timedelta(seconds=10)
 MAX_CATCH_UP = 100
 # No time zone moves its clocks by more than this at once (the largest, 2 h, is historical double summer time).
 MAX_SHIFT = timedelta(hours=3)
-MACROS = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
 MAX_NAME = 63  # the name is the value of the label sextant.dev/schedule on every job
 
 _UNSTABLE_FIELD = re.compile(r"(^|[,/\-(])[HRhr]($|[,/\-(])")
@@ -115,27 +114,22 @@ def zone_of(name: str) -> ZoneInfo:
 
 
 def check_cron(expression: str) -> None:
-    """Raise InvalidSchedule unless `expression` is five cron fields or a macro that can fire."""
-    text = expression.strip()
-    if text.startswith("@"):
-        if text not in MACROS:
-            raise InvalidSchedule("InvalidCron", f"cron {expression!r}: unknown macro; use one of {', '.join(MACROS)}")
-        return
-    fields = text.split()
-    if len(fields) != 5:
-        raise InvalidSchedule(
-            "InvalidCron",
-            f"cron {expression!r} has {len(fields)} fields; use five (minute hour day-of-month month day-of-week)",
-        )
-    for value in fields:
+    """Raise InvalidSchedule unless `expression` is five cron fields or a macro that can fire: the grammar of the
+    CRD and the models (resources/schedule.py; croniter alone takes more, e.g. W and #), then a date it matches."""
+    for value in expression.split():
         if _UNSTABLE_FIELD.search(value):
             raise InvalidSchedule(
                 "InvalidCron",
                 f"cron {expression!r}: random (R) and hashed (H) fields are not supported; a tick must be the "
                 "same on every replica and after every restart",
             )
+    problem = cron_problem(expression)
+    if problem:
+        raise InvalidSchedule("InvalidCron", f"cron {expression!r}: {problem}")
+    if expression in MACROS:
+        return
     try:
-        croniter(text, datetime(2000, 1, 1)).get_next(datetime)
+        croniter(expression, datetime(2000, 1, 1)).get_next(datetime)
     except CroniterError as exc:
         detail = str(exc) or type(exc).__name__
         if "failed to find next date" in detail:

@@ -10,6 +10,11 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+# A queue, handler or schedule: a Kubernetes object name (DNS-1123 subdomain) that also fits a label value
+# (pods carry it), so at most 63 characters. A namespace is a DNS-1123 label (no dots).
+NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+NAME_MAX = 63
+
 # Go-style durations as CEL's duration() reads them ("30s", "1h30m", "500ms"); no sign, so never negative.
 DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
 _DURATION_RE = re.compile(DURATION_PATTERN)

@@ -15,17 +15,14 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from .common import parse_duration
+from .common import NAME_MAX, NAME_PATTERN, parse_duration
 from .contract import ENV_IDEMPOTENCY_WINDOW
 from .job import ID_ALPHABET, ID_LENGTH, IDEMPOTENCY_WINDOW, State, payload_refusal
 
-# A queue, handler or schedule: a Kubernetes object name (DNS-1123 subdomain) that also fits a label value
-# (pods carry it), so at most 63 characters. A namespace is a DNS-1123 label (no dots).
-NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 _NAME_RE = re.compile(NAME_PATTERN)
+# A namespace is a DNS-1123 label (no dots).
 NAMESPACE_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 _NAMESPACE_RE = re.compile(NAMESPACE_PATTERN)
-NAME_MAX = 63
 # A job id in either spelling: job_8f3k2m9q or job-8f3k2m9q (any object name is accepted too).
 JOB_ID_PATTERN = r"^[a-z0-9]([-_.a-z0-9]*[a-z0-9])?$"
 _JOB_ID_RE = re.compile(JOB_ID_PATTERN)

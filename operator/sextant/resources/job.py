@@ -9,8 +9,8 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from .common import (MAX_TIME, MIN_TIME, TIME_RANGE_TEXT, Condition, Model, Timestamp, format_time, json_depth,
-                     parse_time, validations)
+from .common import (MAX_TIME, MIN_TIME, NAME_MAX, NAME_PATTERN, TIME_RANGE_TEXT, Condition, Model, Timestamp,
+                     format_time, json_depth, parse_time, validations)
 
 KIND = "Job"
 PLURAL = "jobs"
@@ -115,8 +115,10 @@ def is_finished(state: Any) -> bool:
 
 
 class JobSpec(Model):
-    queue: str = Field(min_length=1, max_length=63, description="The Queue (in this namespace) the job runs on.")
-    handler: str = Field(min_length=1, max_length=63, description="The Handler (in this namespace) that runs it.")
+    queue: str = Field(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN,
+                       description="The Queue (in this namespace) the job runs on: an object name.")
+    handler: str = Field(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN,
+                         description="The Handler (in this namespace) that runs it: an object name.")
     payload: dict[str, Any] = Field(
         default_factory=dict,
         description="Any JSON object; handed to the handler on standard input.",

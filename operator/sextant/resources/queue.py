@@ -14,6 +14,9 @@ PLURAL = "queues"
 SHORT_NAMES = ["squeue"]
 MAX_ATTEMPTS = 1000
 MIN_LEASE_DURATION = timedelta(seconds=1)
+# No timeout, "0s", means nothing: not "no limit" (unlike retention's "0s"), an attempt that times out at once.
+# Checked here in microseconds and by the CRD in nanoseconds: whatever the CRD admits, the model reads.
+MIN_TIMEOUT = timedelta(milliseconds=1)
 
 
 class Backoff(Model):
@@ -71,7 +74,9 @@ class QueueSpec(Model):
     backoff: Backoff = Field(default_factory=Backoff, description="The delay between attempts.",
                              json_schema_extra={"default": Backoff().wire()})
     timeout: Duration = Field(
-        default="5m", description="How long one attempt may run, from its handler's start, before it fails with Timeout."
+        default="5m",
+        description="How long one attempt may run, from its handler's start, before it fails with Timeout "
+        "(at least 1ms).",
     )
     start_timeout: Duration = Field(
         default="10m",
@@ -99,8 +104,21 @@ class QueueSpec(Model):
                 "message": "leaseDuration must be at least 1s",
                 "fieldPath": ".leaseDuration",
             },
+            {
+                "rule": "!has(self.timeout) || duration(self.timeout) >= duration('1ms')",
+                "message": "timeout must be at least 1ms: an attempt with no time to run would always time out",
+                "fieldPath": ".timeout",
+            },
         )
     }
+
+    @field_validator("timeout")
+    @classmethod
+    def _timeout_positive(cls, value: str) -> str:
+        if parse_duration(value) < MIN_TIMEOUT:
+            raise ValueError(f"{value!r}: timeout must be at least 1ms: an attempt with no time to run would always "
+                             "time out")
+        return value
 
     @field_validator("lease_duration")
     @classmethod
