@@ -7,6 +7,7 @@ whose pods really run. Every call asserts that no stack trace reaches the user (
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +27,16 @@ FOREVER = {"sextant.dev/test-outcome": "run-forever"}
 FAST = {"backoff": {"policy": "fixed", "initial": "200ms"}}
 
 
+def column(table: str, name: str) -> dict[str, str]:
+    """A column of a CLI table by each row's first cell, read by position (the columns are aligned; a cell may
+    hold a space, as "in 5m" does)."""
+    header, *rows = table.splitlines()
+    start = header.index(name)
+    rest = header[start + len(name):]
+    end = start + len(name) + len(rest) - len(rest.lstrip()) if rest.strip() else None
+    return {row.split()[0]: row[start:end].strip() for row in rows}
+
+
 def state_of(cluster, namespace: str, ident: str) -> str | None:
     return (job_json(cluster, namespace, ident).get("status") or {}).get("state")
 
@@ -43,14 +54,17 @@ def test_plugin_is_found_and_global_flags_work_before_and_after_the_subcommand(c
     first = ok(sextant(cluster, "-n", namespace, "jobs", "create", "--queue", "q", "--handler", "h")).strip()
     second = ok(sextant(cluster, "jobs", "create", "--queue", "q", "--handler", "h", "--namespace", namespace)).strip()
     assert ID_RE.match(first) and ID_RE.match(second) and first != second
+    # `jobs` alone lists, as `jobs list` does.
     lists = sextant_many(cluster, [["-n", namespace, "jobs", "list"], ["jobs", "-n", namespace, "list"],
-                                   ["jobs", "list", "-n", namespace], ["-A", "jobs", "list"], ["jobs", "list", "-A"],
-                                   ["jobs", "list", "--all-namespaces"]])
-    for proc in lists[:3]:
+                                   ["jobs", "list", "-n", namespace], ["jobs", "-n", namespace],
+                                   ["-n", namespace, "jobs", "--handler", "h"], ["-A", "jobs", "list"],
+                                   ["jobs", "list", "-A"], ["jobs", "list", "--all-namespaces"], ["jobs", "-A"]])
+    for proc in lists[:5]:
         table = ok(proc)
-        assert table.splitlines()[0].split() == ["ID", "STATE", "ATTEMPT", "QUEUE", "HANDLER", "PRIORITY", "AGE"]
+        assert table.splitlines()[0].split() == ["ID", "STATE", "ATTEMPT", "QUEUE", "HANDLER", "PRIORITY", "RUN-AT",
+                                                 "AGE"]
         assert first in table and second in table
-    for proc in lists[3:]:
+    for proc in lists[5:]:
         rows = [line.split() for line in ok(proc).splitlines()]
         assert rows[0][0] == "NAMESPACE" and [namespace, first] in [r[:2] for r in rows]
     # The namespace defaults to the kubeconfig context's; --context and --kubeconfig pick the kubeconfig.
@@ -166,7 +180,10 @@ def test_schedules_list_and_trigger(cluster, namespace, crds):
     stamp = nxt.isoformat().replace("+00:00", "Z")
     cluster.kubectl("patch", "-n", namespace, "schedules.sextant.dev", "nightly", "--subresource=status",
                     "--type=merge", "-p", json.dumps({"status": {"nextScheduleTime": stamp}}))
-    rows = [line.split() for line in ok(sextant(cluster, "schedules", "list", "-n", namespace)).splitlines()]
+    table = ok(sextant(cluster, "schedules", "list", "-n", namespace))
+    alone = ok(sextant(cluster, "schedules", "-n", namespace))  # `schedules` alone lists, as `schedules list` does
+    assert [line.split()[:-1] for line in alone.splitlines()] == [line.split()[:-1] for line in table.splitlines()]
+    rows = [line.split() for line in table.splitlines()]
     assert rows[0] == ["NAME", "SCHEDULE", "TIMEZONE", "SUSPEND", "ACTIVE", "LAST", "NEXT", "AGE"]
     assert rows[1][0] == "nightly" and " ".join(rows[1][1:6]) == "0 2 * * *"
     assert rows[1][6:9] == ["Europe/Berlin", "False", "0"] and stamp in rows[1] and "(in" in rows[1]
@@ -255,6 +272,10 @@ def test_create_wait_get_list_inspect(cluster, namespace, operator, tmp_path):
 
     assert ids(succeeded) == {good, from_file, from_stdin, retried}
     assert ids(failing) == {doomed} and ids(scheduled) == {later, pinned} and ids(other) == set()
+    # RUN-AT: when a scheduled job runs, relative; a job without runAt has none.
+    run_at_cells = column(scheduled, "RUN-AT")
+    assert re.fullmatch(r"in (59|60)m", run_at_cells[later]) and re.fullmatch(r"in 2[34]h", run_at_cells[pinned])
+    assert set(column(succeeded, "RUN-AT").values()) == {"<none>"}
     assert [j["metadata"]["name"] for j in json.loads(dead_json)["items"]] == [doomed.replace("_", "-")]
 
     fields = dict(line.split(":", 1) for line in text.split("\n\n", 1)[0].splitlines())
@@ -347,6 +368,8 @@ def test_queues_list(cluster, namespace, operator):
              message=lambda: f"the operator's numbers for q, got {q_row()}")  # written within 3 s of a change
     rows, err = table()
     assert rows[0] == ["NAME", "RUNNING", "QUEUED", "STARTING", "SCHEDULED", "FAILED", "OLDEST-QUEUED", "AGE"]
+    alone = sextant(cluster, "queues", "-n", namespace)  # `queues` alone lists, as `queues list` does
+    assert [line.split()[:3] for line in ok(alone).splitlines()] == [r[:3] for r in rows] and alone.stderr == ""
     assert rows[1][6] != "-" and err == ""
     data = {q["name"]: q for q in json.loads(ok(sextant(cluster, "queues", "list", "-n", namespace, "-o", "json")))[
         "items"]}

@@ -1,7 +1,8 @@
 """`kubectl sextant workers` on the real control plane, with no worker process: the test writes what workers and the
 operator would — registration Leases (docs/workers.md §1) and jobs whose status assigns them to a worker — through
 the API, and reads the plugin's table, wide table and JSON. The busy count goes through the CRD's selectable field
-status.worker, so this also proves the API server answers that field selector."""
+status.worker, so this also proves the API server answers that field selector. And `inspect` of a job a real
+`sextant worker` ran."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import yaml
 from sextant.resources.common import format_time
 
 from .plugin_support import ok, sextant
-from .support import job
+from .support import WorkerProcess, apply, job, queue, wait_state
 
 
 def worker_lease(name: str, renewed: datetime, *, duration: int = 600, slots: int = 2, queues: str = "emails",
@@ -88,3 +89,23 @@ def test_no_workers_says_so(cluster, namespace, crds):
     assert proc.returncode == 0 and proc.stdout == ""
     assert proc.stderr.strip() == f"No workers found in namespace {namespace}."
     assert json.loads(ok(sextant(cluster, "workers", "-n", namespace, "-o", "json"))) == {"items": []}
+
+
+def test_inspect_names_the_worker_that_ran_an_attempt(cluster, namespace, operator, tmp_path, request):
+    apply(cluster, namespace, queue("q"),
+          {"apiVersion": "sextant.dev/v1alpha1", "kind": "Handler", "metadata": {"name": "nap"},
+           "spec": {"worker": {}}},
+          job("job-w", handler_name="nap", payload={"seconds": 0}))
+    worker = WorkerProcess(cluster.kubeconfig, namespace, "wk", tmp_path, "--module", "napping", "--handler", "nap")
+    request.node._sextant_workers = [worker]  # its log joins a failed test's report (conftest.py)
+    worker.start()
+    try:
+        wait_state(cluster, namespace, "job-w", "succeeded")
+    finally:
+        worker.kill()
+    text = ok(sextant(cluster, "inspect", "job-w", "-n", namespace))
+    timeline = text.split("Timeline:\n", 1)[1].splitlines()
+    assert timeline[0].split() == ["ATTEMPT", "POD", "NODE", "STARTED", "FINISHED", "DURATION", "RESULT", "ERROR"]
+    assert timeline[1].split()[:3] == ["1", "worker/wk", "wk"] and timeline[1].split()[-2:] == ["succeeded", "<none>"]
+    shown = json.loads(ok(sextant(cluster, "inspect", "job-w", "-n", namespace, "-o", "json")))["attempts"][0]
+    assert shown["pod"] is None and shown["worker"].startswith("wk/") and shown["node"] == "wk"

@@ -148,3 +148,15 @@ def test_node_is_recorded():
 def test_pod_finished_and_alive(phase, deleting, finished, alive):
     observed = pod(phase, deleting=deleting)
     assert (observed.finished, observed.alive) == (finished, alive)
+
+
+def test_a_handler_that_cannot_start_is_an_ordinary_error_in_a_pod_and_on_a_worker_alike():
+    """Exit 127 (a command or --module not there): retried like any Error, unless the Handler lists 127 in
+    nonRetryableExitCodes; a worker's report reads exactly as a pod's."""
+    from sextant.worker.results import Report, finished
+
+    message = "cannot start 'send': No such file or directory"
+    in_a_pod = outcome_of(pod("Failed", exit_code=127, message=message, node="w1"), None)
+    on_a_worker = outcome_of(finished("w1", Report(1, 127, message)), None)
+    assert in_a_pod == on_a_worker == Outcome("failed", "Error", 127, message, "w1")
+    assert outcome_of(finished("w1", Report(1, 127, message)), None, non_retryable=[127]).reason == A.NON_RETRYABLE

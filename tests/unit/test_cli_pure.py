@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from sextant.resources import inputs
 from sextant.cli import output
 from sextant.cli import queues as Q
-from sextant.cli.main import build_parser
+from sextant.cli.main import build_parser, with_default_command
 from sextant.client import refusal_message
 from sextant.resources import common
 from sextant.http import api, models
@@ -187,12 +187,13 @@ class QueuesOnly:
         return self.queues
 
 
-@pytest.mark.parametrize("argv", [["queues", "list", "-n", "ns"], ["queues", "list", "-A", "-o", "json"]])
+@pytest.mark.parametrize("argv", [["queues", "list", "-n", "ns"], ["queues", "list", "-A", "-o", "json"],
+                                  ["queues", "-n", "ns"], ["-A", "queues", "-o", "json"]])
 def test_queues_list_makes_one_list_of_queues(argv):
     from sextant.cli.context import Context
 
     out, err = io.StringIO(), io.StringIO()
-    ctx = Context(build_parser().parse_args(argv), out, err)
+    ctx = Context(build_parser().parse_args(with_default_command(argv)), out, err)
     client = ctx.__dict__["client"] = QueuesOnly([squeue("live", LIVE), squeue("new")])
     assert ctx.args.func(ctx) == 0
     assert client.asked == (["ns"] if "-n" in argv else [None])
@@ -288,6 +289,27 @@ def test_global_flags_before_or_after_the_subcommand(argv):
     assert args.namespace == "shop" and args.all_namespaces is True
 
 
+@pytest.mark.parametrize("argv,want", [
+    (["jobs"], ["jobs", "list"]),
+    (["queues"], ["queues", "list"]),
+    (["schedules", "-A"], ["schedules", "list", "-A"]),
+    (["-n", "shop", "jobs", "--state", "failed"], ["-n", "shop", "jobs", "list", "--state", "failed"]),
+    (["jobs", "-n", "shop", "-o", "json"], ["jobs", "list", "-n", "shop", "-o", "json"]),
+    (["--kubeconfig", "/k", "queues", "--context", "c"], ["--kubeconfig", "/k", "queues", "list", "--context", "c"]),
+    (["jobs", "--state", "failed", "--help"], ["jobs", "list", "--state", "failed", "--help"]),  # list's help
+    # A COMMAND given, or the group's own help, or another command: as they are.
+    (["jobs", "-n", "shop", "get", "job_x"], None), (["jobs", "--namespace=shop", "wait", "job_x"], None),
+    (["schedules", "-A", "trigger", "nightly"], None), (["jobs", "--help"], None), (["queues", "-n", "x", "-h"], None),
+    (["jobs", "frobnicate"], None), (["workers"], None), (["inspect", "job_x"], None), (["run", "--", "jobs"], None),
+])
+def test_jobs_queues_and_schedules_list_when_no_command_is_given(argv, want):
+    assert with_default_command(argv) == (argv if want is None else want)
+    if want is not None and "--help" not in argv:
+        args = build_parser().parse_args(want)
+        group = next(a for a in argv if a in ("jobs", "queues", "schedules"))
+        assert (args.func.__module__, args.func.__name__) == (f"sextant.cli.{group}", "list_cmd")
+
+
 def test_a_flag_before_the_subcommand_is_not_reset_by_it():
     args = build_parser().parse_args(["--kubeconfig", "/k", "--context", "c", "-n", "a", "jobs", "get", "job_x"])
     assert (args.kubeconfig, args.context, args.namespace, args.all_namespaces) == ("/k", "c", "a", False)
@@ -305,6 +327,8 @@ def test_a_flag_before_the_subcommand_is_not_reset_by_it():
     (["logs", "job_x", "--attempt", "0"], "attempts are numbered from 1", 2),
     (["jobs", "get", "job_x", "-o", "xml"], "invalid choice: 'xml'", 2),
     (["jobs", "frobnicate"], "invalid choice: 'frobnicate'", 2),
+    (["jobs", "--frobnicate"], "unrecognized arguments: --frobnicate", 2),
+    (["schedules", "-o", "xml"], "invalid choice: 'xml'", 2),
     (["jobs", "list", "-w", "-o", "json"], "cannot be combined with -o", 2),
     (["inspect", "job_x", "-A"], "-A/--all-namespaces cannot be used with `inspect`", 2),
 ])
@@ -356,3 +380,28 @@ def test_yaml_output_quotes_strings_that_kubectl_would_read_as_numbers(text):
     output.dump({"value": text, "plain": "emails", "number": 7}, "yaml", out)
     assert out.getvalue() == f"value: '{text}'\nplain: emails\nnumber: 7\n"
     assert yaml.safe_load(out.getvalue()) == {"value": text, "plain": "emails", "number": 7}
+
+
+def test_jobs_list_shows_when_a_scheduled_job_runs():
+    from sextant.cli import jobs
+
+    def job(name: str, **spec: object) -> dict:
+        return {"metadata": {"name": name, "creationTimestamp": "2026-05-01T09:00:00Z"},
+                "spec": {"queue": "q", "handler": "h", **spec}, "status": {"state": "scheduled"}}
+
+    rows = [jobs.row(job("job-later", runAt="2026-05-01T12:30:00Z"), T0, False),
+            jobs.row(job("job-past", runAt="2026-05-01T09:55:00Z"), T0, False), jobs.row(job("job-now"), T0, False)]
+    lines = output.table(jobs.headers(False), rows).splitlines()
+    assert lines[0].split() == ["ID", "STATE", "ATTEMPT", "QUEUE", "HANDLER", "PRIORITY", "RUN-AT", "AGE"]
+    run_at = lines[0].index("RUN-AT")
+    assert [line[run_at:].split("   ")[0].strip() for line in lines[1:]] == ["in 150m", "5m ago", "<none>"]
+    assert [line.split()[-1] for line in lines[1:]] == ["60m"] * 3  # AGE stays the last column
+    assert jobs.headers(True)[:2] == ["NAMESPACE", "ID"] and len(jobs.row(job("job-a"), T0, True)) == 9
+
+
+def test_inspect_names_the_worker_of_a_workers_attempt():
+    from sextant.cli.inspect import ran_in
+
+    assert ran_in({"pod": "job-a-1", "node": "node-a"}) == "job-a-1"
+    assert ran_in({"worker": "payments-7c9f/1a2b3c4d", "node": "payments-7c9f"}) == "worker/payments-7c9f"
+    assert ran_in({"result": "failed"}) is None  # neither: the table says <none>

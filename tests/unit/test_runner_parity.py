@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -196,3 +197,54 @@ async def test_the_runner_gives_up_on_a_def_handler_that_ignores_a_stop(handlers
 async def test_a_missing_handler_exits_1_naming_those_registered(handlers, termination_log) -> None:
     assert await run.supervise(attempt_env("nope", {}), run.module_work(MODULE)) == 1
     assert termination_log.read_text().startswith(f"no handler 'nope' in module {MODULE} (registered: ")
+
+
+OPERATOR_DIR = Path(__file__).resolve().parents[2] / "operator"
+# `sextant run` as a pod runs it, but with its termination log in a temporary folder rather than /dev.
+RUNNER = ("import sys; from pathlib import Path; from sextant.runner import run; "
+          "run.TERMINATION_LOG = Path(sys.argv[1]); from sextant.__main__ import main; sys.exit(main(sys.argv[2:]))")
+BROKEN = {"broken_handlers": "raise RuntimeError('no database URL set')\n",
+          "needs_a_library": "import sextant_no_such_library\n"}
+
+
+@pytest.mark.parametrize("argv,code,stderr,message", [
+    (["--", "sextant-no-such-command", "--flag"], 127,
+     "sextant: cannot start 'sextant-no-such-command': [Errno 2] No such file or directory",
+     "cannot start 'sextant-no-such-command': No such file or directory"),
+    (["--", "./handler.sh"], 127, "sextant: cannot start './handler.sh': [Errno 13] Permission denied",
+     "cannot start './handler.sh': Permission denied"),
+    (["--module", "sextant_no_such.handlers"], 127, "sextant: --module sextant_no_such.handlers: no such module (",
+     "--module sextant_no_such.handlers: no such module ("),
+], ids=["no such command", "not executable", "no such module"])
+def test_a_handler_that_is_not_there_exits_127_in_one_line(argv, code, stderr, message, tmp_path) -> None:
+    """A pod whose command or module is missing from its image: one line naming it, no traceback, exit 127 (as a
+    worker's command that cannot start), the same line in the timeline."""
+    (tmp_path / "handler.sh").write_text("#!/bin/sh\nexit 0\n")  # not executable
+    proc = subprocess.run([sys.executable, "-c", RUNNER, str(tmp_path / "termination-log"), "run", *argv],
+                          env=_pod_environment(tmp_path), cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == code, proc.stderr
+    assert proc.stderr.startswith(stderr) and proc.stderr.count("\n") == 1, proc.stderr
+    assert (tmp_path / "termination-log").read_text().startswith(message)
+
+
+@pytest.mark.parametrize("module,message", [
+    ("broken_handlers", "--module broken_handlers does not import: RuntimeError: no database URL set"),
+    ("needs_a_library", "--module needs_a_library does not import: ModuleNotFoundError: No module named "
+                        "'sextant_no_such_library'"),
+])
+def test_a_module_that_fails_to_import_exits_1_with_its_traceback(module, message, tmp_path) -> None:
+    """The module is there but its own code fails (a missing library included): the handler's failure, exit 1, its
+    traceback in the log (where its error is) and one line in the timeline."""
+    (tmp_path / f"{module}.py").write_text(BROKEN[module])
+    proc = subprocess.run([sys.executable, "-c", RUNNER, str(tmp_path / "termination-log"), "run", "--module", module],
+                          env=_pod_environment(tmp_path), cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" in proc.stderr and proc.stderr.rstrip().endswith(f"sextant: {message}")
+    assert (tmp_path / "termination-log").read_text() == message
+
+
+def _pod_environment(tmp_path: Path) -> dict[str, str]:
+    """A `heartbeat: false` pod's: the payload in the environment, no lease, so no API server is needed."""
+    return {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PYTHONPATH": str(OPERATOR_DIR),
+            "SEXTANT_JOB_NAME": "job-a", "SEXTANT_NAMESPACE": "shop", "SEXTANT_HANDLER": "send",
+            "SEXTANT_PAYLOAD": "{}", "SEXTANT_HEARTBEAT": "false"}

@@ -21,8 +21,9 @@ TIMELINE = ["ATTEMPT", "POD", "NODE", "STARTED", "FINISHED", "DURATION", "RESULT
 
 def register(sub: argparse._SubParsersAction, flags: argparse.ArgumentParser) -> None:
     ins = sub.add_parser("inspect", parents=[flags], help="a job and its timeline of attempts",
-                         description="The job and its timeline: for each attempt the worker (pod and node), start, "
-                                     "end, duration, result and error.")
+                         description="The job and its timeline: for each attempt where it ran (its pod, or "
+                                     "worker/NAME for a worker's attempt, and the node), start, end, duration, "
+                                     "result and error.")
     ins.add_argument("id", metavar="ID")
     ins.add_argument("-o", "--output", choices=output.FORMATS, help="json or yaml instead of text")
     ins.set_defaults(func=inspect_cmd, cli=True)
@@ -49,6 +50,14 @@ def _duration(attempt: dict[str, Any], now: datetime) -> str:
     if finished is None:
         return precise_duration(now - started) + " so far"
     return precise_duration(finished - started)
+
+
+def ran_in(attempt: dict[str, Any]) -> str | None:
+    """The POD column: the attempt's pod, or on a worker (no pod) `worker/<name>`, kubectl's kind/name (a pod's
+    name has no slash); the worker's incarnation is in -o json."""
+    if attempt.get("pod") or not attempt.get("worker"):
+        return attempt.get("pod")
+    return f"worker/{str(attempt['worker']).split('/', 1)[0]}"
 
 
 def timeline(job: dict[str, Any], now: datetime) -> list[dict[str, Any]]:
@@ -111,7 +120,7 @@ def inspect_cmd(ctx: Context) -> int:
     if not attempts:
         ctx.say("Timeline: no attempts yet")
         return 0
-    rows = [[a.get("attempt"), a.get("pod"), a.get("node"), _stamp(a.get("startedAt")), _stamp(a.get("finishedAt")),
+    rows = [[a.get("attempt"), ran_in(a), a.get("node"), _stamp(a.get("startedAt")), _stamp(a.get("finishedAt")),
              _duration(a, now), a.get("result"), error_text(a)] for a in attempts]
     ctx.say("Timeline:")
     ctx.say(output.table(TIMELINE, rows))

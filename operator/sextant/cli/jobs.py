@@ -14,7 +14,7 @@ from ..resources import inputs
 from ..client import refused
 from ..kube.client import ApiError, Gone
 from ..resources import contract
-from ..resources.common import age, parse_time, precise_duration
+from ..resources.common import age, parse_time, precise_duration, time_or_none, until
 from ..resources.job import is_finished, job_id
 from . import output
 from .context import CliError, Context
@@ -24,7 +24,8 @@ EXIT_TIMEOUT = 124  # as timeout(1)
 
 def register(sub: argparse._SubParsersAction, flags: argparse.ArgumentParser) -> None:
     group = sub.add_parser("jobs", parents=[flags], help="create, list, get, cancel, retry and wait for jobs",
-                           description="Jobs: ids are accepted as job_8f3k2m9q or job-8f3k2m9q.")
+                           description="Jobs: ids are accepted as job_8f3k2m9q or job-8f3k2m9q. With no COMMAND, "
+                                       "list: `sextant jobs --state failed` is `sextant jobs list --state failed`.")
     cmds = group.add_subparsers(dest="jobs_command", required=True, metavar="COMMAND")
 
     create = cmds.add_parser("create", parents=[flags], help="create a job and print its id",
@@ -81,7 +82,7 @@ def register(sub: argparse._SubParsersAction, flags: argparse.ArgumentParser) ->
 
 
 # --- rows ----------------------------------------------------------------------------------------------------
-HEADERS = ["ID", "STATE", "ATTEMPT", "QUEUE", "HANDLER", "PRIORITY", "AGE"]
+HEADERS = ["ID", "STATE", "ATTEMPT", "QUEUE", "HANDLER", "PRIORITY", "RUN-AT", "AGE"]
 
 
 def state_text(job: dict[str, Any]) -> str:
@@ -97,10 +98,16 @@ def attempt_text(job: dict[str, Any]) -> str:
     return f"{attempt}/{most}" if most else str(attempt)
 
 
+def run_at_text(job: dict[str, Any], now: datetime) -> str | None:
+    """RUN-AT: when a job with spec.runAt may run ('in 2h', or '5m ago' once that has passed); None without."""
+    run_at = time_or_none((job.get("spec") or {}).get("runAt"))
+    return until(run_at, now) if run_at else None
+
+
 def row(job: dict[str, Any], now: datetime, with_namespace: bool) -> list[Any]:
     meta, spec = job["metadata"], job.get("spec") or {}
     cells = [job_id(meta["name"]), state_text(job), attempt_text(job), spec.get("queue"), spec.get("handler"),
-             spec.get("priority", 0), age(parse_time(meta.get("creationTimestamp")), now)]
+             spec.get("priority", 0), run_at_text(job, now), age(parse_time(meta.get("creationTimestamp")), now)]
     return [meta.get("namespace"), *cells] if with_namespace else cells
 
 

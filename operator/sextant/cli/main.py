@@ -2,9 +2,10 @@
 (sextant/__main__.py) adds the operator's and dev's commands.
 
 kubectl's global flags (--kubeconfig, --context, -n/--namespace, -A/--all-namespaces, --token) are accepted
-before or after the subcommand. Every failure is reported in one line on stderr with a non-zero exit status
-(1: an error, or a job that ended without success; 2: bad usage; `jobs wait`: 124 on timeout); never a stack
-trace (SEXTANT_DEBUG=1 shows one for an unexpected failure).
+before or after the subcommand. `jobs`, `queues` and `schedules` with no COMMAND list, as `kubectl get` does
+(`sextant jobs --state failed` is `sextant jobs list --state failed`). Every failure is reported in one line on
+stderr with a non-zero exit status (1: an error, or a job that ended without success; 2: bad usage; `jobs wait`:
+124 on timeout); never a stack trace (SEXTANT_DEBUG=1 shows one for an unexpected failure).
 """
 
 from __future__ import annotations
@@ -75,10 +76,42 @@ _VALUE_FLAGS = {"--kubeconfig", "--context", "--token", "-n", "--namespace"}
 def _runner_argv(argv: list[str]) -> list[str] | None:
     """The arguments of `sextant run`, when that is the command (after any of kubectl's global flags, which the
     runner does not use); None for every other command."""
+    i = _command_index(argv)
+    return argv[i + 1:] if argv[i:i + 1] == ["run"] else None
+
+
+def _command_index(argv: list[str]) -> int:
+    """Where the command is: after the flags in front of it (only kubectl's global flags can be there)."""
     i = 0
     while i < len(argv) and argv[i].startswith("-") and argv[i] != "--":
         i += 2 if argv[i] in _VALUE_FLAGS else 1
-    return argv[i + 1:] if argv[i:i + 1] == ["run"] else None
+    return i
+
+
+# Commands whose COMMAND is `list` when none is given, as `kubectl get` lists: `sextant jobs`, `sextant queues -A`.
+LIST_BY_DEFAULT = frozenset({"jobs", "queues", "schedules"})
+_SWITCHES = {"-A", "--all-namespaces"}
+
+
+def _global_width(arg: str) -> int:
+    """How many arguments one of kubectl's global flags starting with arg takes up (0: arg is none of them)."""
+    if arg in _VALUE_FLAGS:
+        return 2
+    attached = any(arg.startswith(f"{flag}=") for flag in _VALUE_FLAGS if flag.startswith("--"))
+    return 1 if arg in _SWITCHES or attached or (arg.startswith("-n") and not arg.startswith("--")) else 0
+
+
+def with_default_command(argv: list[str]) -> list[str]:
+    """argv with `list` after `jobs`, `queues` or `schedules` when no COMMAND follows (past kubectl's global
+    flags): nothing, or another flag (the list's: `sextant jobs --state failed`); not -h/--help, the group's help."""
+    i = _command_index(argv)
+    if argv[i:i + 1] and argv[i] in LIST_BY_DEFAULT:
+        j = i + 1
+        while j < len(argv) and (width := _global_width(argv[j])):
+            j += width
+        if j >= len(argv) or (argv[j].startswith("-") and argv[j] not in ("-h", "--help")):
+            return [*argv[:i + 1], "list", *argv[i + 1:]]
+    return argv
 
 
 def main(argv: list[str] | None = None, parser: Callable[[], argparse.ArgumentParser] = build_parser) -> int:
@@ -89,6 +122,7 @@ def main(argv: list[str] | None = None, parser: Callable[[], argparse.ArgumentPa
         from ..runner.run import main as run_main
 
         return run_main(runner)
+    argv = with_default_command(argv)
     command_line = parser()
     args = command_line.parse_args(argv)  # bad usage: argparse prints it and exits 2
     # A command's check of its flags together (the operator's HTTPS files), before anything starts: bad usage too.

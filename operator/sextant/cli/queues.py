@@ -28,7 +28,9 @@ CURRENT, STALE, ABSENT = "current", "stale", "absent"  # how far the status can 
 
 
 def register(sub: argparse._SubParsersAction, flags: argparse.ArgumentParser) -> None:
-    group = sub.add_parser("queues", parents=[flags], help="queues and their live numbers")
+    group = sub.add_parser("queues", parents=[flags], help="queues and their live numbers",
+                           description="Queues. With no COMMAND, list: `sextant queues -A` is "
+                                       "`sextant queues list -A`.")
     cmds = group.add_subparsers(dest="queues_command", required=True, metavar="COMMAND")
     lst = cmds.add_parser("list", parents=[flags], help="running vs concurrency, queued, oldest queued job",
                           description="One row per queue, read from the Queue's status, which the operator keeps "

@@ -15,7 +15,9 @@ COLUMNS = ["NAME", "SCHEDULE", "TIMEZONE", "SUSPEND", "ACTIVE", "LAST", "NEXT", 
 
 
 def register(sub: argparse._SubParsersAction, flags: argparse.ArgumentParser) -> None:
-    group = sub.add_parser("schedules", parents=[flags], help="schedules: list them, trigger one now")
+    group = sub.add_parser("schedules", parents=[flags], help="schedules: list them, trigger one now",
+                           description="Schedules. With no COMMAND, list: `sextant schedules -A` is "
+                                       "`sextant schedules list -A`.")
     cmds = group.add_subparsers(dest="schedules_command", required=True, metavar="COMMAND")
     lst = cmds.add_parser("list", parents=[flags], help="schedules with their last and next fire times")
     lst.add_argument("-o", "--output", choices=output.FORMATS, help="json or yaml instead of a table")

@@ -4,11 +4,11 @@ a subprocess with the payload on stdin and the SEXTANT_* environment of an attem
 handler code runs unchanged in either.
 
 The exit codes: 0 on return, 1 on an exception (its message recorded), 86 for NonRetryableError, 128+N after
-signal N (143 for a cancelled `async def`), 127 for a command that cannot start; in a pod also 75 when the
-attempt was lost. A stop (cancel, timeout, drain, a lost lease) is SIGTERM / ctx.cancelled and task cancellation,
-then after the queue's cancelGrace SIGKILL to the command's process group. A `def` function that ignores
-ctx.cancelled cannot be killed inside a process: it is given up on (137) and keeps its thread, counted in
-`lingering`, until it returns.
+signal N (143 for a cancelled `async def`), 127 for a command that cannot start or a `--module` that does not
+exist (the handler's code is not there); in a pod also 75 when the attempt was lost. A stop (cancel, timeout,
+drain, a lost lease) is SIGTERM / ctx.cancelled and task cancellation, then after the queue's cancelGrace SIGKILL
+to the command's process group. A `def` function that ignores ctx.cancelled cannot be killed inside a process: it
+is given up on (137) and keeps its thread, counted in `lingering`, until it returns.
 
 A handler's output goes to this process's: prefixed with the job's label on a worker, as it is (label None) in a
 pod, where `kubectl logs` shows it as the handler wrote it.
@@ -17,6 +17,7 @@ pod, where `kubectl logs` shows it as the handler wrote it.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import inspect
 import json
 import os
@@ -42,6 +43,33 @@ GIVE_UP_AFTER_KILL = 1.0  # seconds a killed handler gets to be gone before we s
 TAIL_LINES, TAIL_BYTES = 80, 2048
 TAIL_KEPT = 16 * 1024  # bytes of output kept to find those lines in
 CHUNK = 64 * 1024
+
+
+@dataclass(frozen=True)
+class ImportProblem:
+    """Why a `--module` did not import, in one line."""
+
+    message: str
+    missing: bool  # the module itself is not there (not a module it imports, nor its own failure)
+
+
+def import_handlers(module: str) -> ImportProblem | None:
+    """Import an SDK handlers module (`--module`), from the application's own directory too: None, or why not. A
+    module that fails in its own code has its traceback printed (that is where its error is); a missing one gets
+    one line, as a missing command does."""
+    if "" not in sys.path and "." not in sys.path:
+        sys.path.insert(0, ".")
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name and (module == exc.name or module.startswith(exc.name + ".")):
+            return ImportProblem(f"--module {module}: no such module (sys.path: {', '.join(sys.path[:4])}, …)", True)
+        traceback.print_exc()
+        return ImportProblem(f"--module {module} does not import: {type(exc).__name__}: {exc}", False)
+    except Exception as exc:  # noqa: BLE001 - the module's own failure, a handler registered twice included
+        traceback.print_exc()
+        return ImportProblem(f"--module {module} does not import: {type(exc).__name__}: {exc}", False)
+    return None
 
 
 @dataclass(frozen=True)

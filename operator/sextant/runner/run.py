@@ -5,7 +5,6 @@ and the exit code and termination message of the container."""
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
 import os
 import signal
@@ -19,7 +18,8 @@ from .. import sdk
 from ..kube.client import Kube
 from ..kube.clock import utcnow
 from .env import AttemptEnv
-from .execution import LEASE_LOST, TERMINATED, CommandWork, Ended, Execution, FunctionWork, Work
+from .execution import (COMMAND_NOT_FOUND, LEASE_LOST, TERMINATED, CommandWork, Ended, Execution, FunctionWork,
+                        Work, import_handlers)
 from .lease import LeaseKeeper
 from .payload import PayloadError, handler_environ, read_attempt
 
@@ -48,8 +48,9 @@ class ModuleWork:
         self.function: FunctionWork | None = None
 
     async def run(self) -> Ended:
-        sys.path.insert(0, ".")
-        importlib.import_module(self.module)
+        if problem := import_handlers(self.module):
+            print(f"sextant: {problem.message}", file=sys.stderr, flush=True)
+            return Ended(COMMAND_NOT_FOUND if problem.missing else 1, problem.message)
         handlers = sdk.registered()
         fn = handlers.get(self.env.handler)
         if fn is None:

@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
 import logging
 import os
 import signal
 import sys
 import threading
-import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -78,21 +76,11 @@ def register(sub: argparse._SubParsersAction, flags: argparse.ArgumentParser) ->
 def import_modules(modules: list[str]) -> dict[str, Callable[..., Any]]:
     """Import the --module modules; their registered functions. BadInput naming the module that fails."""
     from .. import sdk
+    from ..runner.execution import import_handlers
 
-    if "" not in sys.path and "." not in sys.path:
-        sys.path.insert(0, ".")  # as `sextant run --module` does: the application's own directory
     for module in modules:
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name and (module == exc.name or module.startswith(exc.name + ".")):
-                raise BadInput(f"--module {module}: no such module (sys.path: {', '.join(sys.path[:4])}, …)") \
-                    from None
-            traceback.print_exc()
-            raise BadInput(f"--module {module} does not import: {type(exc).__name__}: {exc}") from None
-        except Exception as exc:  # noqa: BLE001 - the module's own failure, a handler registered twice included
-            traceback.print_exc()
-            raise BadInput(f"--module {module} does not import: {type(exc).__name__}: {exc}") from None
+        if problem := import_handlers(module):
+            raise BadInput(problem.message)
     return sdk.registered()
 
 
