@@ -456,7 +456,7 @@ def test_the_lease_admission_policy_keeps_the_leader_lease_the_operators_and_wor
     leader = rules[0]
     assert "request.namespace != 'sextant-system' || variables.name != 'sx-sextant'" in leader
     assert "variables.user == 'system:serviceaccount:sextant-system:sx-sextant'" in leader
-    assert "'system:serviceaccount:kube-system:namespace-controller'" in leader  # deleting the namespace still works
+    assert leader.startswith("request.operation == 'DELETE' ||")  # deleting it takes no leadership; see below
 
     namespaces, variables, rules = lease_policy(helm.template(
         {**WITH_WORKERS, "workers": [*WORKERS, {"name": "mine", "namespace": "shop",
@@ -943,9 +943,10 @@ def test_a_workers_token_cannot_write_the_leader_lease_nor_another_workers(clust
     """A worker's handler has its pod's service account token, whose Role may write every Lease of its namespace; by
     default that is the release's, where the operator's leader-election Lease lives. The lease admission policy
     refuses that token any write of the leader Lease (403) and of any Lease but its worker's own; the operator's
-    account writes it as before. The runner's account, likewise, writes only its attempt's Lease."""
-    ns = release_namespaces
-    home, shop = ns["release"], ns["shop"]
+    account writes it as before. The runner's account, likewise, writes only its attempt's Lease. And the namespace
+    can still be deleted with the release in it (the namespace controller deletes the guarded Lease)."""
+    shop = release_namespaces["shop"]
+    home = cluster.create_namespace(namespace_name("helm-lease"))
     on_cluster = Helm(tools, tmp_path, cluster.kubeconfig)
     release, leader = "sxlease", "sxlease-sextant"
     operator_user = f"system:serviceaccount:{home}:{release}-sextant"
@@ -982,7 +983,9 @@ def test_a_workers_token_cannot_write_the_leader_lease_nor_another_workers(clust
         assert cluster.kubectl("get", "lease", "-n", home, leader, check=False).returncode != 0
         assert operator.create(home, leader, "sxlease-op").status_code == 201
         assert_refused(worker.replace(home, leader, "intruder", 999999999), only_operator)
-        assert_refused(worker.delete(home, leader), only_operator)
+        # Deleting it would take no leadership (nobody else may create it again), but a worker may not either.
+        assert_refused(worker.delete(home, leader), f"it may write only its own worker's Lease, sextant-worker-{pod}, "
+                                                    f"not {leader}")
         assert operator.replace(home, leader, "sxlease-op").status_code == 200  # the operator renews it as before
         spec = json.loads(cluster.kubectl("get", "lease", "-n", home, leader, "-o", "json").stdout)["spec"]
         assert spec["holderIdentity"] == "sxlease-op" and spec["leaseDurationSeconds"] == 15
@@ -1008,13 +1011,21 @@ def test_a_workers_token_cannot_write_the_leader_lease_nor_another_workers(clust
         assert_refused(runner.create(shop, "job-b-1", "job-b-1"),
                        f"system:serviceaccount:{shop}:sextant-runner is the Sextant runner's service account: it may "
                        "write only its attempt's Lease, job-a-1, not job-b-1")
+
+        # Deleting the release's namespace, policy in force: the namespace controller (whatever its user: here the
+        # cluster's admin) deletes the leader Lease with it.
+        cluster.kubectl("delete", "namespace", home, "--wait=false")
+        wait_for(lambda: cluster.kubectl("get", "namespace", home, check=False).returncode != 0, 90,
+                 message=lambda: "the release's namespace to be deleted: "
+                 + cluster.kubectl("get", "namespace", home, "-o", "jsonpath={.status.conditions}", check=False).stdout)
     finally:
-        on_cluster("uninstall", release, "--namespace", home, check=False)
-        cluster.kubectl("delete", "pod", "-n", shop, "job-a-1", "--ignore-not-found", "--wait=false", check=False)
-    # The policy goes with the release: the Leases it guarded are the admin's to delete again.
-    wait_for(lambda: cluster.kubectl("delete", "lease", "-n", home, leader, "--ignore-not-found",
-                                     check=False).returncode == 0, 30, message="the leader Lease to be deletable")
-    cluster.kubectl("delete", "lease", "-n", shop, "job-a-1", "--ignore-not-found")
+        # The release's record went with its namespace: what it made elsewhere is deleted by its labels.
+        cluster.kubectl("delete", "-n", shop, "pod,lease", "job-a-1", "--ignore-not-found", "--wait=false", check=False)
+        cluster.kubectl("delete", "-n", shop, "serviceaccount,rolebinding", "-l", f"app.kubernetes.io/instance={release}",
+                        check=False)
+        cluster.kubectl("delete", "clusterrole,clusterrolebinding,validatingadmissionpolicy,"
+                        "validatingadmissionpolicybinding", "-l", f"app.kubernetes.io/instance={release}", check=False)
+        cluster.delete_namespace(home)
 
 
 def test_handler_admission_policies_and_a_certificate_kept_across_upgrades(cluster, tools, release_namespaces,
