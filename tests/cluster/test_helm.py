@@ -199,6 +199,7 @@ def test_default_values_render_a_two_replica_restricted_operator_with_cluster_wi
     assert kinds == sorted(["ServiceAccount", "ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding",
                             "ClusterRoleBinding", "Role", "RoleBinding", "Service", "Deployment",
                             "PodDisruptionBudget", "NetworkPolicy", "Secret", "ValidatingAdmissionPolicy",
+                            "ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy",
                             "ValidatingAdmissionPolicyBinding"]), kinds  # fmt: skip
     deployment = one(docs, "Deployment", "sx-sextant", "sextant-system")
     spec = deployment["spec"]
@@ -433,6 +434,52 @@ def test_the_runner_is_never_bound_where_a_leader_lease_lives(helm, values, name
                         "RoleBinding", "sx-sextant-runner")
 
 
+def lease_policy(docs: list[dict[str, Any]]) -> tuple[list[str], dict[str, str], list[str]]:
+    """The lease admission policy's namespaces, its variables (name → CEL) and its validations' expressions."""
+    spec = one(docs, "ValidatingAdmissionPolicy", "sx-sextant-leases")["spec"]
+    assert spec["failurePolicy"] == "Fail"
+    assert spec["matchConstraints"]["resourceRules"] == [{"apiGroups": ["coordination.k8s.io"], "apiVersions": ["*"],
+                                                          "operations": ["CREATE", "UPDATE", "DELETE"],
+                                                          "resources": ["leases"]}]
+    (selector,) = spec["matchConstraints"]["namespaceSelector"]["matchExpressions"]
+    assert selector["key"] == "kubernetes.io/metadata.name" and selector["operator"] == "In"
+    binding = one(docs, "ValidatingAdmissionPolicyBinding", "sx-sextant-leases")["spec"]
+    assert binding == {"policyName": "sx-sextant-leases", "validationActions": ["Deny"]}
+    return (selector["values"], {v["name"]: v["expression"] for v in spec["variables"]},
+            [v["expression"] for v in spec["validations"]])
+
+
+def test_the_lease_admission_policy_keeps_the_leader_lease_the_operators_and_workers_to_their_own(helm):
+    """On by default: the leader Lease's namespace, each worker's and the runner's, with their service accounts."""
+    namespaces, variables, rules = lease_policy(helm.template())
+    assert namespaces == ["sextant-system"] and (variables["workers"], variables["runners"]) == ("[]", "[]")
+    leader = rules[0]
+    assert "request.namespace != 'sextant-system' || variables.name != 'sx-sextant'" in leader
+    assert "variables.user == 'system:serviceaccount:sextant-system:sx-sextant'" in leader
+    assert leader.startswith("request.operation == 'DELETE' ||")  # deleting it takes no leadership; see below
+
+    namespaces, variables, rules = lease_policy(helm.template(
+        {**WITH_WORKERS, "workers": [*WORKERS, {"name": "mine", "namespace": "shop",
+                                                "serviceAccount": {"create": False, "name": "mine"}}],
+         "leaderElection": {"leaseName": "elected"}}))
+    assert sorted(namespaces) == ["billing", "sextant-system", "shop"]
+    assert json.loads(variables["workers"]) == ["system:serviceaccount:shop:sx-sextant-worker-payments",
+                                                "system:serviceaccount:billing:sx-sextant-worker-images",
+                                                "system:serviceaccount:shop:mine"]
+    assert json.loads(variables["runners"]) == ["system:serviceaccount:shop:sextant-runner",
+                                                "system:serviceaccount:billing:sextant-runner"]
+    assert "variables.name != 'elected'" in rules[0]
+    assert "variables.name == 'sextant-worker-' + variables.pod" in rules[1]
+    assert "variables.name == variables.pod" in rules[2]
+
+    # Without leader election there is no leader Lease to guard; workers and the runner are still held to theirs.
+    _, _, rules = lease_policy(helm.template({**CUSTOM, "leaderElection": {"enabled": False}}))
+    assert len(rules) == 2 and "sx-sextant'" not in " ".join(rules)
+    off = helm.template({**WITH_WORKERS, "leaseAdmission": {"enabled": False}})
+    assert not find(off, "ValidatingAdmissionPolicy", "sx-sextant-leases")
+    assert not find(off, "ValidatingAdmissionPolicyBinding", "sx-sextant-leases")
+
+
 def test_the_charts_crds_are_the_generated_ones(helm):
     shown = [d for d in yaml.safe_load_all(helm("show", "crds", str(CHART)).stdout) if d]
     generated = [yaml.safe_load(p.read_text()) for p in sorted(CRDS.glob("*.yaml"))]
@@ -557,10 +604,28 @@ def test_a_worker_can_use_an_existing_service_account_and_a_narrower_network_pol
     ({"handlers": [{"name": "h", "spec": {"nonRetryableExitCodes": [2]}}]},
      "handlers[h].spec: set exactly one of template (a pod per attempt) and worker"),
     ({"handlers": [{"name": "h", "spec": {"worker": {"command": []}}}]}, "command"),
+    # Beside the leader-election Lease only while the lease admission policy guards it; never beside the control
+    # plane's or the nodes' Leases.
+    ({"leaseAdmission": {"enabled": False}, "workers": [{"name": "w"}]},
+     'workers[w] would run in namespace "default", the release\'s, where the operator\'s leader-election Lease '
+     '"sx-sextant" lives'),
+    ({"leaseAdmission": {"enabled": False}, "workers": [{"name": "w", "namespace": "default"}]},
+     "Keep leaseAdmission.enabled=true, or set workers[w].namespace to another namespace"),
+    ({"workers": [{"name": "w", "namespace": "kube-system"}]},
+     'workers[w] would run in namespace "kube-system", which holds the control plane\'s or the nodes\' Leases'),
+    ({"workers": [{"name": "w", "namespace": "kube-node-lease"}]}, 'workers[w] would run in namespace "kube-node-lease"'),
 ])  # fmt: skip
 def test_worker_values_are_checked(helm, values, words):
     bad = helm("template", "sx", str(CHART), values=values, check=False)
     assert bad.returncode != 0 and words in bad.stderr, bad.stderr
+
+
+def test_workers_beside_the_leader_lease_without_the_policy_only_without_leader_election(helm):
+    alone = {"replicas": 1, "leaderElection": {"enabled": False}, "leaseAdmission": {"enabled": False},
+             "workers": [{"name": "w"}]}
+    assert find(helm.template(alone), "Role", "sx-sextant-worker-w", "sextant-system")
+    elsewhere = {"leaseAdmission": {"enabled": False}, "workers": [{"name": "w", "namespace": "shop"}]}
+    assert find(helm.template(elsewhere), "Role", "sx-sextant-worker-w", "shop")
 
 
 # ---- install into the real API server -------------------------------------------------------------------------------
@@ -760,10 +825,14 @@ def test_install_watching_two_namespaces_then_uninstall(cluster, helm, tools, re
     apply(cluster, shop, queue("q"), handler("h"), job("job-as-the-chart-sa"))
     op.start()
     # ... and a real `sextant worker` as the chart's worker account: registering, taking a job of a command handler,
-    # recording its result and an Event, and deleting its Lease when it stops.
-    worker_token = cluster.kubectl("create", "token", "sxns-sextant-worker-payments", "-n", shop).stdout.strip()
+    # recording its result and an Event, and deleting its Lease when it stops. Its token is bound to one of the
+    # Deployment's pods and it is named after that pod, as in that pod: the lease admission policy lets a worker's
+    # account write only the Lease of the pod its token is bound to.
+    worker_name = worker_pods(shop)[0]["metadata"]["name"]
+    worker_token = cluster.kubectl("create", "token", "sxns-sextant-worker-payments", "-n", shop,
+                                   "--bound-object-kind=Pod", f"--bound-object-name={worker_name}").stdout.strip()
     worker = WorkerProcess(token_kubeconfig(cluster, worker_token, tmp_path / "worker-kubeconfig"), shop,
-                           "chart-sa", tmp_path, "--queue", "q")
+                           worker_name, tmp_path, "--queue", "q")
     apply(cluster, shop, {"apiVersion": "sextant.dev/v1alpha1", "kind": "Handler", "metadata": {"name": "echo"},
                           "spec": {"worker": {"command": ["cat"]}}},
           job("job-on-the-chart-worker", "q", "echo", payload={"orderId": 7}))
@@ -772,11 +841,11 @@ def test_install_watching_two_namespaces_then_uninstall(cluster, helm, tools, re
         wait_state(cluster, shop, "job-as-the-chart-sa", "succeeded", timeout=90)
         assert "Forbidden" not in op.log_tail(200) and " 403 " not in op.log_tail(200), op.log_tail()
         done = wait_state(cluster, shop, "job-on-the-chart-worker", "succeeded", timeout=90)
-        assert done["attempts"][-1]["worker"].startswith("chart-sa/")
+        assert done["attempts"][-1]["worker"].startswith(f"{worker_name}/")
         worker.stop()
         assert worker.proc is not None and worker.proc.returncode == 0, worker.log()[-3000:]
         assert "Forbidden" not in worker.log() and " 403 " not in worker.log(), worker.log()[-3000:]
-        leases = cluster.kubectl("get", "leases", "-n", shop, "-l", "sextant.dev/worker=chart-sa", "-o", "name")
+        leases = cluster.kubectl("get", "leases", "-n", shop, "-l", f"sextant.dev/worker={worker_name}", "-o", "name")
         assert not leases.stdout.strip(), "a stopped worker deletes its Lease"
     finally:
         worker.kill()
@@ -822,6 +891,141 @@ def test_install_watching_every_namespace(cluster, helm, tools, release_namespac
         ])  # fmt: skip
     finally:
         on_cluster("uninstall", release, "--namespace", ns["release"], check=False)
+
+
+class AsToken:
+    """The API server's Lease API as the holder of one bearer token (a service account's), nothing of the admin's:
+    each call returns the response, refusals included."""
+
+    def __init__(self, cluster: Cluster, token: str) -> None:
+        server = yaml.safe_load(cluster.kubeconfig.read_text())["clusters"][0]["cluster"]
+        ca = server.get("certificate-authority-data")
+        trust = ssl.create_default_context(cafile=server.get("certificate-authority"),
+                                           cadata=base64.b64decode(ca).decode() if ca else None)
+        self.http = httpx.Client(base_url=server["server"], verify=trust, timeout=10,
+                                 headers={"Authorization": f"Bearer {token}"})
+
+    @staticmethod
+    def leases(namespace: str) -> str:
+        return f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+
+    def create(self, namespace: str, name: str, holder: str, seconds: int = 15,
+               dry_run: bool = False) -> httpx.Response:
+        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": name},
+                "spec": {"holderIdentity": holder, "leaseDurationSeconds": seconds}}
+        return self.http.post(self.leases(namespace), params={"dryRun": "All"} if dry_run else None, json=body)
+
+    def replace(self, namespace: str, name: str, holder: str, seconds: int = 15) -> httpx.Response:
+        """A PUT at the resourceVersion just read (the caller may read every Lease), as the operator renews."""
+        got = self.http.get(f"{self.leases(namespace)}/{name}")
+        assert got.status_code == 200, got.text
+        lease = got.json()
+        lease["spec"].update(holderIdentity=holder, leaseDurationSeconds=seconds)
+        return self.http.put(f"{self.leases(namespace)}/{name}", json=lease)
+
+    def patch(self, namespace: str, name: str, holder: str) -> httpx.Response:
+        return self.http.patch(f"{self.leases(namespace)}/{name}", json={"spec": {"holderIdentity": holder}},
+                               headers={"Content-Type": "application/merge-patch+json"})
+
+    def delete(self, namespace: str, name: str) -> httpx.Response:
+        return self.http.delete(f"{self.leases(namespace)}/{name}")
+
+
+def assert_refused(response: httpx.Response, message: str) -> None:
+    """A 403 from the lease admission policy, saying `message`."""
+    assert response.status_code == 403, f"{response.status_code}: {response.text}"
+    text = response.json()["message"]
+    assert "ValidatingAdmissionPolicy 'sxlease-sextant-leases'" in text and message in text, text
+
+
+def test_a_workers_token_cannot_write_the_leader_lease_nor_another_workers(cluster, tools, release_namespaces,
+                                                                           tmp_path):
+    """A worker's handler has its pod's service account token, whose Role may write every Lease of its namespace; by
+    default that is the release's, where the operator's leader-election Lease lives. The lease admission policy
+    refuses that token any write of the leader Lease (403) and of any Lease but its worker's own; the operator's
+    account writes it as before. The runner's account, likewise, writes only its attempt's Lease. And the namespace
+    can still be deleted with the release in it (the namespace controller deletes the guarded Lease)."""
+    shop = release_namespaces["shop"]
+    home = cluster.create_namespace(namespace_name("helm-lease"))
+    on_cluster = Helm(tools, tmp_path, cluster.kubeconfig)
+    release, leader = "sxlease", "sxlease-sextant"
+    operator_user = f"system:serviceaccount:{home}:{release}-sextant"
+    worker_sa = f"{release}-sextant-worker-w"
+    worker_user = f"system:serviceaccount:{home}:{worker_sa}"
+    values = {**ON_KWOK, "replicas": 1, "terminationGracePeriodSeconds": 1, "runner": {"namespaces": [shop]},
+              "workers": [{"name": "w", **ON_KWOK, "drainGrace": "1s", "terminationGracePeriodSeconds": 2}]}
+    on_cluster("install", release, str(CHART), "--namespace", home, values=values)
+    runner_pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "job-a-1"},
+                  "spec": {"serviceAccountName": "sextant-runner", **ON_KWOK,
+                           "containers": [{"name": "handler", "image": "registry.example/h:1"}]}}
+    try:
+        # The worker's pod (kwok runs no process in it) and a token bound to it, as the kubelet mounts one.
+        def worker_pods() -> list[str]:
+            out = cluster.kubectl("get", "pods", "-n", home, "-l", "sextant.dev/worker-deployment=w,"
+                                  f"app.kubernetes.io/instance={release}", "-o", "json").stdout
+            return [p["metadata"]["name"] for p in json.loads(out)["items"]]
+
+        (pod,) = wait_for(worker_pods, 30, message="the worker's pod to be created")
+        bound = cluster.kubectl("create", "token", worker_sa, "-n", home, "--bound-object-kind=Pod",
+                                f"--bound-object-name={pod}").stdout.strip()
+        worker = AsToken(cluster, bound)
+        operator = AsToken(cluster, cluster.kubectl("create", "token", f"{release}-sextant", "-n", home).stdout.strip())
+        # RBAC allows the worker every Lease of the namespace (a create cannot be limited to a name) ...
+        wait_for(lambda: can_i(cluster, worker_user, "create", "leases.coordination.k8s.io", home), 30,
+                 message="the worker's Role to be in force")
+        assert can_i(cluster, worker_user, "update", f"leases.coordination.k8s.io:{leader}", home)
+        # ... the policy does not: not the leader Lease, whoever holds it (a dry run until the policy is in force).
+        only_operator = (f"Lease {home}/{leader} is the operator's leader-election Lease: only {operator_user} may "
+                         f"write it, not {worker_user}")
+        wait_for(lambda: worker.create(home, leader, "intruder", 999999999, dry_run=True).status_code == 403, 30,
+                 message="the lease admission policy to be in force")
+        assert_refused(worker.create(home, leader, "intruder", 999999999), only_operator)
+        assert cluster.kubectl("get", "lease", "-n", home, leader, check=False).returncode != 0
+        assert operator.create(home, leader, "sxlease-op").status_code == 201
+        assert_refused(worker.replace(home, leader, "intruder", 999999999), only_operator)
+        # Deleting it would take no leadership (nobody else may create it again), but a worker may not either.
+        assert_refused(worker.delete(home, leader), f"it may write only its own worker's Lease, sextant-worker-{pod}, "
+                                                    f"not {leader}")
+        assert operator.replace(home, leader, "sxlease-op").status_code == 200  # the operator renews it as before
+        spec = json.loads(cluster.kubectl("get", "lease", "-n", home, leader, "-o", "json").stdout)["spec"]
+        assert spec["holderIdentity"] == "sxlease-op" and spec["leaseDurationSeconds"] == 15
+
+        # Its own worker's Lease, through its whole life (docs/workers.md §1); no other worker's.
+        own = f"sextant-worker-{pod}"
+        assert worker.create(home, own, f"{pod}/1").status_code == 201
+        assert worker.replace(home, own, f"{pod}/1", 30).status_code == 200
+        assert worker.delete(home, own).status_code == 200
+        assert_refused(worker.create(home, "sextant-worker-other", "other/1"),
+                       f"{worker_user} is a Sextant worker's service account: it may write only its own worker's "
+                       f"Lease, sextant-worker-{pod}, not sextant-worker-other")
+        # A token bound to no pod names no worker: it writes no Lease.
+        unbound = AsToken(cluster, cluster.kubectl("create", "token", worker_sa, "-n", home).stdout.strip())
+        assert_refused(unbound.create(home, own, f"{pod}/1"), "and its token is bound to no pod")
+
+        # The runner's account in a job pod: its attempt's Lease (named as the pod), created and renewed by patch.
+        apply(cluster, shop, runner_pod)
+        runner = AsToken(cluster, cluster.kubectl("create", "token", "sextant-runner", "-n", shop,
+                                                  "--bound-object-kind=Pod", "--bound-object-name=job-a-1").stdout.strip())
+        assert runner.create(shop, "job-a-1", "job-a-1").status_code == 201
+        assert runner.patch(shop, "job-a-1", "job-a-1").status_code == 200
+        assert_refused(runner.create(shop, "job-b-1", "job-b-1"),
+                       f"system:serviceaccount:{shop}:sextant-runner is the Sextant runner's service account: it may "
+                       "write only its attempt's Lease, job-a-1, not job-b-1")
+
+        # Deleting the release's namespace, policy in force: the namespace controller (whatever its user: here the
+        # cluster's admin) deletes the leader Lease with it.
+        cluster.kubectl("delete", "namespace", home, "--wait=false")
+        wait_for(lambda: cluster.kubectl("get", "namespace", home, check=False).returncode != 0, 90,
+                 message=lambda: "the release's namespace to be deleted: "
+                 + cluster.kubectl("get", "namespace", home, "-o", "jsonpath={.status.conditions}", check=False).stdout)
+    finally:
+        # The release's record went with its namespace: what it made elsewhere is deleted by its labels.
+        cluster.kubectl("delete", "-n", shop, "pod,lease", "job-a-1", "--ignore-not-found", "--wait=false", check=False)
+        cluster.kubectl("delete", "-n", shop, "serviceaccount,rolebinding", "-l", f"app.kubernetes.io/instance={release}",
+                        check=False)
+        cluster.kubectl("delete", "clusterrole,clusterrolebinding,validatingadmissionpolicy,"
+                        "validatingadmissionpolicybinding", "-l", f"app.kubernetes.io/instance={release}", check=False)
+        cluster.delete_namespace(home)
 
 
 def test_handler_admission_policies_and_a_certificate_kept_across_upgrades(cluster, tools, release_namespaces,

@@ -185,6 +185,23 @@ async def test_a_holders_clock_far_ahead_does_not_keep_its_lease_forever():
     assert b.is_leader()
 
 
+@pytest.mark.parametrize("duration,expires", [(999999999, 15), (10**12, 15), (16, 15), (3600.5, 15), (5, 5)])
+async def test_a_lease_is_believed_for_its_duration_but_never_longer_than_the_configured_one(duration, expires):
+    """A holder that wrote a longer leaseDurationSeconds than this replica's own (a lease written by something else:
+    the replicas of a release share one setting) is believed only for the configured duration: a write of
+    999999999 and silence do not lock the replicas out for good. A shorter one is believed as written."""
+    api, clock = LeaseApi(), Clock()
+    api.store(PATH, lease_of("intruder", T0, duration=duration))
+    b = replica(api, clock, "b")
+    await b._try()
+    clock.to(expires - 0.1)
+    await b._try()
+    assert not b.is_leader() and api.holder() == "intruder"
+    clock.to(expires)
+    await b._try()
+    assert b.is_leader() and api.holder() == "b" and api.spec()["leaseDurationSeconds"] == 15
+
+
 @pytest.mark.parametrize("spec", [None, {}, {"holderIdentity": None, "leaseTransitions": "many"},
                                   {"holderIdentity": "", "leaseTransitions": -1, "acquireTime": 7},
                                   {"holderIdentity": "", "leaseTransitions": True}])

@@ -78,6 +78,22 @@ fail it over at will. The chart refuses such values instead of rendering them.
 {{- end -}}
 {{- end -}}
 
+{{/*
+A worker's Role may create, update and delete every Lease of its namespace (its Lease is named after its pod). In
+the release's namespace, with leader election on, only the lease admission policy (leaseAdmission, see
+lease-admission.yaml) keeps the operator's leader-election Lease out of its reach, so the chart refuses that
+placement without it; and kube-system and kube-node-lease (the control plane's and the nodes' Leases) always.
+*/}}
+{{- define "sextant.checkWorkerNamespace" -}}
+{{- $root := .root -}}
+{{- if and $root.Values.leaderElection.enabled (eq .namespace $root.Release.Namespace) (not $root.Values.leaseAdmission.enabled) -}}
+{{- fail (printf "workers[%s] would run in namespace %q, the release's, where the operator's leader-election Lease %q lives, and may write every Lease there: with leaseAdmission.enabled=false nothing stops a handler from taking the leadership. Keep leaseAdmission.enabled=true, or set workers[%s].namespace to another namespace" .worker.name .namespace (include "sextant.leaseName" $root) .worker.name) -}}
+{{- end -}}
+{{- if has .namespace (list "kube-system" "kube-node-lease") -}}
+{{- fail (printf "workers[%s] would run in namespace %q, which holds the control plane's or the nodes' Leases: a handler could then renew or take them. Run workers in another namespace" .worker.name .namespace) -}}
+{{- end -}}
+{{- end -}}
+
 {{/* A declared Queue or Handler must live in a watched namespace, or nothing would ever run it. */}}
 {{- define "sextant.checkWatched" -}}
 {{- $ns := .object.namespace | default .root.Release.Namespace -}}
@@ -189,8 +205,8 @@ a Job's spec.
   resources: [queues, handlers]
   verbs: [get, list, watch]
 # Its registration Lease (docs/workers.md §1): created at start, renewed every leaseDuration/3, marked draining,
-# deleted at exit. The Lease is named after the pod, so these cannot be limited to one name: run workers in a
-# namespace of their own, not the operator's, whose leader-election Lease they could otherwise rewrite.
+# deleted at exit. The Lease is named after the pod, so RBAC cannot limit these to one name: the lease admission
+# policy (leaseAdmission) does, to sextant-worker-<its pod>, and keeps the operator's leader-election Lease out.
 - apiGroups: [coordination.k8s.io]
   resources: [leases]
   verbs: [get, create, update, delete]

@@ -31,13 +31,14 @@ from .settings import ElectionSettings
 log = logging.getLogger("sextant.leader")
 
 
-
-
-def _seconds(value: object, default: float) -> float:
-    """A lease's leaseDurationSeconds, read totally: what is not a positive number of seconds is the default."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 10**9:
-        return default
-    return float(value)
+def _seconds(value: object, configured: float) -> float:
+    """How long a lease's holder may leave it unrenewed, as this replica believes it: its leaseDurationSeconds, but
+    never more than this replica's own lease duration (docs/ha.md). The replicas of one release run with one
+    setting, so only a lease written by something else asks for more, and a holder that wrote 999999999 must not
+    lock the replicas out for good. What is not a positive number of seconds counts as the configured duration."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value:
+        return configured
+    return min(float(value), configured)
 
 
 def default_identity() -> str:
