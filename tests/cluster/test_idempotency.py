@@ -26,6 +26,14 @@ FAST = {"backoff": {"policy": "fixed", "initial": "200ms"}}
 WINDOW = 15  # seconds, in the window test
 
 
+def post_job(operator, namespace: str, token: str, body: dict) -> httpx.Response:
+    """POST /v2/jobs as the token's user, once the operator is ready."""
+    with httpx.Client(timeout=30) as http:
+        wait_for(lambda: http.get(operator.http_url + "/readyz").status_code == 200, 30, message="operator ready")
+        return http.post(operator.http_url + "/v2/jobs", params={"namespace": namespace},
+                         headers={"Authorization": f"Bearer {token}"}, json=body)
+
+
 def test_every_create_path_returns_the_applied_job_that_holds_the_key(cluster, namespace, operator):
     apply(cluster, namespace, queue("q", **FAST), handler("ok"),
           job("job-applied", "q", "ok", idempotencyKey="receipt-42", payload={"orderId": 42}))
@@ -39,12 +47,8 @@ def test_every_create_path_returns_the_applied_job_that_holds_the_key(cluster, n
     assert "already used" in made.stderr and "job_applied" in made.stderr
     # The HTTP API: 200 with the applied job, Idempotent-Replayed.
     token = grant(cluster, namespace, "api-user")
-    with httpx.Client(timeout=30) as http:
-        wait_for(lambda: http.get(operator.http_url + "/readyz").status_code == 200, 30, message="operator ready")
-        answer = http.post(operator.http_url + "/v2/jobs", params={"namespace": namespace},
-                           headers={"Authorization": f"Bearer {token}"},
-                           json={"queue": "q", "handler": "ok", "payload": {"orderId": 42},
-                                 "idempotency_key": "receipt-42"})
+    answer = post_job(operator, namespace, token, {"queue": "q", "handler": "ok", "payload": {"orderId": 42},
+                                                   "idempotency_key": "receipt-42"})
     assert answer.status_code == 200, answer.text
     assert answer.json()["id"] == "job_applied" and answer.headers["Idempotent-Replayed"] == "true"
     # The SDK: ctx.jobs.create, as a handler calls it.
@@ -90,12 +94,8 @@ def test_a_key_held_by_another_job_is_refused_on_every_create_path_naming_the_fi
             raise AssertionError("a create with another queue was answered with the key's job")
 
         # The HTTP API: 409 in the API's error format, error.field naming the field.
-        with httpx.Client(timeout=30) as http:
-            wait_for(lambda: http.get(operator.http_url + "/readyz").status_code == 200, 30, message="operator ready")
-            answer = http.post(operator.http_url + "/v2/jobs", params={"namespace": namespace},
-                               headers={"Authorization": f"Bearer {token}"},
-                               json={"queue": "q", "handler": "other", "payload": {"orderId": 42},
-                                     "idempotency_key": "receipt-42"})
+        answer = post_job(operator, namespace, token, {"queue": "q", "handler": "other", "payload": {"orderId": 42},
+                                                       "idempotency_key": "receipt-42"})
         assert answer.status_code == 409, answer.text
         error = answer.json()["error"]
         assert (error["status"], error["reason"], error["field"]) == (409, "Conflict", "handler"), error

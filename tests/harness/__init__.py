@@ -138,3 +138,12 @@ def repo_root() -> Path:
 
 def external_cluster() -> bool:
     return bool(os.environ.get("SEXTANT_TEST_KUBECONFIG"))
+
+
+def running(pid: int) -> bool:
+    """Alive and not a zombie (a zombie's reaping is its parent's business, or whatever init the test runs under)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"

@@ -12,19 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import wait_for
+from tests.harness import running, wait_for
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl is Linux's")
 OPERATOR = str(Path(__file__).resolve().parents[2] / "operator")
 
-
-def running(pid: int) -> bool:
-    """Alive and not a zombie (a zombie's reaping is its parent's business, here whatever init the test runs under)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 def python(script: str, *args: str, **kwargs) -> subprocess.Popen:

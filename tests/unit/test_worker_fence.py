@@ -16,7 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.harness import until
+from tests.harness import running, until
 from sextant.kube.client import Kube
 from sextant.kube.kubeconfig import Connection
 from sextant.worker.registration import Offer, Registration
@@ -127,23 +127,15 @@ async def test_a_worker_whose_renewals_hang_kills_its_command_before_its_lease_e
             await until(lambda: pidfile.exists() and pidfile.read_text().strip(), timeout=10,
                         message="the command to start")
             pid = int(pidfile.read_text())
-            await until(lambda: not alive(pid), timeout=LEASE_SECONDS + 1, interval=0.02,
+            await until(lambda: not running(pid), timeout=LEASE_SECONDS + 1, interval=0.02,
                         message="the command to be killed")
             killed_after = time.monotonic() - sent
             code = await asyncio.wait_for(serving_task, 5)
         finally:
             serving_task.cancel()
-            if pidfile.exists() and alive(pid := int(pidfile.read_text())):
+            if pidfile.exists() and running(pid := int(pidfile.read_text())):
                 os.kill(pid, 9)
     assert killed_after < LEASE_SECONDS, f"the command ran on {killed_after:.2f}s, past the lease as others see it"
     assert code == 1 and "renew deadline" in worker.registration.lost_reason
     assert api.puts >= 1, "a renewal was sent and hung"
 
-
-def alive(pid: int) -> bool:
-    """Running, not a zombie (the worker's asyncio reaps its command; whatever it left, the test's init)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"

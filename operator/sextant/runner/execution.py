@@ -31,7 +31,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from .. import sdk
-from .process import die_with_parent
+from .process import die_with_parent, shell_exit_code
 
 KILLED = 128 + signal.SIGKILL
 TERMINATED = 128 + signal.SIGTERM
@@ -84,11 +84,6 @@ class Work(Protocol):
     def terminate(self) -> None: ...
 
     def kill(self) -> None: ...
-
-
-def _exit_code(returncode: int) -> int:
-    """asyncio reports death by signal N as -N; shells and the kubelet say 128+N."""
-    return 128 - returncode if returncode < 0 else returncode
 
 
 def _notes(label: str | None) -> tuple[str, str]:
@@ -180,7 +175,7 @@ class CommandWork:
         finally:
             self.proc.stdin.close()
         try:
-            code = _exit_code(await self.proc.wait())
+            code = shell_exit_code(await self.proc.wait())
         finally:
             self._signal_group(signal.SIGKILL)  # what it left behind goes with it, as with a pod's container
             try:

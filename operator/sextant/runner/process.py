@@ -59,10 +59,14 @@ def become_subreaper() -> bool:
     return PRCTL is not None and PRCTL(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
 
 
+def shell_exit_code(returncode: int) -> int:
+    """Python reports death by signal N as -N; shells and the kubelet say 128+N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
 def exit_code(status: int) -> int:
     """A wait status as a shell says it: the exit code, or 128+N after signal N."""
-    code = os.waitstatus_to_exitcode(status)
-    return 128 - code if code < 0 else code
+    return shell_exit_code(os.waitstatus_to_exitcode(status))
 
 
 def run_as_init(child: Callable[[], int]) -> int:
