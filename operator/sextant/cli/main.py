@@ -84,7 +84,7 @@ def _command_index(argv: list[str]) -> int:
     """Where the command is: after the flags in front of it (only kubectl's global flags can be there)."""
     i = 0
     while i < len(argv) and argv[i].startswith("-") and argv[i] != "--":
-        i += 2 if argv[i] in _VALUE_FLAGS else 1
+        i += _global_width(argv[i]) or 1
     return i
 
 

@@ -118,8 +118,7 @@ class Informer:
                 wait = jittered(delay)
                 again = "listing again" if self.resource_version is None else "resuming the watch"
                 log.warning("%s: %s; %s in %.1fs", self.name, describe(exc, 300), again, wait)
-                if self.on_failure is not None:
-                    self.on_failure(exc)
+                self._hook(self.on_failure, exc)
             await asyncio.sleep(wait)
             delay = min(delay * 2, RETRY_MAX)
 
@@ -130,11 +129,16 @@ class Informer:
     def _set_healthy(self) -> None:
         again = not self.healthy and self.synced.is_set()
         self.healthy = True
-        if again and self.on_reconnect is not None:
-            try:
-                self.on_reconnect()
-            except Exception:  # noqa: BLE001 - a hook must not break the connection handling
-                log.exception("%s: reconnect hook failed", self.name)
+        if again:
+            self._hook(self.on_reconnect)
+
+    def _hook(self, hook: Callable[..., None] | None, *args: Any) -> None:
+        if hook is None:
+            return
+        try:
+            hook(*args)
+        except Exception:  # noqa: BLE001 - a hook must not break the connection handling
+            log.exception("%s: %s hook failed", self.name, getattr(hook, "__name__", "a"))
 
     async def _relist(self) -> None:
         seen: dict[Key, str] = {}
