@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from . import CATEGORY, GROUP, VERSION, handler, job, queue, schedule
+from . import CATEGORY, GROUP, VERSION, handler, job, queue, schedule, worker
 
 PRESERVE = "x-kubernetes-preserve-unknown-fields"
 _DROP = {"title", "additionalProperties"}
@@ -165,6 +165,21 @@ RESOURCES: list[dict[str, Any]] = [
         "columns": [
             {"name": "Image", "type": "string", "jsonPath": ".spec.template.spec.containers[0].image"},
             {"name": "Command", "type": "string", "priority": 1, "jsonPath": ".spec.worker.command"},
+            _AGE,
+        ],
+    },
+    {
+        "module": worker,
+        "model": worker.Worker,
+        "doc": "One worker process: its registration, renewals and results (spec, the worker's) and the attempts "
+               "assigned to it (status, the operator's); docs/workers.md.",
+        "columns": [
+            {"name": "State", "type": "string", "jsonPath": ".status.state"},
+            {"name": "Queues", "type": "string", "jsonPath": ".spec.queues"},
+            {"name": "Slots", "type": "integer", "jsonPath": ".status.slots"},
+            {"name": "Busy", "type": "integer", "jsonPath": ".status.busy"},
+            {"name": "Handlers", "type": "string", "priority": 1, "jsonPath": ".spec.handlers"},
+            {"name": "Renewed", "type": "date", "priority": 1, "jsonPath": ".spec.renewTime"},
             _AGE,
         ],
     },
