@@ -8,6 +8,10 @@ rotation (so every kind of fault happens within the first few requests and watch
 - answers a watch 410 Gone, or ends it with an ERROR event of code 410 after some events;
 - cuts a watch mid-stream, in the middle of an event's line (a truncated chunk), or slips a malformed line in.
 
+A test may also take the API server away (`down`): while it is down every request, watches included, is held
+without an answer and never forwarded, and every watch open is cut, as a stopped API server behind a load balancer
+looks to its clients; when it comes back up the held requests' connections are reset (their clients ask again).
+
 A test may also strike the watches of one client and kind on demand (`strike`): the next few watches that match
 get the fault it names (a malformed line, a 410), and the matching watches open now are cut so that they ask again.
 
@@ -51,6 +55,8 @@ class FaultProxy:
         self.faulty = True  # False: a plain proxy (to let the operator settle)
         self._strikes: list[tuple[Callable[[web.Request], bool], str]] = []  # (which watches, fault), in order
         self._struck = 0  # bumped by strike(): the matching watches open then are cut
+        self._up: asyncio.Event | None = None  # cleared while down
+        self.down_requests = 0  # requests held (never forwarded) while down
 
     # --- lifecycle ------------------------------------------------------------------------------------------
     def start(self) -> str:
@@ -82,6 +88,8 @@ class FaultProxy:
 
     async def _serve(self) -> None:
         self._stopped = asyncio.Event()
+        self._up = asyncio.Event()
+        self._up.set()
         connector = aiohttp.TCPConnector(ssl=self.upstream.ssl_context, limit=64)
         self.session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None,
                                                                                                 sock_connect=10))
@@ -101,6 +109,33 @@ class FaultProxy:
         finally:
             await runner.cleanup()
             await self.session.close()
+
+    @property
+    def down(self) -> bool:
+        return self._up is not None and not self._up.is_set()
+
+    @down.setter
+    def down(self, down: bool) -> None:
+        """Take the API server away (True) or bring it back (False), from any thread."""
+        assert self._loop is not None and self._up is not None, "start() first"
+        done = threading.Event()
+
+        def flip() -> None:
+            assert self._up is not None
+            self._up.clear() if down else self._up.set()
+            done.set()
+
+        self._loop.call_soon_threadsafe(flip)
+        done.wait(5)
+
+    async def _held(self, request: web.Request) -> web.StreamResponse:
+        """Down: no answer until up again, then the connection is reset (the request never reached the server)."""
+        assert self._up is not None
+        self.down_requests += 1
+        await self._up.wait()
+        assert request.transport is not None
+        request.transport.abort()
+        return web.Response(status=503)
 
     def strike(self, fault: str, times: int, match: Callable[[web.Request], bool]) -> None:
         """The next `times` watches that `match` get `fault` ("garbage": a malformed first line; "gone": answered
@@ -122,6 +157,8 @@ class FaultProxy:
     # --- the faults -----------------------------------------------------------------------------------------
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         self.counts["requests"] += 1
+        if self.down:
+            return await self._held(request)
         watch = request.query.get("watch") in ("true", "1")
         if watch:
             self._watches += 1
@@ -171,6 +208,10 @@ class FaultProxy:
             while True:
                 if fault is None and self.faulty:
                     fault, after, events = "cut", 0, 0  # a watch opened while calm is struck once faults start
+                if self.down:  # the server went away under an open watch
+                    assert request.transport is not None
+                    request.transport.abort()
+                    return response
                 if self._cut_now(request, struck):
                     self.counts["watch cut for a strike"] += 1
                     assert request.transport is not None

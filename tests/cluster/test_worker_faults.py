@@ -1,0 +1,335 @@
+"""Worker protocol v2 under faults, with real processes (`sextant operator`, `sextant worker`, command handlers) on
+the real control plane: crashes of the operator and of the worker at the worst moment, `kill -9` of a worker while
+its command runs, API-server outages shorter and longer than the renew deadline, and an upgrade from protocol v1.
+
+What ran is judged twice, independently: from the API (every Worker version, from a watch opened before the test
+acts: never one job assigned live on two workers) and from the commands themselves, which take a per-job flock(2)
+for as long as any process of theirs lives, so that a second attempt of a job starting while the first still runs
+is seen by the kernel (the lock is released only when the last process holding it is gone, however it died).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client as k8s_client
+from kubernetes import config as k8s_config
+
+from sextant.kube import kubeconfig
+from tests.harness import holds_for, wait_for
+from tests.harness.faultproxy import FaultProxy
+from tests.harness.scripted_worker import GROUP, VERSION, ScriptedWorker, micro
+from tests.harness.watching import Versions, live_assignments, most_at_once
+
+from .support import Operator, WorkerProcess, apply, get_json, job, queue, status, timeline_of, wait_all, wait_state
+
+BACKOFF = {"backoff": {"policy": "fixed", "initial": "200ms"}, "cancelGrace": "1s"}
+
+
+def command(name: str, script: str) -> dict[str, Any]:
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Handler", "metadata": {"name": name},
+            "spec": {"worker": {"command": ["sh", "-c", script]}}}
+
+
+def locked(runs: Path, body: str) -> str:
+    """A script that records each run in `runs` and holds the job's lock while it (and its children) live; a run
+    that finds the lock taken records an overlap."""
+    return (f'exec 9>>{runs.parent}/"$SEXTANT_JOB_NAME".lock; '
+            f'flock -n 9 || {{ echo "$SEXTANT_JOB_NAME $SEXTANT_SEQUENCE overlap" >> {runs}; exit 3; }}; '
+            f'echo "$SEXTANT_JOB_NAME $SEXTANT_SEQUENCE start" >> {runs}; {body}; '
+            f'echo "$SEXTANT_JOB_NAME $SEXTANT_SEQUENCE end" >> {runs}')
+
+
+def runs_of(runs: Path) -> list[tuple[str, int, str]]:
+    if not runs.exists():
+        return []
+    return [(j, int(s), what) for j, s, what in (line.split() for line in runs.read_text().splitlines())]
+
+
+@pytest.fixture
+def workers(cluster, namespace, tmp_path_factory, request) -> Iterator[Any]:
+    made: list[WorkerProcess] = []
+    request.node._sextant_workers = made  # their logs join a failed test's report (conftest.py)
+    logs = tmp_path_factory.mktemp("workers")
+
+    def start(name: str, *args: str, config: Path | None = None) -> WorkerProcess:
+        worker = WorkerProcess(config or cluster.kubeconfig, namespace, name, logs, *args).start()
+        made.append(worker)
+        return worker
+
+    yield start
+    for worker in made:
+        worker.kill()
+
+
+def worker_object(cluster, namespace: str, name: str) -> dict[str, Any]:
+    found = get_json(cluster, namespace, "workers.sextant.dev")["items"]
+    return next((w for w in found if w["metadata"]["name"] == name), {})
+
+
+def wait_live(cluster, namespace: str, name: str, timeout: float = 60) -> dict[str, Any]:
+    return wait_for(lambda: (w := worker_object(cluster, namespace, name)).get("status", {}).get("state") == "live"
+                    and w, timeout, message=f"worker {name} to be live")
+
+
+def assert_never_twice(seen: Versions, runs: Path) -> None:
+    per_job, _ = most_at_once(seen)
+    assert set(per_job.values()) <= {1}, f"a job assigned live on two workers at once: {per_job}"
+    assert not [r for r in runs_of(runs) if r[2] == "overlap"], f"two runs of one job at once: {runs_of(runs)}"
+
+
+# ================================================================ crashes
+@pytest.mark.parametrize("worker_too", [False, True], ids=["operator", "operator-and-worker"])
+def test_an_operator_killed_between_assignment_and_its_first_job_write_loses_no_attempt(
+        cluster, namespace, operator, workers, tmp_path, worker_too):
+    runs = tmp_path / "runs"
+    count = 4
+    apply(cluster, namespace, queue("q", leaseDuration="4s", **BACKOFF), command("nap", locked(runs, "sleep 2")))
+    args = ("--queue=q", "--handler=nap", "--concurrency", str(count))
+    worker = workers("w", *args)
+    wait_live(cluster, namespace, "w")
+    with Versions(cluster.kubeconfig, namespace, "workers") as seen, \
+            Versions(cluster.kubeconfig, namespace, "jobs") as job_seen:
+        apply(cluster, namespace, *(job(f"job-{i}", handler_name="nap") for i in range(count)))
+        wait_for(lambda: any(live_assignments(v.obj) for v in seen.versions()), 30, interval=0.01,
+                 message="a first assignment")
+        operator.kill()
+        if worker_too:
+            worker.kill()
+        at_kill = {v.name: v.obj for v in job_seen.versions()}
+        untouched = [n for n, obj in at_kill.items() if not obj.get("status")]
+        assigned = {a["job"] for v in seen.versions() for a in live_assignments(v.obj)}
+        assert assigned & set(untouched), "the kill came after the first Job status write: the test proves nothing"
+        if worker_too:
+            workers("w", *args)  # the same name, a new incarnation
+        operator.start()
+        final = wait_all(cluster, namespace, count, {"succeeded", "dead"}, 90)
+    for name, obj in final.items():
+        st = obj["status"]
+        assert [t for t in timeline_of(st) if t[0] == "succeeded"] == [("succeeded", None)], (name, st)
+        assert st["state"] == "succeeded" and st["attempt"] == len(st["attempts"]), (name, st)
+        if worker_too and name in assigned:  # its command died with the worker: the attempt counts
+            assert timeline_of(st) == [("failed", "LeaseExpired"), ("succeeded", None)], (name, st)
+        elif not worker_too:
+            assert timeline_of(st) == [("succeeded", None)], (name, st)
+    assert_never_twice(seen, runs)
+
+
+def test_kill_9_of_a_worker_takes_its_command_with_it_before_the_retry_starts(cluster, namespace, operator, workers,
+                                                                          tmp_path):
+    pid_file, verdict = tmp_path / "pid", tmp_path / "verdict"
+    script = (f'if [ "$SEXTANT_SEQUENCE" = 1 ]; then echo $$ > {pid_file}; exec sleep 120; fi; '
+              f's=$(cut -d" " -f3 /proc/$(cat {pid_file})/stat 2>/dev/null); '
+              f'if [ -z "$s" ] || [ "$s" = Z ]; then echo gone > {verdict}; else echo alive > {verdict}; fi')
+    apply(cluster, namespace, queue("q", leaseDuration="3s", **BACKOFF), command("nap", script))
+    first = workers("w1", "--queue=q", "--handler=nap")
+    wait_live(cluster, namespace, "w1")
+    apply(cluster, namespace, job("job-k", handler_name="nap"))
+    wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), 30, message="the command to start")
+    first.kill()  # SIGKILL: no cleanup of its own
+    workers("w2", "--queue=q", "--handler=nap")
+    final = wait_state(cluster, namespace, "job-k", "succeeded", timeout=60)
+    assert timeline_of(final) == [("failed", "LeaseExpired"), ("succeeded", None)]
+    assert verdict.read_text().strip() == "gone", "the first attempt's command outlived its worker into the retry"
+
+
+# ================================================================ API-server outages
+def proxied(cluster, proxy: FaultProxy, path: Path) -> Path:
+    """A copy of the cluster's kubeconfig that reaches the API server through the proxy (plain HTTP, no
+    credentials: the proxy authenticates upstream)."""
+    config = yaml.safe_load(cluster.kubeconfig.read_text())
+    config["clusters"][0]["cluster"] = {"server": proxy.url}
+    config["users"][0]["user"] = {}
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.fixture
+def proxy(cluster) -> Iterator[FaultProxy]:
+    with FaultProxy(kubeconfig.load(str(cluster.kubeconfig)), lifetime=300) as p:
+        p.faulty = False  # no rotating faults: only the outage
+        yield p
+
+
+def test_an_outage_shorter_than_the_renew_deadline_costs_nothing(cluster, namespace, crds, workers, proxy, tmp_path):
+    runs = tmp_path / "runs"
+    config = proxied(cluster, proxy, tmp_path / "kubeconfig")
+    op = Operator(config, namespace, tmp_path)
+    op.start()
+    try:
+        # leaseDuration 60 s: the worker's renew deadline (2/3 of it) is 40 s, the outage 20 s.
+        apply(cluster, namespace, queue("q", leaseDuration="60s", **BACKOFF),
+              command("nap", locked(runs, 'sleep "$(cat)"')))
+        worker = workers("w", "--queue=q", "--handler=nap", "--concurrency", "2", config=config)
+        incarnation = wait_live(cluster, namespace, "w")["spec"]["incarnation"]
+        # One ends during the outage (its result waits), one runs through it.
+        apply(cluster, namespace, job("job-short", handler_name="nap", payload=4),
+              job("job-long", handler_name="nap", payload=26))
+        for name in ("job-short", "job-long"):
+            wait_state(cluster, namespace, name, "running", timeout=30)
+        proxy.down = True
+        try:
+            holds_for(lambda: worker.proc.poll() is None, 20, interval=0.5, message="the worker runs through it")
+        finally:
+            proxy.down = False
+        assert proxy.down_requests > 0, "nobody noticed the outage: the test proves nothing"
+        assert ("job-short", 1, "end") in runs_of(runs), "the short job ended during the outage"
+        for name in ("job-short", "job-long"):
+            final = wait_state(cluster, namespace, name, "succeeded", timeout=60)
+            assert timeline_of(final) == [("succeeded", None)] and final["attempt"] == 1, (name, final)
+            assert final["attempts"][0]["worker"] == f"w/{incarnation}"
+        assert worker.proc.poll() is None, "no worker exit"
+        assert worker_object(cluster, namespace, "w")["spec"]["incarnation"] == incarnation, "no re-registration"
+        assert sorted(r for r in runs_of(runs) if r[2] == "start") == [("job-long", 1, "start"),
+                                                                        ("job-short", 1, "start")], "each ran once"
+    finally:
+        op.stop()
+
+
+def test_a_longer_outage_stops_the_handlers_and_the_worker_registers_again_without_exiting(
+        cluster, namespace, crds, workers, proxy, tmp_path):
+    runs, term = tmp_path / "runs", tmp_path / "term"
+    config = proxied(cluster, proxy, tmp_path / "kubeconfig")
+    op = Operator(config, namespace, tmp_path)
+    op.start()
+    try:
+        # leaseDuration 6 s: renew deadline 4 s, the outage 15 s.
+        script = locked(runs, f'if [ "$SEXTANT_SEQUENCE" = 1 ]; then trap "touch {term}; exit 143" TERM; '
+                              'sleep 120 & wait; fi')
+        apply(cluster, namespace, queue("q", leaseDuration="6s", **BACKOFF), command("nap", script))
+        worker = workers("w", "--queue=q", "--handler=nap", config=config)
+        incarnation = wait_live(cluster, namespace, "w")["spec"]["incarnation"]
+        apply(cluster, namespace, job("job-o", handler_name="nap"))
+        wait_for(lambda: ("job-o", 1, "start") in runs_of(runs), 30, message="the command to start")
+        proxy.down = True
+        try:
+            wait_for(term.exists, 12, message="the worker to stop its handler past its renew deadline")
+            holds_for(lambda: worker.proc.poll() is None, 15 - 4, interval=0.5, message="the worker keeps running")
+        finally:
+            proxy.down = False
+        wait_for(lambda: worker_object(cluster, namespace, "w").get("spec", {}).get("incarnation") not in
+                 (None, incarnation), 60, message="the worker to register again, with a new incarnation")
+        final = wait_state(cluster, namespace, "job-o", "succeeded", timeout=60)
+        assert timeline_of(final) == [("failed", "LeaseExpired"), ("succeeded", None)]
+        assert worker.proc.poll() is None, "it never exits"
+        assert not [r for r in runs_of(runs) if r[2] == "overlap"]
+    finally:
+        op.stop()
+
+
+# ================================================================ upgrade from protocol v1
+class V1Lease:
+    """A protocol-v1 worker's registration Lease, renewed by a thread as that worker would have (v1 is gone from
+    the code; this is its Lease as it was written: docs/workers.md of the previous version)."""
+
+    def __init__(self, kubeconfig_path: Path, namespace: str, name: str, incarnation: str) -> None:
+        self.leases = k8s_client.CoordinationV1Api(k8s_config.new_client_from_config(str(kubeconfig_path)))
+        self.namespace, self.name, self.holder = namespace, f"sextant-worker-{name}", f"{name}/{incarnation}"
+        self.worker = name
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def body(self) -> dict[str, Any]:
+        now = micro(datetime.now(timezone.utc))
+        return {"metadata": {"name": self.name, "labels": {"sextant.dev/worker": self.worker},
+                             "annotations": {"sextant.dev/queues": "q", "sextant.dev/handlers": "h",
+                                             "sextant.dev/slots": "1"}},
+                "spec": {"holderIdentity": self.holder, "leaseDurationSeconds": 3, "renewTime": now,
+                         "acquireTime": now}}
+
+    def renew(self) -> None:
+        current = self.leases.read_namespaced_lease(self.name, self.namespace)
+        body = self.body()
+        body["metadata"]["resourceVersion"] = current.metadata.resource_version
+        self.leases.replace_namespaced_lease(self.name, self.namespace, body)
+
+    def start(self) -> V1Lease:
+        self.leases.create_namespaced_lease(self.namespace, self.body())
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.5):
+            try:
+                self.renew()
+            except Exception:  # noqa: BLE001 - a missed renewal is what leases are for
+                pass
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(5)
+
+
+def v1_running(started: datetime) -> dict[str, Any]:
+    """A job's status as a v1 worker left it when it took the job."""
+    at = micro(started)
+    return {"state": "running", "attempt": 1, "maxAttempts": 3, "sequence": 1, "worker": "old", "queuedAt": at,
+            "attempts": [{"attempt": 1, "sequence": 1, "worker": "old/v1inc", "node": "old", "startedAt": at,
+                          "result": "running"}]}
+
+
+def v1_succeeded(started: datetime, finished: datetime) -> dict[str, Any]:
+    """The v1 worker's own result write: the job's final status, computed by the worker."""
+    return {"state": "succeeded", "attempt": 1, "maxAttempts": 3, "sequence": 1, "worker": None,
+            "queuedAt": micro(started), "finishedAt": micro(finished),
+            "attempts": [{"attempt": 1, "sequence": 1, "worker": "old/v1inc", "node": "old",
+                          "startedAt": micro(started), "finishedAt": micro(finished), "result": "succeeded",
+                          "exitCode": 0}]}
+
+
+def write_status(cluster, namespace: str, name: str, st: dict[str, Any]) -> None:
+    cluster.kubectl("patch", "-n", namespace, "jobs.sextant.dev", name, "--subresource=status", "--type=merge",
+                    "-p", json.dumps({"status": st}))
+
+
+@pytest.mark.parametrize("ending", ["v1-result", "v1-lease-lost"])
+def test_an_attempt_of_a_v1_worker_finishes_or_ends_lease_expired_and_never_runs_twice(
+        cluster, namespace, crds, tmp_path, ending):
+    lease = V1Lease(cluster.kubeconfig, namespace, "old", "v1inc").start()
+    try:
+        apply(cluster, namespace, queue("q", leaseDuration="3s", **BACKOFF),
+              {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Handler", "metadata": {"name": "h"},
+               "spec": {"worker": {}}}, job("job-v1"))
+        started = datetime.now(timezone.utc)
+        write_status(cluster, namespace, "job-v1", v1_running(started))
+        v2 = ScriptedWorker(cluster.kubeconfig, namespace, "new", lease_seconds=30).start()
+        with Versions(cluster.kubeconfig, namespace, "workers") as seen, \
+                Versions(cluster.kubeconfig, namespace, "jobs", name="job-v1") as job_seen:
+            op = Operator(cluster.kubeconfig, namespace, tmp_path)  # the upgraded operator
+            op.start()
+            try:
+                wait_for(lambda: v2.status().get("state") == "live", 30, message="the v2 worker live")
+                holds_for(lambda: not v2.assignments() and status(cluster, namespace, "job-v1")["state"] == "running",
+                          4, interval=0.3, message="the v1 attempt left to its v1 worker")
+                if ending == "v1-result":
+                    write_status(cluster, namespace, "job-v1", v1_succeeded(started, datetime.now(timezone.utc)))
+                    final = wait_state(cluster, namespace, "job-v1", "succeeded")
+                    holds_for(lambda: not v2.assignments(mine=False), 3, interval=0.3, message="never run again")
+                    assert timeline_of(final) == [("succeeded", None)]
+                else:
+                    lease.stop()  # the v1 worker is gone
+                    a = wait_for(lambda: v2.assignment("job-v1"), 30, message="the retry on the v2 worker")
+                    assert (a["sequence"], a["attempt"]) == (2, 2)
+                    v2.report(a)
+                    final = wait_state(cluster, namespace, "job-v1", "succeeded")
+                    assert timeline_of(final) == [("failed", "LeaseExpired"), ("succeeded", None)]
+                    # etcd's revisions order every write: LeaseExpired was recorded before the retry was assigned.
+                    expired = min(int(v.obj["metadata"]["resourceVersion"]) for v in job_seen.versions()
+                                  if timeline_of(v.status)[:1] == [("failed", "LeaseExpired")])
+                    given = min(int(v.obj["metadata"]["resourceVersion"]) for v in seen.versions()
+                                if any(x["job"] == "job-v1" for x in (v.status.get("assignments") or [])))
+                    assert expired < given
+            finally:
+                op.stop()
+                v2.stop_renewing()
+    finally:
+        lease.stop()
