@@ -145,19 +145,19 @@ OPERATOR_RULES = {
     ("sextant.dev", "jobs/status"): {"update", "patch"},
     ("sextant.dev", "schedules/status"): {"update"},
     ("sextant.dev", "queues/status"): {"patch"},
+    ("sextant.dev", "workers"): {"get", "list", "watch", "patch", "delete"},
+    ("sextant.dev", "workers/status"): {"patch"},
     ("", "pods"): {"get", "list", "watch", "create", "delete"},
     ("coordination.k8s.io", "leases"): {"get", "list", "watch"},
     ("", "events"): {"create"},
 }
 
-# docs/workers.md, "Permissions", and Events for the attempts a worker records.
+# docs/workers.md, "Permissions": since protocol v2 no Job's status, no Leases, no Events; its own Worker object.
 WORKER_RULES = {
     ("sextant.dev", "jobs"): {"get", "list", "watch", "create"},
-    ("sextant.dev", "jobs/status"): {"update"},
     ("sextant.dev", "queues"): {"get", "list", "watch"},
     ("sextant.dev", "handlers"): {"get", "list", "watch"},
-    ("coordination.k8s.io", "leases"): {"get", "create", "update", "delete"},
-    ("", "events"): {"create"},
+    ("sextant.dev", "workers"): {"get", "list", "watch", "create", "patch", "delete"},
 }
 
 
@@ -198,9 +198,10 @@ def test_default_values_render_a_two_replica_restricted_operator_with_cluster_wi
     kinds = sorted(d["kind"] for d in docs)
     assert kinds == sorted(["ServiceAccount", "ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding",
                             "ClusterRoleBinding", "Role", "RoleBinding", "Service", "Deployment",
-                            "PodDisruptionBudget", "NetworkPolicy", "Secret", "ValidatingAdmissionPolicy",
-                            "ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy",
-                            "ValidatingAdmissionPolicyBinding"]), kinds  # fmt: skip
+                            "PodDisruptionBudget", "NetworkPolicy", "Secret",
+                            *["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"] * 3,  # handler
+                            # pod security, leases, workers
+                            "PriorityLevelConfiguration", "FlowSchema"]), kinds  # fmt: skip
     deployment = one(docs, "Deployment", "sx-sextant", "sextant-system")
     spec = deployment["spec"]
     pod = spec["template"]["spec"]
@@ -449,35 +450,77 @@ def lease_policy(docs: list[dict[str, Any]]) -> tuple[list[str], dict[str, str],
             [v["expression"] for v in spec["validations"]])
 
 
-def test_the_lease_admission_policy_keeps_the_leader_lease_the_operators_and_workers_to_their_own(helm):
-    """On by default: the leader Lease's namespace, each worker's and the runner's, with their service accounts."""
+def test_the_lease_admission_policy_keeps_the_leader_lease_the_operators_and_the_runner_to_its_own(helm):
+    """On by default: the leader Lease's namespace and the runner's, with its service accounts. Workers write no
+    Lease since protocol v2 (their Role has no Lease rights), so the policy names none."""
     namespaces, variables, rules = lease_policy(helm.template())
-    assert namespaces == ["sextant-system"] and (variables["workers"], variables["runners"]) == ("[]", "[]")
+    assert namespaces == ["sextant-system"] and variables["runners"] == "[]" and "workers" not in variables
     leader = rules[0]
     assert "request.namespace != 'sextant-system' || variables.name != 'sx-sextant'" in leader
     assert "variables.user == 'system:serviceaccount:sextant-system:sx-sextant'" in leader
     assert leader.startswith("request.operation == 'DELETE' ||")  # deleting it takes no leadership; see below
 
-    namespaces, variables, rules = lease_policy(helm.template(
-        {**WITH_WORKERS, "workers": [*WORKERS, {"name": "mine", "namespace": "shop",
-                                                "serviceAccount": {"create": False, "name": "mine"}}],
-         "leaderElection": {"leaseName": "elected"}}))
-    assert sorted(namespaces) == ["billing", "sextant-system", "shop"]
-    assert json.loads(variables["workers"]) == ["system:serviceaccount:shop:sx-sextant-worker-payments",
-                                                "system:serviceaccount:billing:sx-sextant-worker-images",
-                                                "system:serviceaccount:shop:mine"]
+    namespaces, variables, rules = lease_policy(helm.template({**WITH_WORKERS, "leaderElection": {"leaseName": "elected"}}))
+    assert sorted(namespaces) == ["billing", "sextant-system", "shop"]  # the runner's (watched) and the leader's
     assert json.loads(variables["runners"]) == ["system:serviceaccount:shop:sextant-runner",
                                                 "system:serviceaccount:billing:sextant-runner"]
-    assert "variables.name != 'elected'" in rules[0]
-    assert "variables.name == 'sextant-worker-' + variables.pod" in rules[1]
-    assert "variables.name == variables.pod" in rules[2]
+    assert len(rules) == 2 and "variables.name != 'elected'" in rules[0]
+    assert "variables.name == variables.pod" in rules[1]
+    assert "worker" not in json.dumps(one(helm.template(WITH_WORKERS), "ValidatingAdmissionPolicy",
+                                          "sx-sextant-leases")["spec"])
 
-    # Without leader election there is no leader Lease to guard; workers and the runner are still held to theirs.
+    # Without leader election there is no leader Lease to guard; the runner is still held to its own.
     _, _, rules = lease_policy(helm.template({**CUSTOM, "leaderElection": {"enabled": False}}))
-    assert len(rules) == 2 and "sx-sextant'" not in " ".join(rules)
+    assert len(rules) == 1 and "sx-sextant'" not in " ".join(rules)
     off = helm.template({**WITH_WORKERS, "leaseAdmission": {"enabled": False}})
     assert not find(off, "ValidatingAdmissionPolicy", "sx-sextant-leases")
     assert not find(off, "ValidatingAdmissionPolicyBinding", "sx-sextant-leases")
+
+
+def test_the_worker_admission_policy_holds_a_pod_to_the_worker_named_after_it(helm):
+    """On by default, in every namespace: requests with a pod-bound token other than the operator's may write only
+    the Worker named after their pod, in its namespace (tests/cluster/test_worker_admission.py runs it)."""
+    spec = one(helm.template(), "ValidatingAdmissionPolicy", "sx-sextant-workers")["spec"]
+    assert spec["failurePolicy"] == "Fail" and "namespaceSelector" not in spec["matchConstraints"]
+    assert spec["matchConstraints"]["resourceRules"] == [{"apiGroups": ["sextant.dev"], "apiVersions": ["*"],
+                                                          "operations": ["CREATE", "UPDATE", "DELETE"],
+                                                          "resources": ["workers"]}]
+    conditions = {c["name"]: c["expression"] for c in spec["matchConditions"]}
+    assert "'authentication.kubernetes.io/pod-name' in request.userInfo.extra" in conditions["pod-bound-token"]
+    assert conditions["not-the-operator"] == "request.userInfo.username != 'system:serviceaccount:sextant-system:sx-sextant'"
+    assert one(helm.template(), "ValidatingAdmissionPolicyBinding", "sx-sextant-workers")["spec"] == {
+        "policyName": "sx-sextant-workers", "validationActions": ["Deny"]}
+    off = helm.template({"workerAdmission": {"enabled": False}})
+    assert not find(off, "ValidatingAdmissionPolicy", "sx-sextant-workers")
+    assert not find(off, "ValidatingAdmissionPolicyBinding", "sx-sextant-workers")
+
+
+def test_the_operator_and_the_workers_get_a_priority_level_of_their_own(helm):
+    """API Priority and Fairness: one limited level, a FlowSchema for the operator's service account and one for the
+    chart's workers' accounts, matched before the defaults' service-accounts (9000) and global-default (9900)
+    (tests/cluster/test_flow_control.py sees the API server classify them)."""
+    docs = helm.template(WITH_WORKERS)
+    level = one(docs, "PriorityLevelConfiguration", "sx-sextant")["spec"]
+    assert level["type"] == "Limited" and level["limited"]["nominalConcurrencyShares"] == 100
+    assert level["limited"]["limitResponse"]["type"] == "Queue"
+    operator = one(docs, "FlowSchema", "sx-sextant-operator")["spec"]
+    workers = one(docs, "FlowSchema", "sx-sextant-workers")["spec"]
+    for schema in (operator, workers):
+        assert schema["priorityLevelConfiguration"] == {"name": "sx-sextant"}
+        assert 1000 <= schema["matchingPrecedence"] < 9000 and schema["distinguisherMethod"] == {"type": "ByUser"}
+    assert operator["rules"][0]["subjects"] == [{"kind": "ServiceAccount", "serviceAccount": {
+        "name": "sx-sextant", "namespace": "sextant-system"}}]
+    assert workers["rules"][0]["subjects"] == [
+        {"kind": "ServiceAccount", "serviceAccount": {"name": "sx-sextant-worker-payments", "namespace": "shop"}},
+        {"kind": "ServiceAccount", "serviceAccount": {"name": "sx-sextant-worker-images", "namespace": "billing"}}]
+    assert not find(helm.template(), "FlowSchema", "sx-sextant-workers"), "no workers, no workers' FlowSchema"
+    tuned = one(helm.template({"flowControl": {"nominalConcurrencyShares": 40, "lendablePercent": 0}}),
+                "PriorityLevelConfiguration", "sx-sextant")["spec"]["limited"]
+    assert (tuned["nominalConcurrencyShares"], tuned["lendablePercent"]) == (40, 0)
+    off = helm.template({**WITH_WORKERS, "flowControl": {"enabled": False}})
+    assert not find(off, "PriorityLevelConfiguration") and not find(off, "FlowSchema")
+    bad = helm("template", "sx", str(CHART), values={"flowControl": {"matchingPrecedence": 9500}}, check=False)
+    assert bad.returncode != 0 and "matchingPrecedence" in bad.stderr, bad.stderr
 
 
 def test_the_charts_crds_are_the_generated_ones(helm):
@@ -518,6 +561,7 @@ def test_workers_render_a_deployment_each_with_exactly_a_workers_rights(helm):
                     "--concurrency=16", "--drain-grace=25s", "--metrics-port=9090"]
     env = {e["name"]: e for e in container["env"]}
     assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}  # the worker's name
+    assert env["POD_UID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.uid"}}  # its Worker's ownerReference
     assert env["SMTP_HOST"]["value"] == "smtp.example"
     assert container["ports"] == [{"name": "metrics", "containerPort": 9090, "protocol": "TCP"}]
     # SIGTERM drains for drainGrace; the kubelet's SIGKILL comes later, after what is left is stopped and recorded.
@@ -552,15 +596,14 @@ def test_workers_render_a_deployment_each_with_exactly_a_workers_rights(helm):
     assert not op_spec["selector"]["matchLabels"].items() <= pod_labels.items()
     assert not selector.items() <= op_spec["template"]["metadata"]["labels"].items()
 
-    # Every default: the runner image, all queues and modules unsaid, one replica (no PDB), no Events, no ingress.
+    # Every default: the runner image, all queues and modules unsaid, one replica (no PDB), no ingress. `events:
+    # false` is still accepted and changes nothing: since protocol v2 a worker posts no Events.
     _, pod, args = worker_parts(docs, "images", "billing")
     assert pod["containers"][0]["image"] == f"ghcr.io/sextant-dev/sextant-runner:{APP_VERSION}"
-    assert args == ["--name=$(POD_NAME)", "--namespace=billing", "--handler=resize-image", "--drain-grace=1m",
-                    "--no-events"]
+    assert args == ["--name=$(POD_NAME)", "--namespace=billing", "--handler=resize-image", "--drain-grace=1m"]
     assert pod["terminationGracePeriodSeconds"] == 60 + 15
     assert "affinity" not in pod and not find(docs, "PodDisruptionBudget", "sx-sextant-worker-images")
-    assert rules_of(one(docs, "Role", "sx-sextant-worker-images", "billing")) == {
-        k: v for k, v in WORKER_RULES.items() if k != ("", "events")}
+    assert rules_of(one(docs, "Role", "sx-sextant-worker-images", "billing")) == WORKER_RULES
     assert one(docs, "NetworkPolicy", "sx-sextant-worker-images", "billing")["spec"]["ingress"] == []
 
     # Worker-mode Handlers are rendered as written: no pod template, image or runner ServiceAccount added.
@@ -604,28 +647,19 @@ def test_a_worker_can_use_an_existing_service_account_and_a_narrower_network_pol
     ({"handlers": [{"name": "h", "spec": {"nonRetryableExitCodes": [2]}}]},
      "handlers[h].spec: set exactly one of template (a pod per attempt) and worker"),
     ({"handlers": [{"name": "h", "spec": {"worker": {"command": []}}}]}, "command"),
-    # Beside the leader-election Lease only while the lease admission policy guards it; never beside the control
-    # plane's or the nodes' Leases.
-    ({"leaseAdmission": {"enabled": False}, "workers": [{"name": "w"}]},
-     'workers[w] would run in namespace "default", the release\'s, where the operator\'s leader-election Lease '
-     '"sx-sextant" lives'),
-    ({"leaseAdmission": {"enabled": False}, "workers": [{"name": "w", "namespace": "default"}]},
-     "Keep leaseAdmission.enabled=true, or set workers[w].namespace to another namespace"),
-    ({"workers": [{"name": "w", "namespace": "kube-system"}]},
-     'workers[w] would run in namespace "kube-system", which holds the control plane\'s or the nodes\' Leases'),
-    ({"workers": [{"name": "w", "namespace": "kube-node-lease"}]}, 'workers[w] would run in namespace "kube-node-lease"'),
 ])  # fmt: skip
 def test_worker_values_are_checked(helm, values, words):
     bad = helm("template", "sx", str(CHART), values=values, check=False)
     assert bad.returncode != 0 and words in bad.stderr, bad.stderr
 
 
-def test_workers_beside_the_leader_lease_without_the_policy_only_without_leader_election(helm):
-    alone = {"replicas": 1, "leaderElection": {"enabled": False}, "leaseAdmission": {"enabled": False},
-             "workers": [{"name": "w"}]}
-    assert find(helm.template(alone), "Role", "sx-sextant-worker-w", "sextant-system")
-    elsewhere = {"leaseAdmission": {"enabled": False}, "workers": [{"name": "w", "namespace": "shop"}]}
-    assert find(helm.template(elsewhere), "Role", "sx-sextant-worker-w", "shop")
+def test_workers_may_run_beside_the_leader_lease_they_cannot_write(helm):
+    """Since protocol v2 a worker's Role has no Lease rights: the release's namespace (the leader-election Lease's)
+    is fine with or without the lease admission policy, and so are the control plane's namespaces."""
+    for values in ({"leaseAdmission": {"enabled": False}, "workers": [{"name": "w"}]},
+                   {"workers": [{"name": "w", "namespace": "kube-system"}]}):
+        (role,) = find(helm.template(values), "Role", "sx-sextant-worker-w")
+        assert ("coordination.k8s.io", "leases") not in rules_of(role)
 
 
 # ---- install into the real API server -------------------------------------------------------------------------------

@@ -79,21 +79,12 @@ fail it over at will. The chart refuses such values instead of rendering them.
 {{- end -}}
 
 {{/*
-A worker's Role may create, update and delete every Lease of its namespace (its Lease is named after its pod). In
-the release's namespace, with leader election on, only the lease admission policy (leaseAdmission, see
-lease-admission.yaml) keeps the operator's leader-election Lease out of its reach, so the chart refuses that
-placement without it; and kube-system and kube-node-lease (the control plane's and the nodes' Leases) always.
+Where a worker may run. Since protocol v2 a worker writes no Lease (its liveness is its own Worker object, and the
+worker admission policy, workerAdmission, keeps a worker pod to the Worker named after it), so the release's
+namespace, beside the operator's leader-election Lease, is as good a place as any, with or without leaseAdmission;
+so are kube-system and kube-node-lease, whose Leases a worker's Role does not reach. What still holds: a worker's
+namespace must be watched (sextant.checkWatched), or nothing would assign it a job.
 */}}
-{{- define "sextant.checkWorkerNamespace" -}}
-{{- $root := .root -}}
-{{- if and $root.Values.leaderElection.enabled (eq .namespace $root.Release.Namespace) (not $root.Values.leaseAdmission.enabled) -}}
-{{- fail (printf "workers[%s] would run in namespace %q, the release's, where the operator's leader-election Lease %q lives, and may write every Lease there: with leaseAdmission.enabled=false nothing stops a handler from taking the leadership. Keep leaseAdmission.enabled=true, or set workers[%s].namespace to another namespace" .worker.name .namespace (include "sextant.leaseName" $root) .worker.name) -}}
-{{- end -}}
-{{- if has .namespace (list "kube-system" "kube-node-lease") -}}
-{{- fail (printf "workers[%s] would run in namespace %q, which holds the control plane's or the nodes' Leases: a handler could then renew or take them. Run workers in another namespace" .worker.name .namespace) -}}
-{{- end -}}
-{{- end -}}
-
 {{/* A declared Queue or Handler must live in a watched namespace, or nothing would ever run it. */}}
 {{- define "sextant.checkWatched" -}}
 {{- $ns := .object.namespace | default .root.Release.Namespace -}}
@@ -132,13 +123,27 @@ user's, the operator writes only the status of Jobs, Schedules and Queues.
 - apiGroups: [sextant.dev]
   resources: [queues/status]
   verbs: [patch]
+# Workers (docs/workers.md): each worker process's own object. Listed and watched into the view (which worker is
+# live, serves what, has which results); `get` to read one again before judging it expired; `patch` to remove the
+# finalizer sextant.dev/attempts once every attempt assigned to it is recorded (a patch of metadata.finalizers: no
+# workers/finalizers needed); `delete` for one expired for more than 5 minutes. Its spec is the worker's: the
+# operator never writes it.
+- apiGroups: [sextant.dev]
+  resources: [workers]
+  verbs: [get, list, watch, patch, delete]
+# A Worker's status is the operator's half of the protocol: its assignments (and stops), and what it believes of the
+# worker (state, slots, busy), one merge patch of /status per batch.
+- apiGroups: [sextant.dev]
+  resources: [workers/status]
+  verbs: [patch]
 # Attempt pods: each attempt is one pod, created from its Handler's template, watched (label-selected:
 # sextant.dev/job) to see how it ends, and deleted on cancel, timeout or lease expiry. No update or patch.
 - apiGroups: [""]
   resources: [pods]
   verbs: [get, list, watch, create, delete]
 # Attempt leases, renewed by the runner in each job pod: watched (label-selected: sextant.dev/job) to fail an attempt
-# whose lease expires. The runner writes them, the operator only reads them.
+# whose lease expires; and, while attempts of protocol-v1 workers finish after an upgrade, their workers' Leases
+# (sextant-worker-<name>). The runner and v1 workers write them, the operator only reads them.
 - apiGroups: [coordination.k8s.io]
   resources: [leases]
   verbs: [get, list, watch]
@@ -181,41 +186,33 @@ sextant.dev/worker-deployment: {{ .worker.name }}
 {{- end -}}
 
 {{/*
-What a worker needs in its namespace (docs/workers.md, "Permissions"), a Role's rules: its jobs, the Queues and
-Handlers it serves, its registration Lease, and Events unless they are off. Nothing else: no pods, no Secrets, never
-a Job's spec.
+What a worker needs in its namespace (docs/workers.md, "Permissions"), a Role's rules: the jobs it runs, the Queues
+and Handlers it serves, and its own Worker object. Nothing else: no Job's status (the operator records every
+attempt), no Leases, no Events, no pods, no Secrets, never a Job's spec.
 */}}
 {{- define "sextant.workerRules" -}}
-# Jobs: list and watch those assigned to this worker (fieldSelector=status.worker=NAME, docs/workers.md §3); `get` to
-# read one again after a conflict, and to find the job already holding an idempotency key (chaining).
+# Jobs: `get` the job of each assignment (its payload; the uid must match), and the job already holding an
+# idempotency key (chaining); `list` and `watch` for the SDK's ctx.jobs reads. It never lists jobs to find its work:
+# that comes in its Worker's status.
 - apiGroups: [sextant.dev]
   resources: [jobs]
   verbs: [get, list, watch]
-# Chaining: a handler's ctx.jobs.create makes the next job. Deliberately no `update`, `patch` or `delete`.
+# Chaining: a handler's ctx.jobs.create makes the next job. Deliberately no `update`, `patch` or `delete`, and no
+# jobs/status.
 - apiGroups: [sextant.dev]
   resources: [jobs]
   verbs: [create]
-# An attempt's result: one optimistic update of the job's status when its handler ends (docs/workers.md §4). A write
-# of /status changes only the status.
-- apiGroups: [sextant.dev]
-  resources: [jobs/status]
-  verbs: [update]
 # Queues and Handlers: which it serves, their timeout, leaseDuration and cancelGrace, a Handler's command.
 - apiGroups: [sextant.dev]
   resources: [queues, handlers]
   verbs: [get, list, watch]
-# Its registration Lease (docs/workers.md §1): created at start, renewed every leaseDuration/3, marked draining,
-# deleted at exit. The Lease is named after the pod, so RBAC cannot limit these to one name: the lease admission
-# policy (leaseAdmission) does, to sextant-worker-<its pod>, and keeps the operator's leader-election Lease out.
-- apiGroups: [coordination.k8s.io]
-  resources: [leases]
-  verbs: [get, create, update, delete]
-{{- if or (not (hasKey . "events")) .events }}
-# Events on the Job for the attempts it records (Succeeded, Failed, ...), as the operator posts them in pod mode.
-- apiGroups: [""]
-  resources: [events]
-  verbs: [create]
-{{- end }}
+# Its Worker object (docs/workers.md): created at start, its spec written by JSON patch (renewals, results), watched
+# by name, deleted after a drain. RBAC cannot limit a `create` to a name, and the object is named after the pod: the
+# worker admission policy (workerAdmission) holds a pod's token to the Worker named after that pod. No
+# workers/status: that half is the operator's.
+- apiGroups: [sextant.dev]
+  resources: [workers]
+  verbs: [get, list, watch, create, patch, delete]
 {{- end -}}
 
 {{/*

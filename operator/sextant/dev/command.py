@@ -2,8 +2,10 @@
 
 It installs (server-side applies) the CRDs generated from the models, then runs the operator in the
 foreground. On a local control plane it also starts a local node (sextant.dev.localnode) whose pods really run,
-as processes on this machine, so a job whose handler is a local command runs without Docker. A local
-control plane it started is torn down when it stops, unless --keep.
+as processes on this machine, so a job whose handler is a local command runs without Docker, and gives the
+operator a priority level of its own in API Priority and Fairness, as the chart does (sextant.dev.flowcontrol: the
+operator runs there as a service account of its own). A local control plane it started is torn down when it
+stops, unless --keep.
 """
 
 from __future__ import annotations
@@ -82,6 +84,10 @@ def dev(args: argparse.Namespace, operate: Operate) -> int:
     try:
         conn = kubeconfig.load(path, args.context)
         asyncio.run(install_crds(conn))
+        if cluster is not None:
+            from . import flowcontrol
+
+            conn = asyncio.run(flowcontrol.operator_connection(conn))
         print("sextant: CRDs installed; operator running (Ctrl-C stops it)")
         operate(args, conn)
     finally:
