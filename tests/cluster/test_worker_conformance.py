@@ -197,6 +197,16 @@ def test_the_payload_on_stdin(cluster, namespace, serve, tmp_path):
     assert json.loads(out.read_text()) == payload
 
 
+def test_an_output_line_of_100_kib_does_not_hang_it(cluster, namespace, serve):
+    script = "cat >/dev/null; head -c 102400 /dev/zero | tr '\\0' x; echo; echo 'the last word' >&2; exit 2"
+    apply(cluster, namespace, queue("q", maxAttempts=1, **FAST), command("loud", script),
+          job("job-loud", handler_name="loud"))
+    serve("w", ("loud",))
+    final = wait_state(cluster, namespace, "job-loud", "dead", timeout=30)
+    assert attempts(final) == [(1, "failed", "Error", 2)]
+    assert "the last word" in final["attempts"][0]["message"]
+
+
 # ================================================================ the worker's lifecycle
 def test_drain_on_sigterm_finishes_the_attempt_and_deletes_the_worker_object(cluster, namespace, serve, tmp_path):
     started = tmp_path / "started"

@@ -86,12 +86,12 @@ class ScriptedWorker:
                             {"op": "replace", "path": "/spec", "value": self.spec()}])
 
     def renew(self) -> dict[str, Any]:
-        """One write: renewal plus every result ready. Drops the results whose assignments have left status."""
+        """One write: renewal plus every result ready, less those whose assignments have left status (recorded).
+        A real worker knows its status from its watch; this one reads it first."""
         with self._lock:
-            obj = self._patch([{"op": "test", "path": "/spec/incarnation", "value": self.incarnation},
-                               {"op": "replace", "path": "/spec", "value": self.spec()}])
-            self._drop_recorded(obj)
-            return obj
+            self._drop_recorded(self.read())
+            return self._patch([{"op": "test", "path": "/spec/incarnation", "value": self.incarnation},
+                                {"op": "replace", "path": "/spec", "value": self.spec()}])
 
     def raw_spec(self, spec: dict[str, Any]) -> dict[str, Any]:
         """Write `spec` as given (merged over the honest one), still as the protocol's one JSON patch."""
