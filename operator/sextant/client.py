@@ -9,14 +9,13 @@ import os
 import re
 import secrets
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
 
 from .lifecycle import idempotency
-from .lifecycle.workers import Worker, read_lease, running_jobs
+from .lifecycle.worker_view import WorkerView, read_worker_object
 from .resources import inputs
 from .kube.client import ApiError, Conflict, NotFound
 from .kube.clock import utcnow
@@ -240,17 +239,10 @@ class Client:
             labels={contract.LABEL_SCHEDULE: name}, annotations={contract.ANNOTATION_SCHEDULED_AT: stamp}, now=moment)
         return job, created, key
 
-    def list_workers(self, namespace: str | None) -> list[Worker]:
-        """The namespace's workers (None: every namespace's), each with its running jobs: one list of registration
-        Leases (label-selected), then one list of jobs per worker (fieldSelector=status.worker=NAME)."""
-        path = contract.leases_path(namespace)
-        leases, _ = self.list_all(path, label_selector=contract.LABEL_WORKER)
-        workers = [w for w in map(read_lease, leases) if w is not None]
-        out = []
-        for w in workers:
-            jobs, _ = self.list_all(contract.jobs_path(w.namespace), field_selector=f"status.worker={w.name}")
-            out.append(replace(w, jobs=running_jobs(jobs, w.name)))
-        return out
+    def list_workers(self, namespace: str | None) -> list[WorkerView]:
+        """The namespace's workers (None: every namespace's): one list of Worker objects."""
+        items, _ = self.list_all(contract.path(API_VERSION, "workers", namespace))
+        return [read_worker_object(item) for item in items]
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
         return self.request("GET", contract.pods_path(namespace, name))

@@ -1,5 +1,5 @@
-"""`sextant workers` without a cluster: reading registration Leases (docs/workers.md §1), the state of a worker,
-its busy slots, and the table / JSON it prints."""
+"""`sextant workers` without a cluster: reading Worker objects (docs/workers.md) — spec for what a worker serves,
+status for the operator's judgement — and the table / JSON it prints."""
 
 from __future__ import annotations
 
@@ -13,75 +13,57 @@ import pytest
 from sextant.cli import output
 from sextant.cli import workers as W
 from sextant.cli.main import build_parser
-from sextant.lifecycle import workers as LW
+from sextant.lifecycle import worker_view as V
 from sextant.resources.common import format_time
 
 T0 = datetime(2026, 5, 1, 10, 0, 0, tzinfo=timezone.utc)
 
 
-def lease(name: str, *, ns: str = "shop", queues: str = "emails", handlers: str = "send-receipt", slots: str = "4",
-          renewed: datetime | None = T0, duration: int | None = 30, draining: bool = False,
-          holder: str | None = None) -> dict[str, Any]:
-    notes = {"sextant.dev/queues": queues, "sextant.dev/handlers": handlers, "sextant.dev/slots": slots}
-    if draining:
-        notes["sextant.dev/draining"] = "true"
-    spec: dict[str, Any] = {"holderIdentity": holder or f"{name}/abc123"}
+def worker(name: str, *, ns: str = "shop", queues: Any = ("emails",), handlers: Any = ("send-receipt",),
+           slots: Any = 4, renewed: datetime | None = T0, duration: Any = 30, draining: bool = False,
+           state: str | None = "live", jobs: tuple[str, ...] = (), busy: Any = None) -> dict[str, Any]:
+    """A Worker object: spec as its worker writes it, status as the operator does."""
+    spec: dict[str, Any] = {"incarnation": "abc123", "queues": queues if isinstance(queues, str) else list(queues),
+                            "handlers": list(handlers),
+                            "slots": 99, "leaseDurationSeconds": duration, "draining": draining, "results": []}
     if renewed is not None:
         spec["renewTime"] = format_time(renewed)
-    if duration is not None:
-        spec["leaseDurationSeconds"] = duration
-    return {"metadata": {"name": f"sextant-worker-{name}", "namespace": ns, "labels": {"sextant.dev/worker": name},
-                         "annotations": notes, "creationTimestamp": "2026-05-01T09:00:00Z"}, "spec": spec}
+    status: dict[str, Any] = {"slots": slots, "assignments": [
+        {"job": j, "uid": f"u-{j}", "queue": "emails", "handler": "send-receipt", "sequence": 1, "attempt": 1,
+         "incarnation": "abc123", "assignedAt": format_time(T0)} for j in jobs]}
+    if state is not None:
+        status["state"] = state
+    if busy is not None:
+        status["busy"] = busy
+    return {"metadata": {"name": name, "namespace": ns, "labels": {"sextant.dev/worker": name},
+                         "creationTimestamp": "2026-05-01T09:00:00Z"}, "spec": spec, "status": status}
 
 
-def job(name: str, worker: str | None, state: str) -> dict[str, Any]:
-    return {"metadata": {"name": name}, "status": {"state": state, **({"worker": worker} if worker else {})}}
-
-
-def test_a_lease_reads_as_the_worker_it_announces():
-    w = LW.read_lease(lease("w1", queues="emails, reports,emails", handlers="b,a", slots="8"))
-    assert w is not None
+def test_a_worker_object_reads_as_spec_and_status_say():
+    w = V.read_worker_object(worker("w1", queues=["reports", "emails", "emails"], handlers=["b", "a"], slots=8,
+                                    jobs=("job-b", "job-a"), busy=2))
     assert (w.namespace, w.name, w.holder) == ("shop", "w1", "w1/abc123")
-    assert w.queues == ("emails", "reports") and w.handlers == ("a", "b")  # sorted, deduplicated, trimmed
-    assert w.slots == 8 and w.renewed_at == T0 and w.lease_duration == timedelta(seconds=30)
+    assert w.queues == ("emails", "reports") and w.handlers == ("a", "b")  # sorted, deduplicated
+    assert w.slots == 8, "the slots the operator believes (status), not the 99 the worker announced"
+    assert w.busy == 2 and w.jobs == ("job-a", "job-b") and w.state == "live"
+    assert w.renewed_at == T0 and w.lease_duration == timedelta(seconds=30)
     assert w.created_at == datetime(2026, 5, 1, 9, tzinfo=timezone.utc) and not w.draining
 
 
-def test_leases_that_are_not_workers_are_skipped_and_odd_values_do_not_fail():
-    other = lease("x")
-    del other["metadata"]["labels"]
-    assert LW.read_lease(other) is None  # e.g. an attempt's or the leader-election Lease
-    odd = LW.read_lease(lease("w", slots="many", renewed=None, duration=None, queues="", handlers=""))
-    assert odd is not None and odd.slots is None and odd.renewed_at is None and odd.queues == ()
-    assert odd.lease_duration == LW.DEFAULT_LEASE_DURATION
-    assert odd.state(T0) == LW.EXPIRED  # never renewed: nothing vouches for it
+def test_odd_values_do_not_fail_and_a_worker_not_judged_yet_says_so():
+    odd = V.read_worker_object(worker("w", slots="many", renewed=None, duration="x", queues="emails", state=None,
+                                      jobs=("job-a",)))
+    assert odd.slots is None and odd.renewed_at is None and odd.queues == () and odd.lease_duration is None
+    assert odd.state == V.UNKNOWN and odd.busy == 1  # no status.busy yet: its assignments
+    assert V.read_worker_object({"metadata": {"name": "bare"}}).state == V.UNKNOWN
 
 
-@pytest.mark.parametrize("age,draining,want", [
-    (0, False, "live"), (29.9, False, "live"), (30, False, "expired"), (400, False, "expired"),
-    (5, True, "draining"), (31, True, "expired"),  # an expired worker's attempts fail, whatever it last said
-])
-def test_state_is_live_draining_or_expired_by_the_lease_duration(age, draining, want):
-    w = LW.read_lease(lease("w", draining=draining))
-    assert w is not None and w.state(T0 + timedelta(seconds=age)) == want
-
-
-def test_busy_counts_only_running_jobs_assigned_to_that_worker():
-    jobs = [job("job-a", "w1", "running"), job("job-b", "w1", "running"), job("job-c", "w2", "running"),
-            job("job-d", "w1", "succeeded"), job("job-e", None, "queued")]
-    assert LW.running_jobs(jobs, "w1") == ("job-a", "job-b")
-    assert LW.running_jobs(jobs, "w3") == ()
-
-
-def workers_at(now: datetime) -> list[LW.Worker]:
-    from dataclasses import replace
-
-    a = LW.read_lease(lease("alpha", queues="emails,reports", handlers="send-receipt,build-report", slots="2",
-                           renewed=now - timedelta(seconds=4)))
-    b = LW.read_lease(lease("beta", slots="64", renewed=now - timedelta(seconds=2), draining=True))
-    c = LW.read_lease(lease("gamma", ns="billing", renewed=now - timedelta(minutes=5)))
-    assert a and b and c
-    return [replace(b, jobs=()), replace(a, jobs=("job-1", "job-2")), c]
+def workers_at(now: datetime) -> list[V.WorkerView]:
+    return [V.read_worker_object(o) for o in (
+        worker("beta", slots=64, renewed=now - timedelta(seconds=2), draining=True, state="draining", busy=0),
+        worker("alpha", queues=["emails", "reports"], handlers=["send-receipt", "build-report"], slots=2,
+               renewed=now - timedelta(seconds=4), jobs=("job-1", "job-2"), busy=2),
+        worker("gamma", ns="billing", renewed=now - timedelta(minutes=5), state="expired", busy=0))]
 
 
 def test_the_table_has_one_row_per_worker_with_busy_slots_renewal_and_state():
@@ -105,13 +87,14 @@ def test_all_namespaces_and_wide_add_their_columns():
 
 def test_json_speaks_the_same_numbers():
     out = io.StringIO()
-    output.dump({"items": [LW.as_dict(w, T0) for w in workers_at(T0)]}, "json", out)
+    output.dump({"items": [V.as_dict(w, T0) for w in workers_at(T0)]}, "json", out)
     items = {i["name"]: i for i in json.loads(out.getvalue())["items"]}
     assert items["alpha"] == {
         "namespace": "shop", "name": "alpha", "holder": "alpha/abc123", "queues": ["emails", "reports"],
         "handlers": ["build-report", "send-receipt"], "slots": 2, "busy": 2, "jobs": ["job-1", "job-2"],
         "state": "live", "draining": False, "renewTime": format_time(T0 - timedelta(seconds=4)),
-        "lastRenewalSeconds": 4.0, "leaseDurationSeconds": 30,
+        "lastRenewalSeconds": 4.0, "leaseDurationSeconds": 30, "incarnation": "abc123", "user": None,
+        "message": None,
     }
     assert items["beta"]["state"] == "draining" and items["gamma"]["state"] == "expired"
 

@@ -1,5 +1,6 @@
-"""`sextant worker`'s pure parts (docs/workers.md): what it serves, its name and Lease, which jobs are its own,
-and the status a result writes — computed by the lifecycle's own rules."""
+"""`sextant worker`'s pure parts (docs/workers.md): what it serves, its name and Worker object (the spec it writes,
+as one JSON patch tested against its incarnation), its assignments, the results it reports, and the in-app API's
+input."""
 
 from __future__ import annotations
 
@@ -9,18 +10,21 @@ from typing import Any
 
 import pytest
 
-from _builders import T0, UID, at, queue
+from _builders import UID, at
 from sextant.cli.main import build_parser
 from sextant.lifecycle import attempts as A
 from sextant.resources import contract
 from sextant.resources.common import format_time
 from sextant.resources.handler import HandlerSpec
 from sextant.worker import main as worker_main
-from sextant.worker.assignments import assignment, owns
-from sextant.worker.plan import PlanError, plan, serving
-from sextant.worker.registration import Offer, default_name, lease_body, name_problem, sanitise
 from sextant.lifecycle.attempts import DRAINED
-from sextant.worker.results import Report, compute, stop_wanted
+from sextant.resources.worker import MESSAGE_MAX_LENGTH, Assignment, WorkerResult, WorkerSpec
+from sextant.runner.execution import Ended
+from sextant.worker.plan import PlanError, plan, serving
+from sextant.worker.registration import (Offer, default_name, name_problem, pod_owner, sanitise, spec_patch,
+                                         worker_body, worker_spec)
+from sextant.worker.results import NOT_FOUND, Results, result_of
+from sextant.worker.service import read_assignments, timeout_after
 
 NS, WORKER, HOLDER = "shop", "w1", "w1/abc123"
 
@@ -81,7 +85,7 @@ def test_later_changes_are_served_without_complaint() -> None:
     assert served.handlers == {"charge"} and served.how("charge") == ("charge-cli",)
 
 
-# --- its name and Lease ---------------------------------------------------------------------------------------
+# --- its name and Worker object ---------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("text, label", [
     ("Laptop.Local", "laptop-local"), ("--x__y--", "x-y"), ("ÅÄÖ", "worker"), ("a" * 80, "a" * 63),
@@ -105,137 +109,123 @@ def test_an_explicit_name_must_be_a_dns_label(bad: str) -> None:
     assert "--name" in (name_problem(bad) or "") and "DNS label" in name_problem(bad)
 
 
-def test_the_lease_says_queues_handlers_slots_draining_and_incarnation() -> None:
+def test_the_spec_says_queues_handlers_slots_lease_draining_and_results() -> None:
     offer = Offer(queues=frozenset({"payments", "emails"}), handlers=frozenset({"send", "charge"}), slots=4,
                   lease_duration=timedelta(seconds=3.5), draining=True)
-    body = lease_body(NS, WORKER, HOLDER, offer, at(10), acquired=at(0))
-    meta, spec = body["metadata"], body["spec"]
-    assert meta["name"] == "sextant-worker-w1" and meta["labels"] == {contract.LABEL_WORKER: "w1"}
-    assert meta["annotations"] == {contract.ANNOTATION_QUEUES: "emails,payments",
-                                   contract.ANNOTATION_HANDLERS: "charge,send", contract.ANNOTATION_SLOTS: "4",
-                                   contract.ANNOTATION_DRAINING: "true"}
-    assert spec["holderIdentity"] == HOLDER and spec["leaseDurationSeconds"] == 3  # the shortest, never longer
-    assert spec["renewTime"] == "2026-03-01T12:00:10.000000Z" and spec["acquireTime"] == "2026-03-01T12:00:00.000000Z"
-    assert offer.renew_every == 1.0
-    quiet = lease_body(NS, WORKER, HOLDER, Offer(frozenset(), frozenset(), 0, timedelta(milliseconds=200)), at(0))
-    assert contract.ANNOTATION_DRAINING not in quiet["metadata"]["annotations"]
-    assert quiet["spec"]["leaseDurationSeconds"] == 1
+    result = {"job": "job-a", "uid": UID, "sequence": 1, "incarnation": "abc123", "exitCode": 0}
+    spec = worker_spec(offer, "abc123", at(10), [result], user="alice")
+    assert spec == {"incarnation": "abc123", "queues": ["emails", "payments"], "handlers": ["charge", "send"],
+                    "slots": 4, "leaseDurationSeconds": 3,  # the shortest lease, never longer
+                    "draining": True, "renewTime": "2026-03-01T12:00:10.000000Z", "results": [result],
+                    "user": "alice"}
+    WorkerSpec.model_validate(spec)  # what the CRD's model accepts
+    assert offer.renew_every == 1.0 and offer.renew_deadline == 2.0
+    assert worker_spec(Offer(frozenset(), frozenset(), 0, timedelta(milliseconds=200)), "x", at(0),
+                       [])["leaseDurationSeconds"] == 1
 
 
-# --- which jobs are its own -----------------------------------------------------------------------------------
-
-def running_job(*, worker: str = WORKER, holder: str = HOLDER, sequence: int = 1, attempt: int = 1, started: float = 0,
-                timeout: str = "5m", **status: Any) -> dict[str, Any]:
-    timeout_at = at(started) + timedelta(seconds=_seconds(timeout))
-    return {
-        "apiVersion": "sextant.dev/v1alpha1", "kind": "Job",
-        "metadata": {"name": "job-a", "namespace": NS, "uid": UID, "generation": 1, "resourceVersion": "7",
-                     "creationTimestamp": format_time(T0, precise=False)},
-        "spec": {"queue": "emails", "handler": "charge", "payload": {"orderId": 7}, **status.pop("spec", {})},
-        "status": {"state": "running", "worker": worker, "sequence": sequence, "attempt": attempt, "maxAttempts": 3,
-                   "queuedAt": format_time(T0), "timeoutAt": format_time(timeout_at),
-                   "attempts": [{"attempt": attempt, "sequence": sequence, "worker": holder, "node": worker,
-                                 "startedAt": format_time(at(started)), "result": "running"}], **status},
-    }
+def test_every_write_is_one_json_patch_tested_against_its_incarnation() -> None:
+    assert spec_patch("abc123", {"incarnation": "abc123"}) == [
+        {"op": "test", "path": "/spec/incarnation", "value": "abc123"},
+        {"op": "replace", "path": "/spec", "value": {"incarnation": "abc123"}}]
 
 
-def _seconds(text: str) -> float:
-    from sextant.resources.common import parse_duration
-
-    return parse_duration(text).total_seconds()
-
-
-def test_a_job_is_its_own_only_when_running_its_run_and_its_incarnation() -> None:
-    mine = running_job()
-    found = assignment(mine, WORKER, HOLDER)
-    assert found is not None and (found.job, found.sequence, found.attempt, found.queue, found.handler) == \
-        ("job-a", 1, 1, "emails", "charge")
-    assert found.started_at == T0
-    assert owns(mine, WORKER, HOLDER, 1) and not owns(mine, WORKER, HOLDER, 2)
-    assert assignment(running_job(holder="w1/earlier"), WORKER, HOLDER) is None  # a restarted worker's predecessor
-    assert assignment(running_job(worker="w2", holder="w2/x"), WORKER, HOLDER) is None
-    assert assignment(running_job(state="failed"), WORKER, HOLDER) is None
-    stale = running_job()
-    stale["status"]["sequence"] = 2  # the timeline's last entry is not the current run
-    assert assignment(stale, WORKER, HOLDER) is None
-    assert not owns(None, WORKER, HOLDER, 1)
+def test_it_is_created_with_the_finalizer_its_label_and_in_a_pod_owned_by_the_pod() -> None:
+    owner = pod_owner({"POD_NAME": "workers-7d9f-x2", "POD_UID": "u-pod"})
+    assert owner == {"apiVersion": "v1", "kind": "Pod", "name": "workers-7d9f-x2", "uid": "u-pod"}
+    assert pod_owner({"POD_NAME": "workers-7d9f-x2"}) is None and pod_owner({}) is None
+    body = worker_body(NS, "workers-7d9f-x2", {"incarnation": "abc123"}, owner)
+    assert body["apiVersion"] == "sextant.dev/v1alpha1" and body["kind"] == "Worker"
+    assert body["metadata"] == {"name": "workers-7d9f-x2", "namespace": NS,
+                                "labels": {contract.LABEL_WORKER: "workers-7d9f-x2"},
+                                "finalizers": ["sextant.dev/attempts"], "ownerReferences": [owner]}
+    assert "ownerReferences" not in worker_body(NS, "laptop-1", {}, None)["metadata"]
 
 
-# --- the result ------------------------------------------------------------------------------------------------
+# --- its assignments and results ------------------------------------------------------------------------------
 
-SPECS = (queue(maxAttempts=3, backoff={"policy": "fixed", "initial": "10s"}, cancelGrace="2s"), sdk_handler())
-
-
-def recorded(raw: dict[str, Any], report: Report, when: float = 5):
-    decision = compute(raw, WORKER, HOLDER, report, SPECS, at(when))
-    assert decision is not None
-    return decision.status, decision.status.attempts[-1]
+def assignment(**fields: Any) -> Assignment:
+    return Assignment.model_validate({"job": "job-a", "uid": UID, "queue": "emails", "handler": "charge",
+                                      "sequence": 2, "attempt": 2, "incarnation": "abc123",
+                                      "assignedAt": format_time(at(0)), **fields})
 
 
-def test_a_success_is_recorded_as_in_pod_mode() -> None:
-    status, entry = recorded(running_job(), Report(sequence=1, exit_code=0))
-    assert status.state.value == "succeeded" and status.worker is None
-    assert (entry.result, entry.exit_code, entry.reason, entry.worker, entry.node) == \
-        ("succeeded", 0, None, HOLDER, WORKER)
-    assert entry.finished_at == format_time(at(5))
-    assert any(c.type == "Succeeded" and c.status == "True" for c in status.conditions)
+def test_assignments_are_read_by_job_uid_sequence_and_incarnation_skipping_odd_ones() -> None:
+    good = assignment().wire()
+    found = read_assignments({"assignments": [good, {"job": "job-b"}, "nonsense"]})
+    assert list(found) == [(UID, 2, "abc123")] and found[(UID, 2, "abc123")].job == "job-a"
+    assert read_assignments(None) == {} and read_assignments({"assignments": "x"}) == {}
 
 
-def test_a_failure_backs_off_and_the_last_one_is_dead() -> None:
-    status, entry = recorded(running_job(), Report(sequence=1, exit_code=1, message="KeyError: 'orderId'"))
-    assert status.state.value == "failed" and status.next_attempt_at == format_time(at(15))
-    assert (entry.result, entry.reason, entry.exit_code, entry.message) == \
-        ("failed", "Error", 1, "KeyError: 'orderId'")
-    status, entry = recorded(running_job(sequence=3, attempt=3), Report(sequence=3, exit_code=1, message="boom"))
-    assert status.state.value == "dead"
+def test_the_timeout_is_a_duration_by_the_operators_clock_alone() -> None:
+    """A worker clock an hour off neither kills a live attempt nor lets it run on: timeoutAt − assignedAt, counted
+    from when the worker saw the assignment."""
+    assert timeout_after(assignment(timeoutAt=format_time(at(90)))) == 90.0
+    assert timeout_after(assignment(timeoutAt=format_time(at(-5)))) == 0.0
+    assert timeout_after(assignment()) is None
 
 
-def test_non_retryable_error_ends_dead_at_once() -> None:
-    status, entry = recorded(running_job(), Report(sequence=1, exit_code=86, message="NonRetryableError: declined"))
-    assert status.state.value == "dead" and (entry.reason, entry.message) == \
-        (A.NON_RETRYABLE, "NonRetryableError: declined")
+def test_a_result_says_what_the_handler_did_and_why_the_worker_stopped_it() -> None:
+    a = assignment()
+    assert result_of(a, Ended(0), None, at(1), at(3)) == {
+        "job": "job-a", "uid": UID, "sequence": 2, "incarnation": "abc123", "exitCode": 0,
+        "startedAt": format_time(at(1)), "finishedAt": format_time(at(3))}
+    failed = result_of(a, Ended(1, "KeyError: 'orderId'"), None, at(1), at(3))
+    assert (failed["exitCode"], failed["message"], "reason" in failed) == (1, "KeyError: 'orderId'", False)
+    timed_out = result_of(a, Ended(143, "cancelled"), A.TIMEOUT, at(1), at(3))
+    assert (timed_out["exitCode"], timed_out["reason"]) == (143, "Timeout")
+    never_ran = result_of(a, Ended(None, "the job is gone"), NOT_FOUND, None, at(3))
+    assert "exitCode" not in never_ran and "startedAt" not in never_ran and never_ran["reason"] == "NotFound"
+    drained = result_of(a, Ended(None, "the worker was draining"), DRAINED, None, at(3))
+    assert drained["reason"] == "Drained" and "exitCode" not in drained
+    long = result_of(a, Ended(1, "x" * 10_000), None, at(1), at(3))
+    assert len(long["message"]) == MESSAGE_MAX_LENGTH
+    WorkerResult.model_validate(long)
 
 
-def test_a_result_is_refused_when_the_attempt_is_no_longer_its_own() -> None:
-    first = Report(sequence=1, exit_code=0)
-    assert compute(running_job(holder="w1/earlier"), WORKER, HOLDER, first, SPECS, at(5)) is None
-    assert compute(running_job(sequence=2, attempt=2), WORKER, HOLDER, first, SPECS, at(5)) is None
-    assert compute(running_job(state="failed"), WORKER, HOLDER, first, SPECS, at(5)) is None
+def test_results_stay_until_their_assignment_has_left_status() -> None:
+    results = Results()
+    mine, other = (UID, 2, "abc123"), ("u-2", 1, "abc123")
+    results.add(mine, {"job": "job-a"})
+    results.add(other, {"job": "job-b"})
+    results.keep({mine: assignment()})
+    assert results.to_write() == [{"job": "job-a"}] and other not in results
+    results.keep({})
+    assert results.to_write() == [] and len(results) == 0
 
 
-def test_the_worker_applies_the_timeout_itself() -> None:
-    from sextant.controller.view import View
+def test_an_app_serves_the_functions_it_is_given_by_their_registered_names() -> None:
+    from sextant import sdk
+    from sextant.worker.app import _functions
 
-    raw = running_job(timeout="10s")
-    job = View.snapshot((NS, "job-a"), raw)
-    assert stop_wanted(job, SPECS, WORKER, at(3)) == (None, at(10))  # look again at timeoutAt
-    assert stop_wanted(job, SPECS, WORKER, at(10))[0] == A.TIMEOUT
-    # It stopped the handler at 10 s (143 after SIGTERM) before the operator wrote the stop: recorded as Timeout.
-    status, entry = recorded(raw, Report(sequence=1, exit_code=143, stop_reason=A.TIMEOUT, stopped_at=at(10)), when=11)
-    assert (status.state.value, entry.result, entry.reason, entry.exit_code) == ("failed", "failed", "Timeout", 143)
+    @sdk.handler("unit-app-greet")
+    def greet(job: Any, ctx: Any) -> None:
+        pass
 
+    assert _functions([greet]) == {"unit-app-greet": greet}
+    assert _functions({"other": greet}) == {"other": greet}
+    assert _functions(None)["unit-app-greet"] is greet
 
-def test_a_cancel_reaches_the_handler_and_is_recorded_cancelled() -> None:
-    from sextant.controller.view import View
+    def stray(job: Any, ctx: Any) -> None:
+        pass
 
-    asked = running_job(spec={"cancel": True})
-    assert stop_wanted(View.snapshot((NS, "job-a"), asked), SPECS, WORKER, at(2))[0] == A.CANCELLED
-    status, entry = recorded(asked, Report(sequence=1, exit_code=143, stop_reason=A.CANCELLED, stopped_at=at(2)))
-    assert (status.state.value, entry.result, entry.reason) == ("cancelled", "cancelled", "Cancelled")
-    # The operator wrote the stop first: the same outcome.
-    written = running_job(spec={"cancel": True}, stopReason="Cancelled", stopRequestedAt=format_time(at(1)))
-    assert stop_wanted(View.snapshot((NS, "job-a"), written), SPECS, WORKER, at(2))[0] == A.CANCELLED
-    status, entry = recorded(written, Report(sequence=1, exit_code=137, stop_reason=A.CANCELLED, stopped_at=at(2)))
-    assert (status.state.value, entry.reason, entry.exit_code) == ("cancelled", "Cancelled", 137)
+    with pytest.raises(ValueError, match="is not registered with @sextant.sdk.handler"):
+        _functions([stray])
 
 
-def test_a_drained_attempt_counts_and_is_retried() -> None:
-    status, entry = recorded(running_job(), Report(sequence=1, exit_code=143, stop_reason=DRAINED, stopped_at=at(4)))
-    assert status.state.value == "failed" and status.attempt == 1
-    assert (entry.result, entry.reason, entry.exit_code) == ("failed", "Drained", 143)
-    status, entry = recorded(running_job(), Report(sequence=1, exit_code=None, message="stopped before the handler "
-                                                   "started", stop_reason=DRAINED, stopped_at=at(4)))
-    assert (entry.reason, entry.exit_code) == ("Drained", None)
+@pytest.mark.parametrize("kwargs, words", [
+    ({"name": "Bad_Name"}, "name 'Bad_Name': a worker's name must be a DNS label"),
+    ({"concurrency": 0}, "concurrency: must be a whole number of at least 1"),
+    ({"namespace": "Not A Namespace"}, "namespace: 'Not A Namespace' is not a valid namespace"),
+])
+def test_an_apps_bad_input_is_a_value_error_naming_it(kwargs: dict[str, Any], words: str) -> None:
+    from sextant.kube.kubeconfig import Connection
+    import sextant.worker
+
+    with pytest.raises(ValueError) as refused:
+        sextant.worker.Worker(**{"namespace": NS, "handlers": {}, "connection": Connection(server="http://x", ssl_context=False),
+                                 **kwargs})
+    assert words in str(refused.value)
 
 
 # --- the command line -----------------------------------------------------------------------------------------

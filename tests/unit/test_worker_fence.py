@@ -1,7 +1,8 @@
-"""The worker fences itself (docs/workers.md §5): when no renewal of its Lease is acknowledged within its renew deadline
-(2/3 of the leaseDuration, on a monotonic clock), it stops its handlers — a command SIGKILLed — before others can see
-the Lease expire, even while a renewal's PUT hangs. An API server on 127.0.0.1 that answers the worker's list and
-watch, creates its Lease, and then never answers a PUT of it."""
+"""The worker fences itself (docs/workers.md): when no write of its Worker object is acknowledged within its renew
+deadline (2/3 of the leaseDuration, on a monotonic clock), it stops its handlers — a command SIGKILLed — before the
+operator can see it expire, even while a write hangs; and it registers again instead of exiting. An API server on
+127.0.0.1 that answers the worker's lists, watches and GETs, creates its Worker object, and then never answers a
+PATCH of it."""
 
 from __future__ import annotations
 
@@ -28,22 +29,37 @@ LEASE_SECONDS = 3
 
 
 class HangingApi:
-    """Creates the Lease, hangs every PUT of it; lists what `objects` returns, and holds watches open."""
+    """Creates the Worker object, hangs every PATCH of it; lists what `objects` returns, answers GETs of the jobs
+    in it, and holds watches open."""
 
-    def __init__(self, objects: dict[str, list[dict[str, Any]]] | None = None) -> None:
+    def __init__(self, objects: dict[str, list[Any]] | None = None) -> None:
         self.objects = objects or {}
-        self.puts = 0
+        self.patches = 0
+        self.creates: list[dict[str, Any]] = []
+        self.patched: list[list[dict[str, Any]]] = []  # the PATCHes answered, once `back` is set
         self.hold = asyncio.Event()  # never set: what hangs waits on it
+        self.back = False  # PATCHes are answered again (the API is back)
 
     async def create(self, request: web.Request) -> web.Response:
         body = await request.json()
+        self.creates.append(body)
         body["metadata"]["resourceVersion"] = "1"
         return web.json_response(body, status=201)
 
-    async def put(self, _: web.Request) -> web.Response:
-        self.puts += 1
+    async def patch(self, request: web.Request) -> web.Response:
+        self.patches += 1
+        if self.back:
+            self.patched.append(await request.json())
+            return web.json_response({"metadata": {"name": request.match_info["name"]}})
         await self.hold.wait()
         raise AssertionError("unreachable")
+
+    async def get(self, request: web.Request) -> web.Response:
+        for item in self.objects.get(request.match_info["plural"], []):
+            found = item() if callable(item) else item
+            if found["metadata"]["name"] == request.match_info["name"]:
+                return web.json_response(found)
+        return web.json_response({"kind": "Status", "reason": "NotFound", "message": "not found"}, status=404)
 
     async def collection(self, request: web.Request) -> web.StreamResponse:
         if request.query.get("watch") == "true":
@@ -59,9 +75,10 @@ class HangingApi:
 @contextlib.asynccontextmanager
 async def serving(api: HangingApi) -> AsyncIterator[Kube]:
     app = web.Application()
-    app.router.add_post("/apis/coordination.k8s.io/v1/namespaces/shop/leases", api.create)
-    app.router.add_put("/apis/coordination.k8s.io/v1/namespaces/shop/leases/{name}", api.put)
+    app.router.add_post("/apis/sextant.dev/v1alpha1/namespaces/shop/workers", api.create)
+    app.router.add_patch("/apis/sextant.dev/v1alpha1/namespaces/shop/workers/{name}", api.patch)
     app.router.add_get("/apis/sextant.dev/v1alpha1/namespaces/shop/{plural}", api.collection)
+    app.router.add_get("/apis/sextant.dev/v1alpha1/namespaces/shop/{plural}/{name}", api.get)
     runner = web.AppRunner(app, shutdown_timeout=0.1)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -74,26 +91,38 @@ async def serving(api: HangingApi) -> AsyncIterator[Kube]:
         await runner.cleanup()
 
 
-async def test_a_hanging_renewal_gives_up_by_the_renew_deadline_not_after_the_lease():
+async def test_a_hanging_write_gives_up_by_the_renew_deadline_not_after_the_lease():
     api = HangingApi()
     offer = Offer(frozenset({"q"}), frozenset({"h"}), 1, timedelta(seconds=LEASE_SECONDS))
+    lost: list[tuple[float, str]] = []
     async with serving(api) as kube:
-        registration = Registration(kube, NS, "w", "w/1", lambda: offer)
+        def fenced(why: str) -> None:
+            lost.append((time.monotonic(), why))
+            api.back = True
+
+        registration = Registration(kube, NS, "w", lambda: offer, lambda: [], on_lost=fenced)
         sent = time.monotonic()
         await registration.register()
+        first = registration.incarnation
         renewing = asyncio.create_task(registration.run())
         try:
-            await asyncio.wait_for(registration.lost.wait(), LEASE_SECONDS)  # well before the PUT's own 60 s
+            await until(lambda: lost and api.patched, timeout=LEASE_SECONDS + 5,
+                        message="fenced, then registered again")
         finally:
             renewing.cancel()
-        lost_after = time.monotonic() - sent
-    assert api.puts >= 1, "a renewal was sent and hung"
-    assert offer.renew_deadline <= lost_after < LEASE_SECONDS, lost_after
-    assert "renew deadline" in registration.lost_reason
-    assert registration.expires_in() > 0, "lost while others still see the Lease as held"
+    lost_after = lost[0][0] - sent
+    assert api.patches >= 1, "a write was sent and hung"
+    assert offer.renew_deadline <= lost_after < LEASE_SECONDS, lost_after  # well before the request's own 60 s
+    assert "renew deadline" in lost[0][1]
+    # Registered again, not exited: one JSON patch, tested against the old incarnation, writing a new one.
+    assert registration.incarnation != first and not registration.taken_over.is_set()
+    [test, replace] = api.patched[0]
+    assert test == {"op": "test", "path": "/spec/incarnation", "value": first}
+    assert replace["op"] == "replace" and replace["path"] == "/spec"
+    assert replace["value"]["incarnation"] == registration.incarnation
 
 
-async def test_a_worker_whose_renewals_hang_kills_its_command_before_its_lease_expires(tmp_path: Path):
+async def test_a_worker_whose_writes_hang_kills_its_command_before_it_can_expire(tmp_path: Path):
     pidfile = tmp_path / "pid"
     # A command that ignores SIGTERM, of a queue whose cancelGrace (30 s) outlasts the lease: only a SIGKILL
     # within the time left stops it in time.
@@ -101,27 +130,37 @@ async def test_a_worker_whose_renewals_hang_kills_its_command_before_its_lease_e
     queue = {"metadata": {"name": "q"}, "spec": {"leaseDuration": f"{LEASE_SECONDS}s", "cancelGrace": "30s"}}
     handler = {"metadata": {"name": "h"}, "spec": {"worker": {"command": stubborn}}}
     settings = Settings(namespace=NS, name="w", concurrency=1, drain_grace=1.0, want_queues=None,
-                        want_handlers=None, events=False)
+                        want_handlers=None)
     worker: Worker | None = None
+    job = {"apiVersion": "sextant.dev/v1alpha1", "kind": "Job",
+           "metadata": {"name": "job-a", "namespace": NS, "uid": "u-1", "resourceVersion": "1",
+                        "creationTimestamp": "2026-03-01T11:59:00Z"},
+           "spec": {"queue": "q", "handler": "h", "payload": {}}}
 
-    def assigned() -> dict[str, Any]:  # the job as the operator wrote it for this worker's incarnation
+    def own() -> dict[str, Any]:  # the Worker object with one assignment for this worker's first incarnation
         assert worker is not None
-        entry = {"attempt": 1, "sequence": 1, "worker": worker.holder, "node": "w",
-                 "startedAt": "2026-03-01T12:00:00Z", "result": "running"}
-        return {"apiVersion": "sextant.dev/v1alpha1", "kind": "Job",
-                "metadata": {"name": "job-a", "namespace": NS, "uid": "u-1", "resourceVersion": "1",
-                             "creationTimestamp": "2026-03-01T11:59:00Z"},
-                "spec": {"queue": "q", "handler": "h", "payload": {}},
-                "status": {"state": "running", "worker": "w", "sequence": 1, "attempt": 1, "attempts": [entry]}}
+        assignment = {"job": "job-a", "uid": "u-1", "queue": "q", "handler": "h", "sequence": 1, "attempt": 1,
+                      "incarnation": first[0], "assignedAt": "2026-03-01T12:00:00Z"}
+        return {"metadata": {"name": "w", "namespace": NS, "resourceVersion": "2"},
+                "spec": {"incarnation": first[0]}, "status": {"assignments": [assignment]}}
 
-    api = HangingApi({"jobs": [assigned]})
+    first: list[str] = []
+    api = HangingApi({"workers": [own], "jobs": [job]})
     async with serving(api) as kube:
         from sextant.resources.handler import HandlerSpec
         from sextant.resources.queue import QueueSpec
 
         worker = Worker(kube, settings, {}, {"q": QueueSpec.model_validate(queue["spec"])},
                         {"h": HandlerSpec.model_validate(handler["spec"])}, lambda: None)
-        sent = time.monotonic()  # no later than the Lease's creation is sent
+        first.append(worker.incarnation)
+        fence = worker.registration.on_lost
+
+        def fenced(why: str) -> None:  # the API is back as the worker fences itself
+            api.back = True
+            fence(why)
+
+        worker.registration.on_lost = fenced
+        sent = time.monotonic()  # no later than the object's creation is sent
         serving_task = asyncio.create_task(worker.run())
         try:
             await until(lambda: pidfile.exists() and pidfile.read_text().strip(), timeout=10,
@@ -130,12 +169,13 @@ async def test_a_worker_whose_renewals_hang_kills_its_command_before_its_lease_e
             await until(lambda: not running(pid), timeout=LEASE_SECONDS + 1, interval=0.02,
                         message="the command to be killed")
             killed_after = time.monotonic() - sent
-            code = await asyncio.wait_for(serving_task, 5)
+            await until(lambda: worker.registration.writes >= 2, timeout=5, message="registered again")
+            assert not serving_task.done(), "a fenced worker does not exit"
+            assert worker.results.to_write() == [], "the stopped attempt is not reported"
         finally:
             serving_task.cancel()
             if pidfile.exists() and running(pid := int(pidfile.read_text())):
                 os.kill(pid, 9)
     assert killed_after < LEASE_SECONDS, f"the command ran on {killed_after:.2f}s, past the lease as others see it"
-    assert code == 1 and "renew deadline" in worker.registration.lost_reason
-    assert api.puts >= 1, "a renewal was sent and hung"
-
+    assert api.patches >= 1, "a write was sent and hung"
+    assert worker.incarnation != first[0]

@@ -26,7 +26,7 @@ from ..kube.client import ApiError, Gone, Kube, NotFound
 from ..kube.clock import utcnow
 from ..kube.informer import Informer, key_of
 from ..kube.kubeconfig import Connection
-from ..lifecycle.workers import as_dict
+from ..lifecycle.worker_view import as_dict
 from ..resources.job import job_id
 from . import pages
 from .views import (PAGE_SIZE, SCAN_LIMIT, FilterError, JobFilter, allowed_hosts, finished_series, list_params,
@@ -327,7 +327,7 @@ class Dashboard:
         try:
             found = await asyncio.to_thread(self.client.list_workers, self.namespace)
         except ApiError as exc:
-            return self.refused(exc, f"list worker Leases or their jobs {self.where()}")
+            return self.refused(exc, f"list Worker objects {self.where()}")
         except httpx.HTTPError as exc:
             return pages.error(f"cannot reach the API server at {self.conn.server}: {exc}")
         now = utcnow()

@@ -6,8 +6,9 @@
 
 Bad input is an error at start that names it, exit code 2: a --queue or --handler that does not exist, a module
 that does not import, a handler registered twice, a function without a worker-mode Handler, nothing to serve.
-SIGTERM or Ctrl-C drains (docs/workers.md §6); a second one skips what is left of the drain grace. Exit code 0
-after a drain, 1 when the worker lost its Lease (its attempts are no longer its own; a restart registers anew).
+SIGTERM or Ctrl-C drains (docs/workers.md); a second one skips what is left of the drain grace. Exit code 0 after a
+drain, 1 when another process took its name over (its Worker object names another incarnation). An API outage never
+makes it exit: past its renew deadline it stops its handlers and registers again.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ def _duration(text: str) -> float:
 def register(sub: argparse._SubParsersAction, flags: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "worker", parents=[flags], help="serve queues: run worker-mode handlers as jobs are assigned (no pods)",
-        description="A long-running worker (docs/workers.md): it announces itself with a Lease, and runs the jobs "
+        description="A long-running worker (docs/workers.md): it announces itself with a Worker object of its own, "
+                    "and runs the jobs "
                     "the operator assigns to it — SDK functions of --module on its event loop (async def) or "
                     "thread pool (def), command handlers (Handler spec.worker.command) as a subprocess per job "
                     "with the payload on stdin. It serves the Handlers of the namespace with spec.worker that it "
@@ -68,7 +70,9 @@ def register(sub: argparse._SubParsersAction, flags: argparse.ArgumentParser) ->
                         "attempts recorded failed, reason Drained (default %(default)s)")
     p.add_argument("--metrics-port", type=port, metavar="PORT", help="serve Prometheus metrics on this port")
     p.add_argument("--metrics-host", default="0.0.0.0", help="the metrics' address (default all)")
-    p.add_argument("--no-events", action="store_true", help="post no Kubernetes Events for the attempts it records")
+    p.add_argument("--no-events", action="store_true",
+                   help="no effect: a worker posts no Events any more (the operator posts them); kept so that "
+                        "scripts that pass it still work")
     p.add_argument("--log-level", default="info", help="debug, info (default), warning or error")
     p.set_defaults(func=main)
 
@@ -84,78 +88,42 @@ def import_modules(modules: list[str]) -> dict[str, Callable[..., Any]]:
     return sdk.registered()
 
 
-async def _listed(kube: Any, namespace: str, plural: str) -> list[dict[str, Any]]:
-    from ..resources import API_VERSION, contract
-
-    items, _ = await kube.list(contract.path(API_VERSION, plural, namespace))
-    return items
-
-
-def _read(kind: Any, items: list[dict[str, Any]]) -> dict[str, Any]:
-    found = {}
-    for item in items:
-        try:
-            found[item["metadata"]["name"]] = kind.model_validate(item.get("spec") or {})
-        except ValueError as exc:
-            log.warning("%s %s cannot be read: %s", kind.__name__, item["metadata"]["name"], exc)
-    return found
-
-
 async def serve(conn: kubeconfig.Connection, args: argparse.Namespace, namespace: str, name: str,
                 functions: dict[str, Callable[..., Any]]) -> int:
-    from ..kube.client import ApiError, Kube
-    from ..resources.handler import HandlerSpec
-    from ..resources.queue import QueueSpec
-    from .metrics import WorkerMetrics
-    from .plan import PlanError, plan
-    from .service import Worker
+    from ..kube.client import ApiError
+    from .app import Stopped, Worker
+    from .plan import PlanError
 
-    kube = Kube(conn, user_agent=f"sextant-worker/{name}")
+    settings = Settings(namespace=namespace, name=name, concurrency=args.concurrency, drain_grace=args.drain_grace,
+                        want_queues=frozenset(args.queues) if args.queues else None,
+                        want_handlers=frozenset(args.handlers) if args.handlers else None)
+    worker = Worker.of(conn, settings, functions)
     try:
         try:
-            queues = _read(QueueSpec, await _listed(kube, namespace, "queues"))
-            handlers = _read(HandlerSpec, await _listed(kube, namespace, "handlers"))
-        except ApiError as exc:
-            _error(f"cannot read the Queues and Handlers of namespace {namespace} at {conn.server}: {exc}")
-            return 1
-        want_queues = frozenset(args.queues) if args.queues else None
-        want_handlers = frozenset(args.handlers) if args.handlers else None
-        try:
-            plan(namespace, queues, handlers, functions, want_queues, want_handlers)
+            await worker.start()
         except PlanError as exc:
             _error(str(exc))
             return 2
-        settings = Settings(namespace=namespace, name=name, concurrency=args.concurrency,
-                            drain_grace=args.drain_grace, want_queues=want_queues, want_handlers=want_handlers,
-                            events=not args.no_events)
-        from ..client import Client
-
-        shared: list[Client] = []
-
-        def jobs_client() -> Client:  # one client for every handler's ctx.jobs (httpx.Client is thread-safe)
-            if not shared:
-                shared.append(Client(conn, user_agent="sextant-sdk"))
-            return shared[0]
-
-        worker: Worker | None = None
-        metrics = WorkerMetrics(name, lambda: worker.slots() if worker else (0, args.concurrency))
-        worker = Worker(kube, settings, functions, queues, handlers, jobs_client, metrics)
+        except ApiError as exc:
+            _error(f"cannot read the Queues and Handlers of namespace {namespace} at {conn.server}: {exc}")
+            return 1
         if args.metrics_port:
             try:
-                metrics.serve(args.metrics_port, args.metrics_host)
+                worker.metrics.serve(args.metrics_port, args.metrics_host)
             except OSError as exc:
                 _error(f"--metrics-port {args.metrics_port}: cannot listen on {args.metrics_host}: {exc.strerror}")
                 return 1
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, worker.drain)
+            loop.add_signal_handler(sig, worker.stop)
         try:
-            return await worker.run()
-        except ApiError as exc:
+            await worker.run()
+        except (Stopped, ApiError) as exc:  # taken over by another process under this name; cannot register
             _error(f"worker {name}: {exc}")
             return 1
+        return 0
     finally:
-        await kube.close()
+        await worker.close()
 
 
 def main(args: argparse.Namespace) -> int:

@@ -1,6 +1,6 @@
-"""The worker's Prometheus metrics (`--metrics-port`), in a registry of its own: attempts by result, busy and free
-slots, claim-to-start latency (handler start − the timeline's startedAt, the moment the operator took the job for
-this worker) and refused results."""
+"""The worker's Prometheus metrics (`--metrics-port`), in a registry of its own: attempts by result (as the worker saw
+them end), busy and free slots, claim-to-start latency (handler start − the assignment's assignedAt, the moment the
+operator assigned it) and results not reported."""
 
 from __future__ import annotations
 
@@ -16,14 +16,14 @@ class WorkerMetrics:
     def __init__(self, worker: str, slots: Callable[[], tuple[int, int]]) -> None:
         self.worker = worker
         self.registry = CollectorRegistry(auto_describe=True)
-        self.attempts = Counter("sextant_worker_attempts_total", "Attempts this worker recorded, by queue, "
-                                "handler and result (succeeded, failed, cancelled).",
+        self.attempts = Counter("sextant_worker_attempts_total", "Attempts this worker ran and reported, by "
+                                "queue, handler and result as it saw them end (succeeded, failed, cancelled).",
                                 ["worker", "queue", "handler", "result"], registry=self.registry)
-        self.refused = Counter("sextant_worker_results_refused_total", "Results not recorded: the worker no "
-                               "longer held the attempt (lease lost, cancelled, given to another).", ["worker"],
+        self.refused = Counter("sextant_worker_results_refused_total", "Results not reported: the attempt was no "
+                               "longer the worker's (fenced, taken over, its assignment dropped).", ["worker"],
                                registry=self.registry)
-        self.claim_to_start = Histogram("sextant_worker_claim_to_start_seconds", "From the operator taking a job "
-                                        "for this worker (timeline startedAt) to its handler starting.",
+        self.claim_to_start = Histogram("sextant_worker_claim_to_start_seconds", "From the operator assigning an "
+                                        "attempt to this worker (assignedAt) to its handler starting.",
                                         ["worker"], buckets=_LATENCY_BUCKETS, registry=self.registry)
         self.registry.register(_Slots(worker, slots))
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from ..resources.handler import HandlerSpec
 
 
-class PlanError(Exception):
+class PlanError(ValueError):
     """Bad input at start: the message names the queue, handler or module and what is wrong."""
 
 

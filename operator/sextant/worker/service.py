@@ -1,5 +1,11 @@
-"""The worker: registration, the watch of its jobs, one Execution per attempt, results, stops and the drain
-(docs/workers.md). Everything runs on one event loop; sync SDK functions in a thread pool of --concurrency threads.
+"""The worker (docs/workers.md): its Worker object (registration.py), the watch of that one object (its
+assignments, in status), one Execution per assignment, results batched into its spec (results.py), stops, the fence
+and the drain. Everything runs on one event loop; sync SDK functions in a thread pool of --concurrency threads.
+
+An assignment runs once, and only for the incarnation it names when that is this process's current one. The job is
+read once (GET) for its payload; a job that is gone or has another uid is reported NotFound without running. An
+assignment that leaves status while its handler runs (the operator recorded the attempt otherwise: the worker
+expired, was taken over) is stopped and reported nothing.
 """
 
 from __future__ import annotations
@@ -7,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import secrets
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -17,41 +23,40 @@ from typing import Any
 from pydantic import ValidationError
 
 from .. import sdk
-from ..kube.events import EventRecorder
+from ..kube.client import ApiError, Kube, NotFound
+from ..kube.clock import utcnow
 from ..kube.informer import Informer
 from ..lifecycle import attempts as A
-from ..lifecycle.reading import job_scheduled_at, read_job
-from ..kube.client import Kube
-from ..kube.clock import utcnow
 from ..lifecycle.workers import DEFAULT_LEASE_DURATION
 from ..resources import contract
-from ..resources.common import parse_duration
+from ..resources.common import parse_duration, parse_time
 from ..resources.handler import HandlerSpec
 from ..resources.job import job_id
 from ..resources.queue import QueueSpec
-from ..runner.env import attempt_variables
-from . import assignments as S
+from ..resources.worker import Assignment
+from ..runner.env import attempt_variables, scheduled_at_of
 from ..runner.execution import CommandWork, Ended, Execution, FunctionWork, Work
 from .metrics import WorkerMetrics
 from .plan import Served, serving
-from .registration import Offer, Registration
-from .results import RECORDED_STOPS, Recorder, Report, stop_wanted
+from .registration import Offer, Registration, workers_path
+from .results import NOT_FOUND, Key, Results, key_of, result_of
 from .settings import Settings
 
 log = logging.getLogger("sextant.worker")
 
-LOST = "Lost"  # the handler's job is no longer this worker's: stopped, and its result not recorded
-DRAIN_SETTLE = 1.0  # seconds a drain waits for assignments already on their way, even when nothing runs
+LOST = "Lost"  # the attempt is no longer this worker's: stopped, and reported nothing
+DRAIN_LEAVE_WAIT = 5.0  # seconds a drain waits for its assignments to leave status (their results recorded)
 DRAIN_POLL = 0.05
 
 
 @dataclass
 class Running:
-    """One attempt this worker runs now."""
+    """One assignment this worker runs now."""
 
-    assignment: S.Assignment
-    execution: Execution
-    recording: bool = False
+    assignment: Assignment
+    seen_at: float  # monotonic: when the worker first saw it (its timeout counts from here)
+    execution: Execution | None = None
+    stop: tuple[str, float | None] | None = None  # a stop asked before the execution exists: (reason, grace)
     timer: asyncio.TimerHandle | None = None
     ended: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -64,39 +69,73 @@ def _specs(kind: type[QueueSpec] | type[HandlerSpec], obj: dict[str, Any]) -> An
         return None
 
 
+def read_assignments(status: Any) -> dict[Key, Assignment]:
+    """status.assignments by (uid, sequence, incarnation); an entry that cannot be read is skipped."""
+    found: dict[Key, Assignment] = {}
+    items = status.get("assignments") if isinstance(status, dict) else None
+    for item in items if isinstance(items, list) else ():
+        try:
+            assignment = Assignment.model_validate(item)
+        except ValidationError as exc:
+            log.warning("an assignment cannot be read (%s): %.200r", exc.errors()[0].get("msg"), item)
+            continue
+        found[key_of(assignment)] = assignment
+    return found
+
+
+def timeout_after(assignment: Assignment) -> float | None:
+    """Seconds from assignment to timeout, both by the operator's clock: applied from when the worker saw it, so a
+    skewed worker clock neither kills live attempts nor lets them run on."""
+    try:
+        due, assigned = parse_time(assignment.timeout_at), parse_time(assignment.assigned_at)
+    except ValueError:
+        return None
+    if due is None or assigned is None:
+        return None
+    return max(0.0, (due - assigned).total_seconds())
+
+
 class Worker:
     def __init__(self, kube: Kube, settings: Settings, functions: dict[str, Callable[..., Any]],
                  queues: dict[str, QueueSpec], handlers: dict[str, HandlerSpec],
                  jobs_client: Callable[[], Any], metrics: WorkerMetrics | None = None,
-                 now: Callable[[], datetime] = utcnow) -> None:
+                 now: Callable[[], datetime] = utcnow, owner: dict[str, str] | None = None,
+                 user: str | None = None, monotonic: Callable[[], float] = time.monotonic) -> None:
         self.kube, self.settings, self.functions, self.now = kube, settings, functions, now
+        self.monotonic = monotonic
         self.namespace, self.name = settings.namespace, settings.name
-        self.incarnation = secrets.token_hex(4)
-        self.holder = contract.holder_identity(self.name, self.incarnation)
         self.queues, self.handlers = dict(queues), dict(handlers)
         self.served = self._serving()
         self.jobs_client = jobs_client
         self.metrics = metrics
-        self.latest: dict[str, dict[str, Any]] = {}  # job → the newest version seen of a job assigned to this worker
-        self.running: dict[str, Running] = {}  # job → the attempt running here
-        self.started: dict[str, int] = {}  # job → the sequence number last started here (an attempt starts once)
+        self.results = Results()
+        self.assigned: dict[Key, Assignment] = {}  # status.assignments, as last seen
+        self.running: dict[Key, Running] = {}
+        self.handled: set[Key] = set()  # started (or reported without running): each assignment runs once
         self.tasks: set[asyncio.Task[None]] = set()
         self.lingering = 0  # handlers given up on whose threads run on: slots not offered
         self.draining = False
-        self.drain_expired = False
         self.executor = ThreadPoolExecutor(max_workers=settings.concurrency, thread_name_prefix="handler")
-        self.registration = Registration(kube, self.namespace, self.name, self.holder, self.offer, now)
-        self.events = EventRecorder(kube, now, enabled=settings.events, qps=5.0, burst=20, normal_qps=1.0,
-                                    normal_burst=20, component="sextant-worker")
-        self.recorder = Recorder(kube, self.namespace, self.name, self.holder, self.specs, now, self.events.record)
+        self.registration = Registration(kube, self.namespace, self.name, self.offer, self.results.to_write,
+                                         self._lost, owner, user, now, monotonic)
         self.informers = [
             Informer(kube, contract.queues_path(self.namespace), self._on_queue, name="queues"),
             Informer(kube, contract.handlers_path(self.namespace), self._on_handler, name="handlers"),
-            S.watch(kube, self.namespace, self.name, self._on_job),
+            Informer(kube, workers_path(self.namespace), self._on_worker,
+                     field_selector=f"metadata.name={self.name}", name="its Worker"),
         ]
         self._hurry = asyncio.Event()
+        self._status_changed = asyncio.Event()
         self._drained = asyncio.Event()
         self._drain_task: asyncio.Task[None] | None = None
+
+    @property
+    def incarnation(self) -> str:
+        return self.registration.incarnation
+
+    @property
+    def holder(self) -> str:
+        return self.registration.holder
 
     # --- what it offers ------------------------------------------------------------------------------------
     def _serving(self) -> Served:
@@ -108,9 +147,6 @@ class Worker:
         return Offer(queues=self.served.queues, handlers=self.served.handlers,
                      slots=max(0, self.settings.concurrency - self.lingering),
                      lease_duration=min(durations, default=DEFAULT_LEASE_DURATION), draining=self.draining)
-
-    def specs(self, queue: str, handler: str) -> tuple[QueueSpec | None, HandlerSpec | None]:
-        return self.queues.get(queue), self.handlers.get(handler)
 
     def slots(self) -> tuple[int, int]:
         return len(self.running), self.settings.concurrency
@@ -142,29 +178,39 @@ class Worker:
             self.handlers[name] = spec
         self._reconsider()
 
-    # --- its jobs ------------------------------------------------------------------------------------------
-    def _on_job(self, kind: str, obj: dict[str, Any]) -> None:
-        name = obj["metadata"]["name"]
-        current = self.running.get(name)
-        if kind == "delete":  # deleted, or no longer assigned to this worker (the field selector let go of it)
-            self.latest.pop(name, None)
-            self.started.pop(name, None)
-            if current is not None and not current.recording:
-                current.execution.stop(LOST, self.now())
+    # --- its assignments -----------------------------------------------------------------------------------
+    def _on_worker(self, kind: str, obj: dict[str, Any]) -> None:
+        if kind == "delete":
+            self.registration.changed()  # its next write meets the 404, and registers again
             return
-        self.latest[name] = obj
-        found = S.assignment(obj, self.name, self.holder)
-        if (current is not None and (found is None or found.sequence != current.assignment.sequence)
-                and not current.recording):
-            current.execution.stop(LOST, self.now())
-        if found is not None and found.sequence > self.started.get(name, 0):
-            self.started[name] = found.sequence
-            self._spawn(self._attempt(obj, found, current))
-        elif current is not None and found is not None and found.sequence == current.assignment.sequence:
-            self._check(name)
+        self.registration.seen((obj.get("spec") or {}).get("incarnation"))
+        if self.registration.taken_over.is_set():
+            return
+        current = read_assignments(obj.get("status"))
+        self.assigned = current
+        self.results.keep(current)
+        for key, running in list(self.running.items()):
+            if key not in current:  # recorded without this worker's word: it may run elsewhere now
+                self._stop(running, LOST, self._fence_grace(running))
+        for key, assignment in current.items():
+            running = self.running.get(key)
+            if running is not None:
+                running.assignment = assignment
+                if assignment.stop:
+                    self._stop(running, assignment.stop, assignment.cancel_grace_seconds)
+            elif key not in self.handled and assignment.incarnation == self.incarnation:
+                self.handled.add(key)
+                self._start(key, assignment)
+        self.handled &= current.keys() | self.running.keys()
+        self._status_changed.set()
 
-    def _spawn(self, coroutine: Any) -> None:
-        task = asyncio.ensure_future(coroutine)
+    def _start(self, key: Key, assignment: Assignment) -> None:
+        if self.draining:  # assigned before the operator saw the drain: reported without running
+            self._report(key, result_of(assignment, Ended(None, "the worker was draining"), A.DRAINED, None, self.now()))
+            return
+        running = Running(assignment, self.monotonic())
+        self.running[key] = running
+        task = asyncio.ensure_future(self._attempt(key, running))
         self.tasks.add(task)
         task.add_done_callback(self._task_done)
 
@@ -173,97 +219,130 @@ class Worker:
         if not task.cancelled() and task.exception() is not None:
             log.error("worker %s: an attempt failed unexpectedly", self.name, exc_info=task.exception())
 
-    def _check(self, name: str) -> None:
-        """Apply the lifecycle's rules to a running attempt: stop it (cancel, timeout, a stop the operator wrote),
-        or look again when its timeout falls due."""
-        current, raw = self.running.get(name), self.latest.get(name)
-        if current is None or raw is None or current.recording:
-            return
-        if current.timer is not None:
-            current.timer.cancel()
-            current.timer = None
-        job = read_job(raw)
-        now = self.now()
-        reason, wake = stop_wanted(job, self.specs(job.spec.queue, job.spec.handler), self.name, now)
-        if reason is not None:
-            log.info("job %s: stopping attempt #%d (%s)", name, current.assignment.sequence, reason)
-            current.execution.stop(reason, now)
-        elif wake is not None:
-            delay = max(0.0, (wake - now).total_seconds())
-            current.timer = asyncio.get_running_loop().call_later(delay + 0.001, self._check, name)
+    def _stop(self, running: Running, reason: str, grace: float | None = None) -> None:
+        if running.execution is not None:
+            if running.execution.stop_reason is None:
+                log.info("job %s: stopping attempt #%d (%s)", running.assignment.job, running.assignment.sequence,
+                         reason)
+            running.execution.stop(reason, self.now(), grace)
+        elif running.stop is None:
+            running.stop = (reason, grace)
 
-    def _work(self, raw: dict[str, Any], found: S.Assignment, job: Any) -> Work | Ended:
+    def _fence_grace(self, running: Running) -> float:
+        """SIGTERM to SIGKILL for an attempt that is no longer this worker's: the queue's cancelGrace, at most a
+        sixth of the leaseDuration (it may run elsewhere soon)."""
+        grace = running.execution.cancel_grace if running.execution is not None else 0.0
+        return min(grace, self.offer().lease_seconds / 6)
+
+    async def _job(self, assignment: Assignment) -> dict[str, Any] | None:
+        """The job, for its payload; None when it is gone or is another job of the same name (another uid)."""
+        try:
+            raw = await self.kube.get(contract.jobs_path(self.namespace, assignment.job))
+        except NotFound:
+            return None
+        return raw if (raw.get("metadata") or {}).get("uid") == assignment.uid else None
+
+    def _work(self, raw: dict[str, Any], assignment: Assignment) -> Work | Ended:
         """How to run the job's handler here; Ended when it cannot run here at all."""
-        label = f"[{found.job}#{found.sequence}]"
-        queue, handler = self.specs(found.queue, found.handler)
-        command = self.served.how(found.handler)
+        label = f"[{assignment.job}#{assignment.sequence}]"
+        payload = (raw.get("spec") or {}).get("payload") or {}
+        command = self.served.how(assignment.handler)
         if command is not None:
-            settings = queue or QueueSpec()
+            queue = self.queues.get(assignment.queue) or QueueSpec()
             env = {**os.environ, **attempt_variables(
-                job_name=found.job, job_uid=raw["metadata"].get("uid", ""), namespace=self.namespace,
-                queue=found.queue, handler=found.handler, attempt=found.attempt, sequence=found.sequence,
-                scheduled_at=job_scheduled_at(job, raw), payload=job.spec.payload,
-                lease_name=contract.worker_lease_name(self.name), lease_duration=settings.lease_duration,
-                cancel_grace=settings.cancel_grace, heartbeat=False),  # the worker's Lease covers it
+                job_name=assignment.job, job_uid=assignment.uid, namespace=self.namespace, queue=assignment.queue,
+                handler=assignment.handler, attempt=assignment.attempt, sequence=assignment.sequence,
+                scheduled_at=scheduled_at_of(raw), payload=payload, lease_name=self.name,
+                lease_duration=queue.lease_duration, cancel_grace=queue.cancel_grace,
+                heartbeat=False),  # the worker's own renewals cover it
                 "SEXTANT_NODE_NAME": self.name, "SEXTANT_POD_NAME": os.environ.get("POD_NAME") or self.name,
                 "SEXTANT_WORKER": self.holder}
-            return CommandWork(list(command), env, job.spec.payload, label)
-        fn = self.functions.get(found.handler) if found.handler in self.served.functions else None
+            return CommandWork(list(command), env, payload, label)
+        fn = self.functions.get(assignment.handler) if assignment.handler in self.served.functions else None
         if fn is None:
-            return Ended(1, f"worker {self.name} does not serve handler {found.handler!r} (any more): its Handler "
-                            "is not a worker-mode one this worker can run")
-        sdk_job = sdk.Job(id=job_id(found.job), name=found.job, namespace=self.namespace, queue=found.queue,
-                          handler=found.handler, attempt=found.attempt, payload=job.spec.payload,
-                          scheduled_at=job_scheduled_at(job, raw))
+            return Ended(1, f"worker {self.name} does not serve handler {assignment.handler!r} (any more): its "
+                            "Handler is not a worker-mode one this worker can run")
+        sdk_job = sdk.Job(id=job_id(assignment.job), name=assignment.job, namespace=self.namespace,
+                          queue=assignment.queue, handler=assignment.handler, attempt=assignment.attempt,
+                          payload=payload, scheduled_at=scheduled_at_of(raw))
         from ..runner.chaining import Jobs
 
         ctx = sdk.Context(jobs=Jobs(self.jobs_client, self.namespace))
         return FunctionWork(fn, sdk_job, ctx, self.executor, label)
 
-    async def _attempt(self, raw: dict[str, Any], found: S.Assignment, previous: Running | None) -> None:
-        name = found.job
-        if previous is not None:  # never two attempts of one job at once: the earlier one is stopping
-            await previous.ended.wait()
-        job = read_job(raw)
-        queue, _ = self.specs(found.queue, found.handler)
-        grace = parse_duration((queue or QueueSpec()).cancel_grace).total_seconds()
-        work = self._work(raw, found, job)
-        execution = Execution(work if not isinstance(work, Ended) else _Done(work), grace)
-        current = Running(found, execution)
-        self.running[name] = current
+    def _cancel_grace(self, assignment: Assignment) -> float:
+        if assignment.cancel_grace_seconds is not None:
+            return max(0.0, assignment.cancel_grace_seconds)
+        queue = self.queues.get(assignment.queue) or QueueSpec()
+        return parse_duration(queue.cancel_grace).total_seconds()
+
+    async def _attempt(self, key: Key, running: Running) -> None:
+        assignment = running.assignment
         try:
-            if self.drain_expired:
-                execution.stop(A.DRAINED, self.now())
-            self._check(name)
-            if self.metrics is not None and found.started_at is not None and execution.stop_reason is None:
-                self.metrics.claim_to_start.labels(self.name).observe(
-                    max(0.0, (self.now() - found.started_at).total_seconds()))
+            try:
+                raw = await self._job(assignment)
+            except ApiError as exc:
+                log.warning("job %s: cannot read it: %s", assignment.job, exc)
+                raw = None
+                missing = f"the job could not be read: {exc}"
+            else:
+                missing = "the job is gone, or is another job of the same name"
+            if running.stop is not None and running.stop[0] == LOST:
+                return self._refused(assignment, "no longer this worker's")
+            if raw is None:
+                return self._report(key, result_of(assignment, Ended(None, missing), NOT_FOUND, None, self.now()))
+            work = self._work(raw, assignment)
+            execution = Execution(work if not isinstance(work, Ended) else _Done(work), self._cancel_grace(assignment))
+            running.execution = execution
+            if running.stop is not None:
+                execution.stop(running.stop[0], self.now(), running.stop[1])
+            elif assignment.stop:
+                execution.stop(assignment.stop, self.now(), assignment.cancel_grace_seconds)
+            self._arm_timeout(running)
+            started = self.now()
+            if self.metrics is not None and execution.stop_reason is None:
+                assigned = parse_time(assignment.assigned_at)
+                if assigned is not None:
+                    self.metrics.claim_to_start.labels(self.name).observe(max(0.0, (started - assigned).total_seconds()))
             ended = await execution.run()
             if execution.lingering:
                 self._linger(execution)
-            current.recording = True
-            if current.timer is not None:
-                current.timer.cancel()
             reason = execution.stop_reason
-            if reason is not None and reason not in RECORDED_STOPS:
-                self._refuse(name, found.sequence, f"stopped: {reason}")
-                return
-            report = Report(found.sequence, ended.exit_code, ended.message, reason, execution.stopped_at)
-            decision = await self.recorder.record(self.latest.get(name, raw), report)
-            if decision is None:
-                if self.metrics is not None:
-                    self.metrics.refused.labels(self.name).inc()
-            elif self.metrics is not None:
-                entry = next((a for a in decision.status.attempts if a.sequence == found.sequence), None)
-                if entry is not None:
-                    self.metrics.attempts.labels(self.name, found.queue, found.handler, entry.result).inc()
+            if reason == LOST:
+                return self._refused(assignment, "stopped: no longer this worker's")
+            result = result_of(assignment, ended, reason, started if execution.task is not None else None,
+                               self.now())
+            if self.metrics is not None:
+                self.metrics.attempts.labels(self.name, assignment.queue, assignment.handler,
+                                             _result_label(ended, reason)).inc()
+            self._report(key, result)
         finally:
-            if self.running.get(name) is current:
-                del self.running[name]
-            current.ended.set()
+            if running.timer is not None:
+                running.timer.cancel()
+            if self.running.get(key) is running:
+                del self.running[key]
+            running.ended.set()
 
-    def _refuse(self, name: str, sequence: int, why: str) -> None:
-        log.info("job %s: attempt #%d not recorded (%s)", name, sequence, why)
+    def _arm_timeout(self, running: Running) -> None:
+        after = timeout_after(running.assignment)
+        if after is None:
+            return
+        delay = max(0.0, after - (self.monotonic() - running.seen_at))
+        running.timer = asyncio.get_running_loop().call_later(delay, self._stop, running, A.TIMEOUT)
+
+    def _report(self, key: Key, result: dict[str, Any]) -> None:
+        """A result to write: in the next spec write (at once when none is in flight)."""
+        if key not in self.assigned:
+            self._refused_key(key, "its assignment has left status meanwhile")
+            return
+        self.results.add(key, result)
+        self.registration.changed()
+
+    def _refused(self, assignment: Assignment, why: str) -> None:
+        self._refused_key(key_of(assignment), why)
+
+    def _refused_key(self, key: Key, why: str) -> None:
+        log.info("attempt %s#%d (%s) not reported (%s)", key[0], key[1], key[2], why)
         if self.metrics is not None:
             self.metrics.refused.labels(self.name).inc()
 
@@ -279,7 +358,13 @@ class Worker:
         assert execution.task is not None
         execution.task.add_done_callback(returned)
 
-    # --- running and stopping ------------------------------------------------------------------------------
+    # --- losing its attempts, draining ---------------------------------------------------------------------
+    def _lost(self, why: str) -> None:
+        """Fenced, or its object deleted: every running attempt is no longer its own. Stopped (SIGKILL within a
+        sixth of the leaseDuration), reported nothing; results of attempts that ended before stay."""
+        for running in list(self.running.values()):
+            self._stop(running, LOST, self._fence_grace(running))
+
     def drain(self) -> None:
         """SIGTERM: take nothing new, let running handlers finish within the drain grace, then stop the rest.
         A second SIGTERM skips what is left of the grace."""
@@ -294,64 +379,67 @@ class Worker:
         self.draining = True
         self.registration.changed()
         loop = asyncio.get_running_loop()
-        began = loop.time()
-        deadline = began + self.settings.drain_grace
-        # Jobs the operator assigned before it saw the draining mark may still be on their way: wait a moment for
-        # them even when nothing runs, and run them within the same grace.
-        settle = began + min(DRAIN_SETTLE, self.settings.drain_grace)
-        while not self._hurry.is_set() and loop.time() < deadline and (self.running or loop.time() < settle):
+        deadline = loop.time() + self.settings.drain_grace
+        while self.running and not self._hurry.is_set() and loop.time() < deadline:
             try:
                 await asyncio.wait_for(self._hurry.wait(), DRAIN_POLL)
             except asyncio.TimeoutError:
                 pass
-        self.drain_expired = True
-        now = self.now()
-        for current in list(self.running.values()):
-            current.execution.stop(A.DRAINED, now)
+        for running in list(self.running.values()):
+            self._stop(running, A.DRAINED)
         await self._settle()
+        # Until its results are recorded (their assignments leave status), briefly: then its object goes.
+        leave_by = loop.time() + DRAIN_LEAVE_WAIT
+        while self._mine_assigned() and loop.time() < leave_by:
+            self._status_changed.clear()
+            try:
+                await asyncio.wait_for(self._status_changed.wait(), max(0.0, leave_by - loop.time()))
+            except asyncio.TimeoutError:
+                pass
         self._drained.set()
 
+    def _mine_assigned(self) -> bool:
+        return any(key[2] in self.registration.incarnations for key in self.assigned)
+
     async def _settle(self) -> None:
-        """Wait for every attempt to end and be recorded (each is bounded by its cancelGrace and a kill)."""
+        """Wait for every attempt to end (each is bounded by its cancelGrace and a kill)."""
         while self.tasks:
             await asyncio.gather(*list(self.tasks), return_exceptions=True)
 
-    def _fence(self) -> None:
-        """The Lease is lost: stop every handler, SIGKILL (a command) halfway to when others may see the Lease
-        expire if the queue's cancelGrace is longer, so that no attempt of this worker runs on once it may run
-        elsewhere (the other half: for the kill to land, on a loaded machine)."""
-        now, left = self.now(), max(0.0, self.registration.expires_in() / 2)
-        for current in list(self.running.values()):
-            current.execution.stop(LOST, now, min(current.execution.cancel_grace, left))
-
     async def run(self) -> int:
-        """Register, serve until drained (0) or the Lease is lost (1)."""
+        """Register, serve until drained (0) or taken over (1). ApiError when it cannot register at start."""
         await self.registration.register()
         log.info("worker %s (%s) serves queues %s, handlers %s with %d slots", self.name, self.holder,
-                    ",".join(sorted(self.served.queues)) or "-", ",".join(sorted(self.served.handlers)) or "-",
-                    self.settings.concurrency)
+                 ",".join(sorted(self.served.queues)) or "-", ",".join(sorted(self.served.handlers)) or "-",
+                 self.settings.concurrency)
         background = [asyncio.create_task(i.run(), name=f"informer {i.name}") for i in self.informers]
-        background.append(asyncio.create_task(self.events.run(), name="events"))
-        renewing = asyncio.create_task(self.registration.run(), name="lease")
+        renewing = asyncio.create_task(self.registration.run(), name="renewals")
         drained = asyncio.create_task(self._drained.wait())
-        lost = asyncio.create_task(self.registration.lost.wait())
+        taken = asyncio.create_task(self.registration.taken_over.wait())
         code = 0
         try:
-            done, _ = await asyncio.wait([*background, drained, lost], return_when=asyncio.FIRST_COMPLETED)
-            for task in done & set(background):
+            done, _ = await asyncio.wait([*background, renewing, drained, taken], return_when=asyncio.FIRST_COMPLETED)
+            for task in done & {*background, renewing}:
                 task.result()  # a crash: raise it
-            if lost in done:
+            if taken in done:
                 code = 1
-                self._fence()
+                self._lost("taken over")
                 await self._settle()
         finally:
-            for task in [*background, renewing, drained, lost]:
+            for task in [*background, renewing, drained, taken]:
                 task.cancel()
-            await asyncio.gather(*background, renewing, drained, lost, return_exceptions=True)
-            if code == 0:
+            await asyncio.gather(*background, renewing, drained, taken, return_exceptions=True)
+            if code == 0 and self._drained.is_set():
                 await self.registration.delete()
             self.executor.shutdown(wait=False, cancel_futures=True)
         return code
+
+
+def _result_label(ended: Ended, reason: str | None) -> str:
+    """The metric's result, as the worker saw the attempt end (the operator's rules record it on the job)."""
+    if reason == A.CANCELLED:
+        return "cancelled"
+    return "succeeded" if ended.exit_code == 0 and reason is None else "failed"
 
 
 class _Done:
@@ -368,3 +456,4 @@ class _Done:
 
     def kill(self) -> None:
         pass
+

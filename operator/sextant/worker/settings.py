@@ -14,4 +14,3 @@ class Settings:
     drain_grace: float = 25.0  # seconds; below a pod's default terminationGracePeriodSeconds (30 s)
     want_queues: frozenset[str] | None = None  # None: every Queue of the namespace
     want_handlers: frozenset[str] | None = None  # None: every worker-mode Handler it can run
-    events: bool = True
