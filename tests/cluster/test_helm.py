@@ -760,6 +760,12 @@ def test_install_watching_two_namespaces_then_uninstall(cluster, helm, tools, re
         *[(True, verb, "jobs.sextant.dev/status", shop) for verb in ("update", "patch")],
         (True, "update", "schedules.sextant.dev/status", billing),
         (True, "patch", "queues.sextant.dev/status", shop),  # the queue's live numbers (controller/queuestatus.py)
+        # Workers: read, their status (assignments), the finalizer (a patch), expired ones deleted; never a create
+        *[(True, verb, "workers.sextant.dev", n) for verb in ("get", "list", "watch", "patch", "delete")
+          for n in (shop, billing)],
+        (True, "patch", "workers.sextant.dev/status", shop),
+        (False, "create", "workers.sextant.dev", shop),
+        (False, "update", "workers.sextant.dev/status", shop),
         *[(True, verb, "pods", n) for verb in ("create", "delete", "list", "watch") for n in (shop, billing)],
         (True, "list", "leases.coordination.k8s.io", shop),
         (True, "watch", "leases.coordination.k8s.io", billing),
@@ -814,19 +820,21 @@ def test_install_watching_two_namespaces_then_uninstall(cluster, helm, tools, re
         *[(False, verb, lease, home) for verb in ("get", "patch", "update")],
     ])  # fmt: skip
 
-    # A worker's service account: its namespace's jobs (read, create, their status), Queues and Handlers, Leases,
-    # Events; nothing else, nowhere else.
+    # A worker's service account (protocol v2): its namespace's jobs (read, create), Queues and Handlers, Workers
+    # (its own, by the worker admission policy: tests/cluster/test_worker_admission.py); nothing else, nowhere else.
     worker_sa = f"system:serviceaccount:{shop}:sxns-sextant-worker-payments"
     check_matrix(cluster, worker_sa, [
         *[(True, verb, "jobs.sextant.dev", shop) for verb in ("get", "list", "watch", "create")],
-        (True, "update", "jobs.sextant.dev/status", shop),
         *[(True, verb, f"{kind}.sextant.dev", shop) for verb in ("get", "list", "watch")
           for kind in ("queues", "handlers")],
-        *[(True, verb, "leases.coordination.k8s.io", shop) for verb in ("get", "create", "update", "delete")],
-        (True, "create", "events", shop),
-        # never a Job's spec, nor deleting jobs; status only by update
+        *[(True, verb, "workers.sextant.dev", shop) for verb in ("get", "list", "watch", "create", "patch", "delete")],
+        # never a Job's spec or status (the operator records every attempt), nor deleting jobs; never a Worker's status
         *[(False, verb, "jobs.sextant.dev", shop) for verb in ("update", "patch", "delete")],
-        (False, "patch", "jobs.sextant.dev/status", shop),
+        *[(False, verb, "jobs.sextant.dev/status", shop) for verb in ("update", "patch")],
+        *[(False, verb, "workers.sextant.dev/status", shop) for verb in ("update", "patch")],
+        # no Leases at all (not the leader's, not another worker's), no Events
+        *[(False, verb, "leases.coordination.k8s.io", shop) for verb in ("get", "create", "update", "delete")],
+        (False, "create", "events", shop),
         (False, "update", "queues.sextant.dev", shop),
         (False, "list", "schedules.sextant.dev", shop),
         # no pods, no Secrets or ConfigMaps, no listing Leases (its own is named), no escalation
@@ -834,20 +842,17 @@ def test_install_watching_two_namespaces_then_uninstall(cluster, helm, tools, re
         (False, "create", "pods/exec", shop),
         *[(False, verb, "secrets", shop) for verb in ("get", "list")],
         (False, "get", "configmaps", shop),
-        (False, "list", "leases.coordination.k8s.io", shop),
         (False, "create", "rolebindings.rbac.authorization.k8s.io", shop),
         (False, "create", "serviceaccounts/token", shop),
         # nothing in another namespace, nor cluster-wide
         *[(False, verb, "jobs.sextant.dev", n) for verb in ("list", "create") for n in (billing, home, other)],
-        (False, "create", "leases.coordination.k8s.io", billing),
+        *[(False, "create", "workers.sextant.dev", n) for n in (billing, home)],
         (False, "update", lease, home),  # never the operator's leader-election Lease
         (False, "list", "jobs.sextant.dev", None),
     ])  # fmt: skip
-    # The billing worker posts no Events (events: false), so it may not.
     check_matrix(cluster, f"system:serviceaccount:{billing}:sxns-sextant-worker-images", [
-        (True, "update", "jobs.sextant.dev/status", billing),
-        (False, "create", "events", billing),
-        (False, "update", "jobs.sextant.dev/status", shop),
+        (True, "create", "workers.sextant.dev", billing),
+        (False, "create", "workers.sextant.dev", shop),
     ])  # fmt: skip
 
     # The operator itself as that service account (run here; kwok runs none of its pods): the chart's RBAC is all it
@@ -858,10 +863,10 @@ def test_install_watching_two_namespaces_then_uninstall(cluster, helm, tools, re
     op.log_path.parent.mkdir(parents=True, exist_ok=True)
     apply(cluster, shop, queue("q"), handler("h"), job("job-as-the-chart-sa"))
     op.start()
-    # ... and a real `sextant worker` as the chart's worker account: registering, taking a job of a command handler,
-    # recording its result and an Event, and deleting its Lease when it stops. Its token is bound to one of the
-    # Deployment's pods and it is named after that pod, as in that pod: the lease admission policy lets a worker's
-    # account write only the Lease of the pod its token is bound to.
+    # ... and a real `sextant worker` as the chart's worker account: registering its Worker, running a job of a
+    # command handler, reporting its result, and deleting its Worker when it stops. Its token is bound to one of the
+    # Deployment's pods and it is named after that pod, as in that pod: the worker admission policy lets a pod's
+    # token write only the Worker named after that pod.
     worker_name = worker_pods(shop)[0]["metadata"]["name"]
     worker_token = cluster.kubectl("create", "token", "sxns-sextant-worker-payments", "-n", shop,
                                    "--bound-object-kind=Pod", f"--bound-object-name={worker_name}").stdout.strip()
@@ -879,8 +884,9 @@ def test_install_watching_two_namespaces_then_uninstall(cluster, helm, tools, re
         worker.stop()
         assert worker.proc is not None and worker.proc.returncode == 0, worker.log()[-3000:]
         assert "Forbidden" not in worker.log() and " 403 " not in worker.log(), worker.log()[-3000:]
-        leases = cluster.kubectl("get", "leases", "-n", shop, "-l", f"sextant.dev/worker={worker_name}", "-o", "name")
-        assert not leases.stdout.strip(), "a stopped worker deletes its Lease"
+        wait_for(lambda: not cluster.kubectl("get", "workers.sextant.dev", "-n", shop, worker_name,
+                                             "--ignore-not-found", "-o", "name").stdout.strip(), 30,
+                 message="a stopped worker deletes its Worker (the operator then drops the finalizer)")
     finally:
         worker.kill()
         op.stop()
@@ -972,13 +978,22 @@ def assert_refused(response: httpx.Response, message: str) -> None:
     assert "ValidatingAdmissionPolicy 'sxlease-sextant-leases'" in text and message in text, text
 
 
-def test_a_workers_token_cannot_write_the_leader_lease_nor_another_workers(cluster, tools, release_namespaces,
-                                                                           tmp_path):
-    """A worker's handler has its pod's service account token, whose Role may write every Lease of its namespace; by
-    default that is the release's, where the operator's leader-election Lease lives. The lease admission policy
-    refuses that token any write of the leader Lease (403) and of any Lease but its worker's own; the operator's
-    account writes it as before. The runner's account, likewise, writes only its attempt's Lease. And the namespace
-    can still be deleted with the release in it (the namespace controller deletes the guarded Lease)."""
+def assert_forbidden_by_rbac(response: httpx.Response) -> None:
+    """A 403 from RBAC (no rule allows it), not from an admission policy."""
+    assert response.status_code == 403, f"{response.status_code}: {response.text}"
+    text = response.json()["message"]
+    assert "cannot" in text and "ValidatingAdmissionPolicy" not in text, text
+
+
+def test_no_token_but_the_operators_writes_the_leader_lease_and_a_worker_writes_no_lease(cluster, tools,
+                                                                                          release_namespaces, tmp_path):
+    """A worker's handler has its pod's service account token; by default that pod runs in the release's namespace,
+    where the operator's leader-election Lease lives. Since protocol v2 a worker's Role has no Lease rights at all:
+    every Lease write of its token is refused (403), the leader's and its own old sextant-worker-<pod> alike. An
+    account that does have Lease rights there (one of the user's, here `intruder`) is still refused the leader Lease
+    by the lease admission policy; the operator's account writes it as before. The runner's account writes only its
+    attempt's Lease. And the namespace can still be deleted with the release in it (the namespace controller deletes
+    the guarded Lease)."""
     shop = release_namespaces["shop"]
     home = cluster.create_namespace(namespace_name("helm-lease"))
     on_cluster = Helm(tools, tmp_path, cluster.kubeconfig)
@@ -1000,41 +1015,36 @@ def test_a_workers_token_cannot_write_the_leader_lease_nor_another_workers(clust
             return [p["metadata"]["name"] for p in json.loads(out)["items"]]
 
         (pod,) = wait_for(worker_pods, 30, message="the worker's pod to be created")
-        bound = cluster.kubectl("create", "token", worker_sa, "-n", home, "--bound-object-kind=Pod",
-                                f"--bound-object-name={pod}").stdout.strip()
-        worker = AsToken(cluster, bound)
+        worker = AsToken(cluster, cluster.kubectl("create", "token", worker_sa, "-n", home, "--bound-object-kind=Pod",
+                                                  f"--bound-object-name={pod}").stdout.strip())
         operator = AsToken(cluster, cluster.kubectl("create", "token", f"{release}-sextant", "-n", home).stdout.strip())
-        # RBAC allows the worker every Lease of the namespace (a create cannot be limited to a name) ...
-        wait_for(lambda: can_i(cluster, worker_user, "create", "leases.coordination.k8s.io", home), 30,
-                 message="the worker's Role to be in force")
-        assert can_i(cluster, worker_user, "update", f"leases.coordination.k8s.io:{leader}", home)
-        # ... the policy does not: not the leader Lease, whoever holds it (a dry run until the policy is in force).
+        # An account of the user's with every Lease right in the release's namespace.
+        cluster.kubectl("create", "serviceaccount", "intruder", "-n", home)
+        cluster.kubectl("create", "role", "leases", "-n", home, "--verb=get,create,update,delete",
+                        "--resource=leases.coordination.k8s.io")
+        cluster.kubectl("create", "rolebinding", "intruder", "-n", home, "--role=leases",
+                        f"--serviceaccount={home}:intruder")
+        intruder = AsToken(cluster, cluster.kubectl("create", "token", "intruder", "-n", home).stdout.strip())
+        wait_for(lambda: can_i(cluster, f"system:serviceaccount:{home}:intruder", "create",
+                               "leases.coordination.k8s.io", home), 30, message="the intruder's Role to be in force")
         only_operator = (f"Lease {home}/{leader} is the operator's leader-election Lease: only {operator_user} may "
-                         f"write it, not {worker_user}")
-        wait_for(lambda: worker.create(home, leader, "intruder", 999999999, dry_run=True).status_code == 403, 30,
+                         f"write it, not system:serviceaccount:{home}:intruder")
+        wait_for(lambda: intruder.create(home, leader, "intruder", 999999999, dry_run=True).status_code == 403, 30,
                  message="the lease admission policy to be in force")
-        assert_refused(worker.create(home, leader, "intruder", 999999999), only_operator)
+        assert_refused(intruder.create(home, leader, "intruder", 999999999), only_operator)
         assert cluster.kubectl("get", "lease", "-n", home, leader, check=False).returncode != 0
         assert operator.create(home, leader, "sxlease-op").status_code == 201
-        assert_refused(worker.replace(home, leader, "intruder", 999999999), only_operator)
-        # Deleting it would take no leadership (nobody else may create it again), but a worker may not either.
-        assert_refused(worker.delete(home, leader), f"it may write only its own worker's Lease, sextant-worker-{pod}, "
-                                                    f"not {leader}")
+        assert_refused(intruder.replace(home, leader, "intruder", 999999999), only_operator)
         assert operator.replace(home, leader, "sxlease-op").status_code == 200  # the operator renews it as before
+
+        # The worker's token: no Lease at all, by RBAC (no policy needed), whichever Lease it names.
+        assert not can_i(cluster, worker_user, "create", "leases.coordination.k8s.io", home)
+        assert_forbidden_by_rbac(worker.create(home, leader, "intruder", 999999999))
+        assert_forbidden_by_rbac(worker.patch(home, leader, "intruder"))
+        assert_forbidden_by_rbac(worker.delete(home, leader))
+        assert_forbidden_by_rbac(worker.create(home, f"sextant-worker-{pod}", f"{pod}/1"))
         spec = json.loads(cluster.kubectl("get", "lease", "-n", home, leader, "-o", "json").stdout)["spec"]
         assert spec["holderIdentity"] == "sxlease-op" and spec["leaseDurationSeconds"] == 15
-
-        # Its own worker's Lease, through its whole life (docs/workers.md §1); no other worker's.
-        own = f"sextant-worker-{pod}"
-        assert worker.create(home, own, f"{pod}/1").status_code == 201
-        assert worker.replace(home, own, f"{pod}/1", 30).status_code == 200
-        assert worker.delete(home, own).status_code == 200
-        assert_refused(worker.create(home, "sextant-worker-other", "other/1"),
-                       f"{worker_user} is a Sextant worker's service account: it may write only its own worker's "
-                       f"Lease, sextant-worker-{pod}, not sextant-worker-other")
-        # A token bound to no pod names no worker: it writes no Lease.
-        unbound = AsToken(cluster, cluster.kubectl("create", "token", worker_sa, "-n", home).stdout.strip())
-        assert_refused(unbound.create(home, own, f"{pod}/1"), "and its token is bound to no pod")
 
         # The runner's account in a job pod: its attempt's Lease (named as the pod), created and renewed by patch.
         apply(cluster, shop, runner_pod)
@@ -1045,6 +1055,8 @@ def test_a_workers_token_cannot_write_the_leader_lease_nor_another_workers(clust
         assert_refused(runner.create(shop, "job-b-1", "job-b-1"),
                        f"system:serviceaccount:{shop}:sextant-runner is the Sextant runner's service account: it may "
                        "write only its attempt's Lease, job-a-1, not job-b-1")
+        unbound = AsToken(cluster, cluster.kubectl("create", "token", "sextant-runner", "-n", shop).stdout.strip())
+        assert_refused(unbound.create(shop, "job-a-2", "job-a-2"), "and its token is bound to no pod")
 
         # Deleting the release's namespace, policy in force: the namespace controller (whatever its user: here the
         # cluster's admin) deletes the leader Lease with it.
@@ -1058,7 +1070,8 @@ def test_a_workers_token_cannot_write_the_leader_lease_nor_another_workers(clust
         cluster.kubectl("delete", "-n", shop, "serviceaccount,rolebinding", "-l", f"app.kubernetes.io/instance={release}",
                         check=False)
         cluster.kubectl("delete", "clusterrole,clusterrolebinding,validatingadmissionpolicy,"
-                        "validatingadmissionpolicybinding", "-l", f"app.kubernetes.io/instance={release}", check=False)
+                        "validatingadmissionpolicybinding,flowschema,prioritylevelconfiguration", "-l",
+                        f"app.kubernetes.io/instance={release}", check=False)
         cluster.delete_namespace(home)
 
 
