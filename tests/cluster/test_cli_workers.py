@@ -1,7 +1,6 @@
 """`kubectl sextant workers` on the real control plane, with no worker process: the test writes what workers and the
-operator would — registration Leases (docs/workers.md §1) and jobs whose status assigns them to a worker — through
-the API, and reads the plugin's table, wide table and JSON. The busy count goes through the CRD's selectable field
-status.worker, so this also proves the API server answers that field selector. And `inspect` of a job a real
+operator would — Worker objects (docs/workers.md): the spec as a worker writes it, the status (subresource) as the
+operator does — through the API, and reads the plugin's table, wide table and JSON. And `inspect` of a job a real
 `sextant worker` ran."""
 
 from __future__ import annotations
@@ -18,50 +17,47 @@ from .plugin_support import ok, sextant
 from .support import WorkerProcess, apply, job, queue, wait_state
 
 
-def worker_lease(name: str, renewed: datetime, *, duration: int = 600, slots: int = 2, queues: str = "emails",
-                 handlers: str = "send-receipt", draining: bool = False) -> dict[str, Any]:
-    notes = {"sextant.dev/queues": queues, "sextant.dev/handlers": handlers, "sextant.dev/slots": str(slots)}
-    if draining:
-        notes["sextant.dev/draining"] = "true"
-    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-            "metadata": {"name": f"sextant-worker-{name}", "labels": {"sextant.dev/worker": name},
-                         "annotations": notes},
-            "spec": {"holderIdentity": f"{name}/i{len(name)}", "leaseDurationSeconds": duration,
-                     "renewTime": format_time(renewed)}}
+def worker_object(name: str, renewed: datetime, *, slots: int = 2, queues: tuple[str, ...] = ("emails",),
+                  handlers: tuple[str, ...] = ("send-receipt",), draining: bool = False) -> dict[str, Any]:
+    return {"apiVersion": "sextant.dev/v1alpha1", "kind": "Worker",
+            "metadata": {"name": name, "labels": {"sextant.dev/worker": name}},
+            "spec": {"incarnation": f"i{len(name)}", "queues": list(queues), "handlers": list(handlers),
+                     "slots": slots, "leaseDurationSeconds": 600, "draining": draining,
+                     "renewTime": format_time(renewed), "results": []}}
+
+
+def assignment(job_name: str, worker: str) -> dict[str, Any]:
+    return {"job": job_name, "uid": f"u-{job_name}", "queue": "emails", "handler": "send-receipt", "sequence": 1,
+            "attempt": 1, "incarnation": f"i{len(worker)}", "assignedAt": format_time(datetime.now(timezone.utc))}
 
 
 def set_status(cluster: Any, namespace: str, name: str, status: dict[str, Any]) -> None:
-    cluster.kubectl("patch", "-n", namespace, "jobs.sextant.dev", name, "--subresource=status", "--type=merge",
+    cluster.kubectl("patch", "-n", namespace, "workers.sextant.dev", name, "--subresource=status", "--type=merge",
                     "-p", json.dumps({"status": status}))
 
 
-def test_workers_lists_leases_with_busy_slots_and_state(cluster, namespace, crds):
+def test_workers_lists_worker_objects_with_the_operators_state_slots_and_busy(cluster, namespace, crds):
     now = datetime.now(timezone.utc)
-    leases = [
-        worker_lease("alpha", now, slots=2, queues="emails,reports", handlers="send-receipt,build-report"),
-        worker_lease("beta", now, slots=8, draining=True),
-        worker_lease("gamma", now - timedelta(minutes=10), duration=30),  # not renewed: expired
-        {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "not-a-worker"},
-         "spec": {"holderIdentity": "someone", "leaseDurationSeconds": 15}},
+    objects = [
+        worker_object("alpha", now, slots=2, queues=("emails", "reports"), handlers=("send-receipt", "build-report")),
+        worker_object("beta", now, slots=8000 // 2, draining=True),
+        worker_object("gamma", now - timedelta(minutes=10)),
     ]
-    jobs = [job(f"job-{n}", "emails", "send-receipt") for n in ("a", "b", "c", "d", "e")]
-    cluster.kubectl("create", "-n", namespace, "-f", "-", input=yaml.safe_dump_all([*leases, *jobs]))
-    started = format_time(now)
-    for name, worker, state in (("job-a", "alpha", "running"), ("job-b", "alpha", "running"),
-                                ("job-c", "beta", "running"), ("job-d", None, "succeeded"), ("job-e", None, "queued")):
-        status: dict[str, Any] = {"state": state, "sequence": 1, "attempt": 1}
-        if worker:
-            status.update(worker=worker, attempts=[{"attempt": 1, "sequence": 1, "worker": f"{worker}/i{len(worker)}",
-                                                    "node": worker, "startedAt": started, "result": "running"}])
-        set_status(cluster, namespace, name, status)
+    cluster.kubectl("create", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(objects))
+    set_status(cluster, namespace, "alpha", {"state": "live", "slots": 2, "busy": 2, "observedGeneration": 1,
+                                             "assignments": [assignment("job-a", "alpha"),
+                                                             assignment("job-b", "alpha")]})
+    set_status(cluster, namespace, "beta", {"state": "draining", "slots": 256, "busy": 1,  # capped by the operator
+                                            "assignments": [assignment("job-c", "beta")]})
+    set_status(cluster, namespace, "gamma", {"state": "expired", "slots": 2, "busy": 0, "assignments": []})
 
     rows = [line.split() for line in ok(sextant(cluster, "workers", "-n", namespace)).splitlines()]
     assert rows[0] == ["NAME", "QUEUES", "HANDLERS", "SLOTS", "BUSY", "LAST-RENEWAL", "STATE"]
     by_name = {r[0]: r for r in rows[1:]}
-    assert sorted(by_name) == ["alpha", "beta", "gamma"]  # the Lease without the worker label is not a worker
+    assert sorted(by_name) == ["alpha", "beta", "gamma"]
     assert by_name["alpha"][1:5] == ["emails,reports", "build-report,send-receipt", "2", "2"]
     assert by_name["alpha"][6] == "live"
-    assert by_name["beta"][3:5] == ["8", "1"] and by_name["beta"][6] == "draining"
+    assert by_name["beta"][3:5] == ["256", "1"] and by_name["beta"][6] == "draining", "the slots it is believed"
     assert by_name["gamma"][4:7] == ["0", "10m", "expired"]
 
     wide = [line.split() for line in ok(sextant(cluster, "workers", "-n", namespace, "-o", "wide")).splitlines()]
@@ -78,8 +74,8 @@ def test_workers_lists_leases_with_busy_slots_and_state(cluster, namespace, crds
     assert everywhere[0][:2] == ["NAMESPACE", "NAME"]
     assert [r[1] for r in everywhere if r[0] == namespace] == ["alpha", "beta", "gamma"]
 
-    # An attempt ends: the operator clears status.worker, and the slot is free again.
-    set_status(cluster, namespace, "job-b", {"state": "succeeded", "worker": None})
+    # An attempt is recorded: the operator drops its assignment, and the slot is free again.
+    set_status(cluster, namespace, "alpha", {"busy": 1, "assignments": [assignment("job-a", "alpha")]})
     items = {i["name"]: i for i in json.loads(ok(sextant(cluster, "workers", "-n", namespace, "-o", "json")))["items"]}
     assert items["alpha"]["busy"] == 1 and items["alpha"]["jobs"] == ["job-a"]
 

@@ -1,6 +1,8 @@
 """`sextant worker` as real processes against the real control plane and operator (docs/workers.md): sharing a
-queue's concurrency, SIGKILL and lease expiry, the drain, cancel, timeout, commands, chaining, NoWorker, and pod
-mode and worker mode in one queue. What ran where and when is read from the API (a watch), not from the workers."""
+queue's concurrency, SIGKILL and expiry, a restart under its name, the drain, cancel, timeout (the operator away),
+commands, chaining, NoWorker, pod mode and worker mode in one queue, a takeover, bad input — and the same worker
+inside a program (sextant.worker.Worker). What ran where and when is read from the API (watches of the Worker objects
+and the jobs), not from the workers."""
 
 from __future__ import annotations
 
@@ -10,16 +12,16 @@ import os
 import signal
 import subprocess
 import time
+from collections import defaultdict
 from datetime import timedelta
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client as k8s_client
-from kubernetes import config as k8s_config
 
 from tests.harness import wait_for
+from tests.harness.watching import Versions, live_assignments
 
 from .support import (HANDLERS_DIR, JobRecorder, WorkerProcess, apply, free_port, get_json, handler, job, jobs,
                       queue, status, timeline_of, wait_all, wait_state)
@@ -36,9 +38,42 @@ def conditions(st: dict[str, Any]) -> dict[str, tuple[str, str]]:
     return {c["type"]: (c["status"], c["reason"]) for c in st.get("conditions", [])}
 
 
-def lease(cluster, namespace: str, worker: str) -> dict[str, Any] | None:
-    found = get_json(cluster, namespace, "leases", "-l", f"sextant.dev/worker={worker}")["items"]
+def worker_object(cluster, namespace: str, worker: str) -> dict[str, Any] | None:
+    found = get_json(cluster, namespace, "workers.sextant.dev", "--field-selector", f"metadata.name={worker}")["items"]
     return found[0] if found else None
+
+
+def unreported(worker: dict[str, Any]) -> list[dict[str, Any]]:
+    """The attempts a Worker runs at that version, as the API shows it: assigned to its current incarnation while
+    live, no result in its spec yet (an assignment stays in status a moment after its result is recorded)."""
+    reported = {(r["uid"], r["sequence"], r["incarnation"]) for r in (worker.get("spec") or {}).get("results") or []}
+    return [a for a in live_assignments(worker) if (a["uid"], a["sequence"], a["incarnation"]) not in reported]
+
+
+def running_at_once(workers: Versions) -> tuple[int, dict[str, int], dict[str, int]]:
+    """The most attempts running at one moment: over all workers, per worker, per job uid."""
+    total, per_worker, per_job = 0, defaultdict(int), defaultdict(int)
+    for moment in workers.replay():
+        jobs: dict[str, int] = defaultdict(int)
+        for name, v in moment.items():
+            running = unreported(v.obj)
+            per_worker[name] = max(per_worker[name], len(running))
+            for a in running:
+                jobs[a["uid"]] += 1
+        total = max(total, sum(jobs.values()))
+        for uid, n in jobs.items():
+            per_job[uid] = max(per_job[uid], n)
+    return total, dict(per_worker), dict(per_job)
+
+
+def start_order(workers: Versions) -> list[str]:
+    """Jobs in the order their first assignment appeared (an assignment is the attempt's start)."""
+    order: list[str] = []
+    for v in workers.versions():
+        for a in live_assignments(v.obj):
+            if a["job"] not in order:
+                order.append(a["job"])
+    return order
 
 
 @pytest.fixture
@@ -58,15 +93,16 @@ def workers(cluster, namespace, tmp_path_factory, request):
 
 
 def wait_registered(cluster, namespace: str, *names: str, timeout: float = 30) -> None:
-    wait_for(lambda: all(lease(cluster, namespace, n) for n in names), timeout,
-             message=f"workers {', '.join(names)} to register")
+    """Registered, and judged live by the operator (it may assign to them)."""
+    wait_for(lambda: all(((worker_object(cluster, namespace, n) or {}).get("status") or {}).get("state") == "live"
+                         for n in names), timeout, message=f"workers {', '.join(names)} to register")
 
 
 def test_three_workers_share_a_queue_and_its_concurrency_holds(cluster, namespace, operator, workers):
     # Every 7th job has a higher priority; all are waiting (Blocked, NoWorker) before the first worker connects.
     names = [f"job-{i:02d}" for i in range(30)]
     urgent = set(names[3::7])
-    with JobRecorder(cluster.kubeconfig, namespace) as recorder:
+    with Versions(cluster.kubeconfig, namespace, "workers") as seen:
         apply(cluster, namespace, queue("q", concurrency=4, **FAST), worker_handler("nap"),
               *(job(n, handler_name="nap", payload={"seconds": 0.4}, priority=5 if n in urgent else 0)
                 for n in names))
@@ -80,13 +116,14 @@ def test_three_workers_share_a_queue_and_its_concurrency_holds(cluster, namespac
         final = wait_all(cluster, namespace, 30, {"succeeded", "failed", "dead"}, 120)
     assert {j["status"]["state"] for j in final.values()} == {"succeeded"}
     assert all(timeline_of(j["status"]) == [("succeeded", None)] for j in final.values())
-    assert recorder.max_running() == 4, "never more than the queue's concurrency, and used to its limit"
-    per_worker = recorder.max_running_per_worker()
+    most, per_worker, per_job = running_at_once(seen)
+    assert most == 4, "never more than the queue's concurrency, and used to its limit"
     assert set(per_worker) <= {"w0", "w1", "w2"} and max(per_worker.values()) <= 2, per_worker  # slots hold
-    assert {j["status"]["attempts"][0]["node"] for j in final.values()} == set(per_worker)
+    assert set(per_job.values()) == {1}, "never two attempts of one job at once"
+    assert {j["status"]["attempts"][0]["node"] for j in final.values()} == {w for w, n in per_worker.items() if n}
     # Priority, then FIFO: none starts before a job 4 places ahead of it in line (one round admits up to 4).
     line = sorted(names, key=lambda n: (n not in urgent, n))
-    order = recorder.start_order()
+    order = start_order(seen)
     assert sorted(order) == sorted(names)
     assert all(order.index(line[i]) < order.index(line[i + 4]) for i in range(len(line) - 4)), order
     scraped = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
@@ -121,23 +158,17 @@ def test_a_killed_worker_loses_its_attempt_and_another_worker_runs_the_retry(clu
     final = wait_state(cluster, namespace, "job-k", "succeeded")
     assert timeline_of(final) == [("failed", "LeaseExpired"), ("succeeded", None)]
     assert [a["node"] for a in final["attempts"]] == ["wa", "wb"]
-    # The killed incarnation's late result, at the version it read, through the worker's own results code: refused.
-    from sextant.kube import kubeconfig
-    from sextant.kube.client import Kube
-    from sextant.resources.handler import HandlerSpec
-    from sextant.resources.queue import QueueSpec
-    from sextant.worker.results import Recorder, Report
-    from sextant.kube.clock import utcnow
-
-    async def late() -> Any:
-        async with Kube(kubeconfig.load(str(cluster.kubeconfig))) as kube:
-            specs = (QueueSpec.model_validate(FAST), HandlerSpec.model_validate({"worker": {}}))
-            recorder = Recorder(kube, namespace, "wa", final["attempts"][0]["worker"], lambda q, h: specs, utcnow)
-            return await recorder.record(stale, Report(sequence=1, exit_code=0))
-
-    before = status(cluster, namespace, "job-k")
-    assert asyncio.run(late()) is None  # refused: nothing written
-    assert status(cluster, namespace, "job-k") == before  # nothing recorded
+    # The killed incarnation's late result (a write of its own object, as it would have sent it): refused, nothing
+    # recorded, once the operator has read it.
+    killed = final["attempts"][0]["worker"].split("/", 1)[1]
+    late = {"job": "job-k", "uid": stale["metadata"]["uid"], "sequence": 1, "incarnation": killed, "exitCode": 0}
+    cluster.kubectl("patch", "-n", namespace, "workers.sextant.dev", "wa", "--type=json", "-p", json.dumps(
+        [{"op": "test", "path": "/spec/incarnation", "value": killed},
+         {"op": "add", "path": "/spec/results/-", "value": late}]))
+    generation = worker_object(cluster, namespace, "wa")["metadata"]["generation"]
+    wait_for(lambda: ((worker_object(cluster, namespace, "wa") or {}).get("status") or {})
+             .get("observedGeneration", 0) >= generation, 30, message="the operator to read the late result")
+    assert status(cluster, namespace, "job-k") == final, "nothing recorded"
 
 
 def test_a_worker_restarted_under_its_name_does_not_run_its_predecessors_attempt(cluster, namespace, operator,
@@ -170,11 +201,12 @@ def test_sigterm_drains_finishing_what_runs_and_retrying_the_rest_elsewhere(clus
     serve_nap(workers, "wb")
     wait_registered(cluster, namespace, "wb")
     draining.signal(signal.SIGTERM)
-    wait_for(lambda: (lease(cluster, namespace, "wa") or {}).get("metadata", {}).get("annotations", {})
-             .get("sextant.dev/draining") == "true", 10, message="wa's Lease to say draining")
+    wait_for(lambda: ((worker_object(cluster, namespace, "wa") or {}).get("status") or {}).get("state") == "draining",
+             10, message="the operator to see wa draining")
     apply(cluster, namespace, nap_job("after-1", 0.1), nap_job("after-2", 0.1))
     assert draining.wait(60) == 0
-    assert lease(cluster, namespace, "wa") is None, "a drained worker deletes its Lease"
+    wait_for(lambda: worker_object(cluster, namespace, "wa") is None, 30,
+             message="a drained worker's object to be gone (it deletes it; the operator lets it go)")
     final = wait_all(cluster, namespace, 5, {"succeeded", "dead"}, 60)
     nodes = {n: [a["node"] for a in j["status"]["attempts"]] for n, j in final.items()}
     assert {n: timeline_of(j["status"]) for n, j in final.items()} == {
@@ -186,33 +218,43 @@ def test_sigterm_drains_finishing_what_runs_and_retrying_the_rest_elsewhere(clus
     assert marks(tmp_path, "long.1.cancelled"), "the unfinished handler was stopped"
 
 
-def test_at_exit_a_worker_deletes_its_lease_even_after_a_renewal_it_never_read_but_not_one_taken_over(cluster,
-                                                                                                       namespace):
-    """The drain ends by cancelling the renewal loop; a PUT already sent lands without its answer being read, so the
-    worker's resourceVersion is stale. That Lease is still its own and is deleted; one taken over is left alone."""
+def test_at_exit_a_worker_deletes_its_object_but_not_one_taken_over(cluster, namespace, crds):
+    """No operator here: the object stays, deleting, behind its finalizer; the taken-over one is not deleted. Every
+    write is one JSON patch tested against the incarnation, so the takeover's own write stands."""
     from sextant.kube import kubeconfig
     from sextant.kube.client import Kube
-    from sextant.kube.clock import utcnow
-    from sextant.worker.registration import Offer, Registration, lease_body
+    from sextant.worker.registration import Offer, Registration, TakenOver
 
     offer = Offer(frozenset({"q"}), frozenset({"nap"}), 2, timedelta(seconds=3))
 
-    async def exit_after(renewed_by: str) -> None:
+    async def exit_after(taken: bool) -> str:
         async with Kube(kubeconfig.load(str(cluster.kubeconfig))) as kube:
-            registration = Registration(kube, namespace, f"w-{renewed_by}", f"w-{renewed_by}/1", lambda: offer)
+            registration = Registration(kube, namespace, f"w-{'taken' if taken else 'self'}", lambda: offer,
+                                        lambda: [])
             await registration.register()
-            # The write the worker never read: same Lease, a later renewTime, by `renewed_by` as holder.
-            holder = registration.holder if renewed_by == "self" else f"w-{renewed_by}/2"
-            body = lease_body(namespace, registration.name, holder, offer, utcnow())
-            body["metadata"]["resourceVersion"] = (await kube.get(registration.path))["metadata"]["resourceVersion"]
-            await kube.request("PUT", registration.path, body=body)
+            await registration._write_until_acked()  # a renewal
+            if taken:
+                cluster.kubectl("patch", "-n", namespace, "workers.sextant.dev", registration.name, "--type=json",
+                                "-p", '[{"op": "replace", "path": "/spec/incarnation", "value": "someoneelse"}]')
+                try:
+                    await registration._write_until_acked()
+                except TakenOver as exc:
+                    outcome = str(exc)
+                else:
+                    outcome = "written"
+            else:
+                outcome = "own"
             await registration.delete()
+            return outcome
 
-    asyncio.run(exit_after("self"))
-    assert lease(cluster, namespace, "w-self") is None, "its own Lease, renewed unread, is deleted at exit"
-    asyncio.run(exit_after("other"))
-    taken = lease(cluster, namespace, "w-other")
-    assert taken is not None and taken["spec"]["holderIdentity"] == "w-other/2", "a Lease taken over is left alone"
+    assert asyncio.run(exit_after(False)) == "own"
+    own = worker_object(cluster, namespace, "w-self")
+    assert own is not None and own["metadata"].get("deletionTimestamp"), "deleted, held by its finalizer"
+    assert own["metadata"]["finalizers"] == ["sextant.dev/attempts"]
+    assert asyncio.run(exit_after(True)) == "its Worker object was taken over by incarnation someoneelse"
+    taken = worker_object(cluster, namespace, "w-taken")
+    assert taken is not None and not taken["metadata"].get("deletionTimestamp"), "one taken over is left alone"
+    assert taken["spec"]["incarnation"] == "someoneelse"
 
 
 def test_cancel_stops_a_running_handler_sigterm_then_sigkill_after_the_grace(cluster, namespace, operator, workers,
@@ -249,9 +291,15 @@ def test_the_worker_applies_the_timeout_itself_even_with_the_operator_away(clust
     serve_nap(workers, "w")
     wait_for(lambda: marks(tmp_path, "job-t.1.started"), 60, message="the handler to run")
     operator.kill()
+    # The worker stops the handler at the timeout by itself, and holds its result until the operator is back.
+    wait_for(lambda: marks(tmp_path, "job-t.1.cancelled"), 15, message="the worker to stop the handler itself")
+    wait_for(lambda: [(r.get("reason"), r.get("exitCode")) for r in
+                      (worker_object(cluster, namespace, "w") or {}).get("spec", {}).get("results", [])]
+             == [("Timeout", 143)], 10, message="its result in the worker's spec")
+    assert status(cluster, namespace, "job-t").get("state") != "dead", "only the operator writes the job"
+    operator.start()
     final = wait_state(cluster, namespace, "job-t", "dead", timeout=30)
     assert [(a["result"], a["reason"], a.get("exitCode")) for a in final["attempts"]] == [("failed", "Timeout", 143)]
-    assert marks(tmp_path, "job-t.1.cancelled")
     assert conditions(final)["Dead"][0] == "True"
 
 
@@ -304,33 +352,37 @@ def test_sdk_chaining_makes_one_child_even_when_the_attempt_runs_twice(cluster, 
 
 
 def test_pod_mode_and_worker_mode_in_one_queue_share_its_concurrency(cluster, namespace, operator, workers):
+    # Each attempt lasts 2.5 s, so that the job is recorded running (after its first second) while it runs.
     names = [f"job-{i:02d}" for i in range(12)]
-    with JobRecorder(cluster.kubeconfig, namespace) as recorder:
+    with JobRecorder(cluster.kubeconfig, namespace) as recorder, Versions(cluster.kubeconfig, namespace,
+                                                                          "workers") as seen:
         apply(cluster, namespace, queue("q", concurrency=3, **FAST), worker_handler("nap"),
-              handler("h-pod", annotations={"sextant.dev/test-duration": "1s"}),
-              *(job(n, handler_name="nap" if i % 2 else "h-pod", payload={"seconds": 1}) for i, n in enumerate(names)))
+              handler("h-pod", annotations={"sextant.dev/test-duration": "2500ms"}),
+              *(job(n, handler_name="nap" if i % 2 else "h-pod", payload={"seconds": 2.5})
+                for i, n in enumerate(names)))
         serve_nap(workers, "w", "--concurrency", "4")
         final = wait_all(cluster, namespace, 12, {"succeeded", "dead"}, 120)
     assert {j["status"]["state"] for j in final.values()} == {"succeeded"}
     assert recorder.max_running() == 3, "pods and workers together never exceed the queue's concurrency"
+    assert running_at_once(seen)[0] <= 3
     ran = {n: ("pod" if "pod" in j["status"]["attempts"][0] else "worker") for n, j in final.items()}
     assert sorted(ran.values()) == ["pod"] * 6 + ["worker"] * 6
 
 
-def test_a_worker_that_loses_its_lease_stops_its_handlers(cluster, namespace, operator, workers, tmp_path):
+def test_a_worker_taken_over_stops_its_handlers_and_exits_1(cluster, namespace, operator, workers, tmp_path):
     apply(cluster, namespace, queue("q", maxAttempts=1, **FAST), worker_handler("nap"),
           job("job-l", handler_name="nap", payload={"seconds": 120, "dir": str(tmp_path)}))
     worker = serve_nap(workers, "w")
     wait_for(lambda: marks(tmp_path, "job-l.1.started"), 60, message="the handler to run")
-    api = k8s_client.CoordinationV1Api(k8s_config.new_client_from_config(str(cluster.kubeconfig)))
-    taken = api.read_namespaced_lease("sextant-worker-w", namespace)
-    taken.spec.holder_identity = "w/someone-else"  # another process took the name
-    api.replace_namespaced_lease("sextant-worker-w", namespace, taken)
+    # Another process took the name: its own incarnation in the object's spec.
+    cluster.kubectl("patch", "-n", namespace, "workers.sextant.dev", "w", "--type=json", "-p",
+                    '[{"op": "replace", "path": "/spec/incarnation", "value": "someoneelse"}]')
     assert worker.wait(30) == 1
-    assert "lease lost: its Lease was taken over by w/someone-else" in worker.log()
+    assert "its Worker object was taken over by incarnation someoneelse" in worker.log()
     assert marks(tmp_path, "job-l.1.cancelled"), "its handler was stopped"
     final = wait_state(cluster, namespace, "job-l", "dead", timeout=30)
-    assert timeline_of(final) == [("failed", "LeaseExpired")]  # recorded by the operator, not by the lost worker
+    assert timeline_of(final) == [("failed", "LeaseExpired")]  # recorded by the operator: nothing reported
+    assert worker_object(cluster, namespace, "w")["spec"]["incarnation"] == "someoneelse", "its write stands"
 
 
 def test_bad_input_is_an_error_at_start_that_names_it(cluster, namespace, crds, tmp_path):
@@ -350,9 +402,49 @@ def test_bad_input_is_an_error_at_start_that_names_it(cluster, namespace, crds, 
         result = subprocess.run(proc.command(), capture_output=True, text=True, timeout=60, cwd=tmp_path,
                                 env=proc_env())
         assert (result.returncode, words in result.stderr) == (2, True), (args, result.stderr)
-    assert lease(cluster, namespace, "bad") is None, "nothing was registered"
+    assert worker_object(cluster, namespace, "bad") is None, "nothing was registered"
 
 
 def proc_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(HANDLERS_DIR), os.environ.get("PYTHONPATH", ""))
                                                          if p)}
+
+
+def test_a_worker_runs_inside_an_asyncio_program_beside_a_client_that_enqueues(cluster, namespace, operator):
+    """README, "A worker in your own program": sextant.worker.Worker in this very process, on its event loop,
+    serving a function registered here; sextant.client.Client enqueues; stop() drains and deregisters."""
+    import sextant.worker
+    from sextant import sdk
+    from sextant.client import Client
+    from sextant.kube import kubeconfig
+    from sextant.resources.job import job_id
+
+    ran: list[tuple[str, dict[str, Any], str]] = []
+
+    @sdk.handler("in-app-greet")
+    async def greet(job: sdk.Job, ctx: sdk.Context) -> None:
+        ran.append((job.id, job.payload, asyncio.current_task().get_name()))
+
+    apply(cluster, namespace, queue("q"), worker_handler("in-app-greet"))
+
+    async def program() -> tuple[str, dict[str, Any]]:
+        worker = sextant.worker.Worker(namespace=namespace, handlers=[greet], concurrency=2, name="in-app",
+                                       kubeconfig=str(cluster.kubeconfig))
+        serving = asyncio.create_task(worker.run(), name="the app's worker")
+        client = Client(kubeconfig.load(str(cluster.kubeconfig)))
+        try:
+            created, _ = await asyncio.to_thread(client.create_job, namespace, queue="q", handler="in-app-greet",
+                                                 payload={"to": "world"})
+            name = created["metadata"]["name"]
+            final = await asyncio.to_thread(wait_state, cluster, namespace, name, "succeeded")
+            assert not serving.done()
+        finally:
+            client.close()
+            worker.stop()
+            await asyncio.wait_for(serving, 30)  # drained: run() returns
+        return name, final
+
+    name, final = asyncio.run(program())
+    assert [(i, p) for i, p, _ in ran] == [(job_id(name), {"to": "world"})]
+    assert final["attempts"][0]["node"] == "in-app" and final["attempts"][0]["worker"].startswith("in-app/")
+    wait_for(lambda: worker_object(cluster, namespace, "in-app") is None, 30, message="its object to be gone")

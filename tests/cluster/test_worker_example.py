@@ -69,7 +69,7 @@ def test_the_local_worker_example_runs_as_the_readme_says(cluster, namespace, op
         assert table[0].split() == ["NAME", "QUEUES", "HANDLERS", "SLOTS", "BUSY", "LAST-RENEWAL", "STATE"]
         assert table[1].split()[0] == row["name"] and table[1].split()[-1] == "live"
 
-        # Ctrl-C: the worker drains, deletes its Lease and exits 0.
+        # Ctrl-C: the worker drains, deletes its Worker object and exits 0.
         worker.send_signal(signal.SIGINT)
         assert worker.wait(60) == 0, text()
         gone = sextant(cluster, "workers", "-n", namespace)
