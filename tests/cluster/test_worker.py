@@ -448,3 +448,38 @@ def test_a_worker_runs_inside_an_asyncio_program_beside_a_client_that_enqueues(c
     assert [(i, p) for i, p, _ in ran] == [(job_id(name), {"to": "world"})]
     assert final["attempts"][0]["node"] == "in-app" and final["attempts"][0]["worker"].startswith("in-app/")
     wait_for(lambda: worker_object(cluster, namespace, "in-app") is None, 30, message="its object to be gone")
+
+
+def test_a_worker_whose_object_is_deleted_stops_its_handlers_and_registers_again(cluster, namespace, operator,
+                                                                                 workers, tmp_path):
+    apply(cluster, namespace, queue("q", maxAttempts=3, **FAST), worker_handler("nap"),
+          job("job-d", handler_name="nap", payload={"seconds": 120, "dir": str(tmp_path)}))
+    worker = serve_nap(workers, "w")
+    wait_for(lambda: marks(tmp_path, "job-d.1.started"), 60, message="the handler to run")
+    first = worker_object(cluster, namespace, "w")
+    cluster.kubectl("delete", "-n", namespace, "workers.sextant.dev", "w", "--wait=false")
+    final = wait_state(cluster, namespace, "job-d", "succeeded", timeout=60)
+    assert timeline_of(final) == [("failed", "LeaseExpired"), ("succeeded", None)]
+    old, new = (a["worker"] for a in final["attempts"])
+    assert old == f"w/{first['spec']['incarnation']}" and new.startswith("w/") and new != old
+    assert marks(tmp_path, "job-d.1.cancelled"), "its handler was stopped"
+    again = worker_object(cluster, namespace, "w")
+    assert again is not None and again["metadata"]["uid"] != first["metadata"]["uid"], "a new object"
+    assert worker.proc.poll() is None, "it did not exit"
+    assert "its Worker object was deleted" in worker.log()
+
+
+def test_results_that_are_ready_together_travel_in_one_write(cluster, namespace, operator, workers):
+    """At most one write of its object in flight; every result ready meanwhile goes in the next: 16 attempts ending
+    at once cost a few spec writes (generations), not 16."""
+    names = [f"job-{i:02d}" for i in range(16)]
+    apply(cluster, namespace, queue("q", concurrency=16, leaseDuration="30s"), worker_handler("nap"))
+    serve_nap(workers, "w", "--concurrency", "16")
+    wait_registered(cluster, namespace, "w")
+    with Versions(cluster.kubeconfig, namespace, "workers", "w") as seen:
+        apply(cluster, namespace, *(job(n, handler_name="nap", payload={"seconds": 1.5}) for n in names))
+        wait_all(cluster, namespace, 16, {"succeeded"}, 60)
+    generations = sorted({v.obj["metadata"]["generation"] for v in seen.versions()})
+    carried = [len(v.obj["spec"].get("results") or []) for v in seen.versions()]
+    assert max(carried) >= 4, f"results batched: at most {max(carried)} in one write"
+    assert generations[-1] - generations[0] <= 10, f"{generations[-1] - generations[0]} writes for 16 results"
