@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from sextant.lifecycle import attempts as A
 from sextant.lifecycle.attempts import Outcome, PodObservation, outcome_of
+from sextant.lifecycle.workers import Believed, observe_assignment
+from sextant.resources.common import parse_time
+from sextant.resources.worker import Assignment, WorkerResult
 
 
 def pod(phase: str, **fields) -> PodObservation:
@@ -152,11 +157,17 @@ def test_pod_finished_and_alive(phase, deleting, finished, alive):
 
 def test_a_handler_that_cannot_start_is_an_ordinary_error_in_a_pod_and_on_a_worker_alike():
     """Exit 127 (a command or --module not there): retried like any Error, unless the Handler lists 127 in
-    nonRetryableExitCodes; a worker's report reads exactly as a pod's."""
-    from sextant.worker.results import Report, finished
-
+    nonRetryableExitCodes; a worker's result reads exactly as a pod's."""
     message = "cannot start 'send': No such file or directory"
+    assignment = Assignment(job="job-x", uid="u1", queue="q", handler="h", sequence=1, attempt=1, incarnation="i1",
+                            assigned_at="2026-03-01T12:00:00Z")
+    result = WorkerResult(job="job-x", uid="u1", sequence=1, incarnation="i1", exit_code=127, message=message,
+                          started_at="2026-03-01T12:00:01Z", finished_at="2026-03-01T12:00:02Z")
+    worker = Believed(namespace="ns", name="w1", uid="w", generation=2, incarnation="i1", results=(result,))
+    seen = observe_assignment(assignment, "w1", worker, True, parse_time("2026-03-01T12:00:03Z"))
     in_a_pod = outcome_of(pod("Failed", exit_code=127, message=message, node="w1"), None)
-    on_a_worker = outcome_of(finished("w1", Report(1, 127, message)), None)
-    assert in_a_pod == on_a_worker == Outcome("failed", "Error", 127, message, "w1")
-    assert outcome_of(finished("w1", Report(1, 127, message)), None, non_retryable=[127]).reason == A.NON_RETRYABLE
+    on_a_worker = outcome_of(seen, None)
+    assert in_a_pod == replace(on_a_worker, started_at=None, finished_at=None) == \
+        Outcome("failed", "Error", 127, message, "w1")
+    assert on_a_worker.finished_at == parse_time("2026-03-01T12:00:02Z"), "the worker's own times, for the timeline"
+    assert outcome_of(seen, None, non_retryable=[127]).reason == A.NON_RETRYABLE

@@ -436,6 +436,7 @@ async def test_the_schedule_wakes_when_one_of_its_jobs_finishes_or_goes_not_for_
 # Only its ordering, adoption and fencing rules, and that a slot reserved for a job is given back on every path.
 QUEUE, POD_HANDLER, WORK_HANDLER = "emails", "send", "work"
 PODS = f"/api/v1/namespaces/{NS}/pods"
+WORKERS = f"/apis/sextant.dev/v1alpha1/namespaces/{NS}/workers"
 
 
 class JobsApi(FakeApi):
@@ -447,6 +448,7 @@ class JobsApi(FakeApi):
         self.leader = True
         self.writes: list[tuple[str, str]] = []  # (verb, name) of every write that landed, in order
         self.refuse_pods: int | None = None  # answer pod creates with this status
+        self.refuse_worker_status: int | None = None  # answer Worker status writes with this status
         self.fail_pods: Exception | None = None  # or raise this (a defect, a dropped connection)
 
     def _fence(self, verb: str, path: str) -> None:
@@ -472,7 +474,17 @@ class JobsApi(FakeApi):
 
     async def merge_patch(self, path: str, body: dict[str, Any], *, retry: bool = True) -> dict[str, Any]:
         self._fence("PATCH", path)
-        return await super().merge_patch(path, body, retry=retry)
+        if path.startswith(WORKERS) and self.refuse_worker_status is not None:
+            raise ApiError(self.refuse_worker_status, {"reason": "NotFound", "message": "gone"}, "PATCH", path)
+        patched = await super().merge_patch(path, body, retry=retry)
+        self.writes.append(("patch", patched["metadata"]["name"]))
+        return patched
+
+    def worker(self, name: str, slots: int = 1) -> dict[str, Any]:
+        return self.put(f"{WORKERS}/{name}", {
+            "apiVersion": "sextant.dev/v1alpha1", "kind": "Worker", "metadata": {"name": name, "namespace": NS},
+            "spec": {"incarnation": "i1", "queues": [QUEUE], "handlers": [WORK_HANDLER], "slots": slots,
+                     "leaseDurationSeconds": 30}})
 
     async def delete(self, path: str, grace_seconds: int | None = None,
                      preconditions: dict[str, str] | None = None) -> dict[str, Any]:
@@ -763,25 +775,38 @@ async def test_a_slot_reserved_for_a_job_is_given_back_on_every_path(path):
         assert controller.slots.reserved((NS, "job-b")) and (NS, "job-b") in controller.queue._dirty
 
 
-async def test_a_workers_slot_picked_for_a_job_is_given_back_when_the_assigning_write_loses_a_conflict():
+async def test_an_assignment_holds_the_workers_slot_from_the_pick_until_its_write_lands_and_writes_no_job():
+    clock = Clock()
+    api = JobsApi(clock)
+    api.job("job-w", handler=WORK_HANDLER)
+    api.job("job-x", handler=WORK_HANDLER)
+    controller = job_controller(api, clock, concurrency=5)
+    controller.on_worker_object("upsert", api.worker("w1", slots=1))
+    clock.to(0.1)
+    await controller.reconcile((NS, "job-w"))
+    assert controller.slots.busy(NS) == {"w1": 1} and (NS, "job-w") in controller.view.pending  # on its way
+    await controller.reconcile((NS, "job-x"))
+    assert (NS, "job-x") not in controller.view.pending, "the worker's one slot is taken"
+    await until(lambda: not controller.view.pending)
+    assigned = api.objects[f"{WORKERS}/w1"]["status"]["assignments"]
+    assert [(a["job"], a["sequence"], a["attempt"], a["incarnation"]) for a in assigned] == [("job-w", 1, 1, "i1")]
+    assert ("status", "job-w") not in api.writes, "the assignment is the record: the job is not written"
+    assert controller.slots.busy(NS) == {"w1": 1} and controller.view.assignments_of((NS, "job-w"))
+
+
+async def test_a_workers_slot_is_given_back_when_the_assigning_write_is_refused():
     clock = Clock()
     api = JobsApi(clock)
     api.job("job-w", handler=WORK_HANDLER)
     controller = job_controller(api, clock, concurrency=5)
-    controller.on_worker("upsert", {"metadata": {"name": "sextant-worker-w1", "namespace": NS, "labels": {
-        "sextant.dev/worker": "w1"}, "annotations": {"sextant.dev/queues": QUEUE, "sextant.dev/handlers": WORK_HANDLER,
-                                                     "sextant.dev/slots": "1"}},
-        "spec": {"holderIdentity": "w1/1", "renewTime": format_time(clock(), precise=True),
-                 "leaseDurationSeconds": 30}})
-    assert controller.view.workers[NS], "the worker's Lease is read"
+    controller.on_worker_object("upsert", api.worker("w1", slots=1))
     clock.to(0.1)
-    api.lose_status_writes = True  # someone else changed the job meanwhile: the PUT meets a 409
+    api.refuse_worker_status = 404  # deleted meanwhile: the watch has not told yet
     await controller.reconcile((NS, "job-w"))
+    await until(lambda: not controller.view.pending)
     assert controller.slots.busy(NS) == {"w1": 0} and controller.slots.worker_of((NS, "job-w")) is None
-    api.lose_status_writes = False
-    await controller.reconcile((NS, "job-w"))
-    assert api.objects[f"{JOBS}/job-w"]["status"]["worker"] == "w1"
-    assert controller.slots.busy(NS) == {"w1": 1}
+    assert not controller.view.assignments_of((NS, "job-w"))
+    assert (NS, "job-w") in controller.queue._dirty, "looked at again, to be admitted anew"
 
 
 async def test_regaining_leadership_keeps_the_reservation_of_a_reconcile_still_running():

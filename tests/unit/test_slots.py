@@ -15,7 +15,8 @@ from sextant.controller.timers import Timers
 from sextant.controller.view import View
 from sextant.lifecycle.attempts import PodObservation
 from sextant.lifecycle.transitions import pod_name
-from sextant.lifecycle.workers import WorkerLease
+from sextant.controller.view import Placed
+from sextant.resources.worker import Assignment
 from sextant.resources.common import format_time
 from sextant.resources.handler import HandlerSpec
 from sextant.resources.queue import QueueSpec
@@ -98,10 +99,25 @@ class Cluster:
         spec = self.view.jobs[key]["spec"]
         return self.slots.request(key, Q, spec["priority"], line_position(self.view.jobs[key]))
 
-    def worker(self, name: str, slots: int, queues: tuple[str, ...] = ("emails",)) -> None:
-        self.view.workers[NS][name] = WorkerLease(name=name, holder=f"{name}/1", renewed_at=self.moment,
-                                                  queues=frozenset(queues), handlers=frozenset({"work"}), slots=slots,
-                                                  draining=False, lease_duration=timedelta(seconds=30))
+    def worker(self, name: str, slots: int, queues: tuple[str, ...] = ("emails",),
+               assignments: tuple[Assignment, ...] = ()) -> None:
+        """A Worker object as its watch brings it (incarnation "1"), with these assignments in its status."""
+        self.view.upsert_worker({
+            "metadata": {"name": name, "namespace": NS, "uid": f"uid-{name}", "generation": 1,
+                         "resourceVersion": str(next(self.rv))},
+            "spec": {"incarnation": "1", "queues": list(queues), "handlers": ["work"], "slots": slots,
+                     "leaseDurationSeconds": 30},
+            "status": {"assignments": [a.wire() for a in assignments]}})
+
+    def assignment(self, key: tuple[str, str], sequence: int = 1) -> Assignment:
+        return Assignment(job=key[1], uid=f"uid-{key[1]}", queue=Q[1], handler="work", sequence=sequence, attempt=1,
+                          incarnation="1", assigned_at=format_time(self.moment))
+
+    def assigned(self, key: tuple[str, str], worker: str) -> None:
+        """The reconcile that acted on key's grant handed its assignment to the Worker status writer, and ends."""
+        self.view.pending[key] = Placed(worker, f"uid-{worker}", self.assignment(key))
+        self.slots.release(key)
+        self.slots.update(key)
 
 
 # ================================================================ the rules, as tables
@@ -344,20 +360,24 @@ def test_a_worker_mode_job_waits_for_a_worker_with_room_and_a_pod_job_behind_it_
     assert c.slots.in_line(b)
 
 
-def test_a_workers_slot_is_held_from_the_pick_until_the_status_counts_it_then_freed_by_the_finish():
-    c = Cluster()
+def test_a_workers_slot_is_held_from_the_pick_through_the_assignment_until_it_is_removed():
+    c = Cluster(concurrency=1)
     c.worker("w1", slots=1)
     a, b = c.job("a", handler="work"), c.job("b", handler="work")
     c.slots.pump(Q)
-    assert c.granted == [a]
-    c.job("a", handler="work", state="running", worker="w1")  # the assigning write, back through the watch
-    assert c.slots.busy(NS) == {"w1": 2}  # counted twice until the reconcile ends: never too few
-    c.slots.release(a)
-    c.slots.update(a)
-    assert c.slots.busy(NS) == {"w1": 1} and c.slots.claims((NS, "w1")) == {a}
+    assert c.granted == [a] and c.slots.busy(NS) == {"w1": 1}  # picked
+    c.assigned(a, "w1")  # on its way: the pick's hold gives way to the assignment's
+    assert c.slots.busy(NS) == {"w1": 1} and c.slots.holds(a)
     c.slots.pump(Q)
     assert c.granted == [a]
-    c.job("a", handler="work", state="succeeded")
+    c.worker("w1", slots=1, assignments=(c.assignment(a),))  # landed
+    del c.view.pending[a]
+    c.slots.update(a)
+    assert c.slots.busy(NS) == {"w1": 1} and c.slots.holds(a)
+    c.job("a", handler="work", state="succeeded")  # its end recorded: the assignment still holds until removed
+    assert c.granted == [a] and c.slots.holds(a)
+    c.worker("w1", slots=1)  # removed (the acknowledgement landed)
+    c.slots.update(a)
     assert c.granted == [a, b] and c.slots.busy(NS) == {"w1": 1}
 
 

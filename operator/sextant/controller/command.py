@@ -11,6 +11,7 @@ import os
 from ..kube import kubeconfig
 from ..resources import inputs
 from ..resources.common import parse_duration
+from ..resources.worker import MAX_SLOTS
 from .settings import ElectionSettings, Settings
 
 DESCRIPTION = (
@@ -37,6 +38,13 @@ def _positive_duration(value: str) -> str:
     return value
 
 
+def _slots(text: str) -> int:
+    """--max-worker-slots: a whole number from 1 to the most a Worker may announce."""
+    if not text.isdigit() or not 1 <= int(text) <= MAX_SLOTS:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number from 1 to {MAX_SLOTS}")
+    return int(text)
+
+
 def flags(op: argparse.ArgumentParser) -> None:
     """The operator's flags, on `sextant operator` and `sextant dev`."""
     op.add_argument("--watch-namespace", action="append", help="watch only this namespace (repeatable)")
@@ -53,6 +61,9 @@ def flags(op: argparse.ArgumentParser) -> None:
                          "a longer wait writes `queued` first. A longer setting spares that write per job in long "
                          "bursts; meanwhile `kubectl get sjob` shows no STATE for the job and no conditions (Flux's "
                          "kstatus then reads it as Current; docs/gitops.md), and its queue counts it as queued")
+    op.add_argument("--max-worker-slots", type=_slots, default=Settings.max_worker_slots,
+                    help="the most slots the operator believes one Worker has, whatever it announces; a Worker "
+                         f"announcing more gets a Warning Event SlotsCapped (default {Settings.max_worker_slots})")
     op.add_argument("--no-events", action="store_true", help="post no Kubernetes Events")
     op.add_argument("--log-level", default="warning", help="debug, info, warning (default) or error")
     op.add_argument("--http-port", type=int, default=Settings.http_port,
@@ -119,6 +130,7 @@ def settings(args: argparse.Namespace, conn: kubeconfig.Connection) -> Settings:
                                     retry_period=parse_duration(args.leader_election_retry_period).total_seconds())
     return Settings(namespaces=args.watch_namespace or [], workers=args.workers, pending_pods=args.max_pending_pods,
                     record_queued_after=parse_duration(args.record_queued_after),
+                    max_worker_slots=args.max_worker_slots,
                     idempotency_window=inputs.idempotency_window(os.environ),
                     events=not args.no_events,
                     http_host=args.http_host, http_port=None if args.http_port < 0 else args.http_port,

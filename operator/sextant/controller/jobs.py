@@ -23,17 +23,20 @@ from ..lifecycle.states import FINISHED
 from ..resources import API_VERSION, contract
 from ..resources.job import JobStatus
 from ..resources.queue import QueueSpec
-from ..resources.common import parse_time
+from ..resources.worker import FINALIZER, Assignment
+from ..lifecycle.states import State
+from ..resources.common import format_time, parse_duration, parse_time
 from ..kube.events import EventRecorder
 from ..kube.informer import Key, key_of
 from ..lifecycle.reading import COND_INVALID, invalid_conditions, read_spec
 from ..kube.client import ApiError, Conflict, Kube, NotFound
 from .pods import build_pod, controller_uid
 from .queuestatus import QueueStatusWriter
+from .workerstatus import WorkerStatusWriter
 from .slots import Slots
 from .timers import Timers
 from ..lifecycle.reading import InvalidJob
-from .view import View, is_slim, settled, state_of
+from .view import View, WorkerChange, is_slim, settled, state_of
 from .runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -41,10 +44,15 @@ log = logging.getLogger(__name__)
 RETRY_AFTER_ERROR = timedelta(seconds=5)  # a pod that could not be created: try again this soon
 
 
-def _same_offer(before: W.WorkerLease, after: W.WorkerLease, now: datetime) -> bool:
-    """Nothing but the renewal changed: same incarnation, queues, handlers, slots and draining, still live."""
-    return (before.holder, before.queues, before.handlers, before.slots, before.draining, before.live(now)) == \
-        (after.holder, after.queues, after.handlers, after.slots, after.draining, after.live(now))
+def _same_v1_offer(before: W.WorkerLease, after: W.WorkerLease, now: datetime) -> bool:
+    """Protocol v1 (drop with the version after next): nothing but the renewal changed."""
+    return (before.holder, before.live(now)) == (after.holder, after.live(now))
+
+
+def _worker_ref(worker: W.Believed) -> dict[str, Any]:
+    """A Worker as an Event's involved object."""
+    return {"apiVersion": API_VERSION, "kind": "Worker",
+            "metadata": {"namespace": worker.namespace, "name": worker.name, "uid": worker.uid}}
 
 
 def _earliest(*moments: datetime | None) -> datetime | None:
@@ -75,13 +83,20 @@ class JobController:
         self.slots = Slots(view, timers, now, pending_limit=pending_pods or None, granted=self.queue.add,
                            active=lambda: self.started.is_set() and self.leading.is_set())
         self._acting: set[Key] = set()  # jobs being reconciled now: their reservations are theirs to give back
+        self._tasks: set[asyncio.Task[None]] = set()  # Worker checks and finalizer releases under way
         # The Queues' status (their live numbers): the leader writes it, through the same fenced client.
         self.queue_status = QueueStatusWriter(kube, view, timers, now, self.leading)
+        # The Workers' status (assignments, stops, removals, state): one batched writer per worker.
+        self.worker_status = WorkerStatusWriter(kube, view, now, self.leading,
+                                                landed=lambda obj: self.on_worker_object("update", obj),
+                                                done=self._worker_written)
 
     # --- informer callbacks ---------------------------------------------------------------------------------
     def on_job(self, kind: str, obj: dict[str, Any]) -> None:
         if kind == "delete":
             key = self.view.delete_job(obj)
+            if self.started.is_set():
+                self._unassign_all(key)
         elif self.view.has_version(obj):
             # The echo of our own write: its response is in the view and the slots already (`_store`); only the
             # look at it is due (the status written changes what the job's observations are, e.g. its lease).
@@ -101,27 +116,164 @@ class JobController:
         if self.view.upsert_job(raw):
             self.slots.update(key_of(raw))
 
-    def on_worker(self, kind: str, obj: dict[str, Any]) -> None:
-        """A worker's registration Lease changed (docs/workers.md §1)."""
+    def on_worker_object(self, kind: str, obj: dict[str, Any]) -> None:
+        """A Worker object changed (its watch, or our own status write's response)."""
+        key = key_of(obj)
+        was_live = self.view.live(key)
+        change = self.view.delete_worker(obj) if kind == "delete" else self.view.upsert_worker(obj)
+        if change is not None:
+            self._worker_changed(change, was_live)
+
+    def _worker_changed(self, change: WorkerChange, was_live: bool) -> None:
+        """Look again at what the change concerns, and only that: the jobs whose assignment or result changed (all
+        of the worker's when its fate changed), and the jobs whose NoWorker flips."""
+        key, before, after = change.key, change.before, change.after
+        ns = key[0]
+        live = self.view.live(key)
+        for name in W.changed_jobs(before, after, was_live != live):
+            self._touch((ns, name))
+        if W.offer_of(before, was_live) != W.offer_of(after, live):
+            self._served_flips(ns, key, before, was_live)
+        if after is None:
+            self.worker_status.forget(key)
+            self.timers.schedule(("worker", *key), None, self._worker_due)
+            return
+        self._warn(before, after, _worker_ref(after))
+        if self.started.is_set():
+            if after.deleting and not after.assignments and FINALIZER in after.finalizers and \
+                    not self._pending_on(key):
+                self._spawn(self._release_finalizer(key, after))
+            summary = W.status_summary(after, live, len(after.assignments))
+            if any(after.status.get(k) != v for k, v in summary.items() if k != "observedGeneration"):
+                self.worker_status.sync(key)
+            self.slots.pump_worker(key)
+        self._schedule_worker(key)
+
+    def _served_flips(self, ns: str, key: Key, before: W.Believed | None, was_live: bool) -> None:
+        """The worker's offer changed: the queued jobs of each (queue, handler) it offered or offers now, for which
+        whether some worker serves it flipped (NoWorker comes or goes)."""
+        after = self.view.worker(key)
+        now_workers = self.view.live_workers(ns)
+        old_workers = [(w, live) for w, live in now_workers if w.name != key[1]]
+        if before is not None:
+            old_workers.append((before, was_live))
+        pairs = {(q, h) for w in (before, after) if w is not None for q in w.queues for h in w.handlers}
+        for queue, handler in pairs:
+            if W.is_served(old_workers, queue, handler) == W.is_served(now_workers, queue, handler):
+                continue
+            for job in list(self.view.unfinished_by_handler.get((ns, handler), ())):
+                raw = self.view.jobs.get(job)
+                if raw is not None and (raw.get("spec") or {}).get("queue") == queue and \
+                        state_of(raw) != State.RUNNING:
+                    self.slots.line_up(job)
+                    self._touch(job)
+
+    def _warn(self, before: W.Believed | None, after: W.Believed, obj: dict[str, Any]) -> None:
+        """A Warning Event when a Worker starts to announce something the operator does not believe."""
+        if after.invalid is not None and (before is None or before.invalid != after.invalid):
+            log.warning("worker %s/%s is not believed: %s", after.namespace, after.name, after.invalid)
+            self.events.record(obj, T.Event("InvalidWorker", f"{after.invalid}; the operator believes it has 0 "
+                                            "slots and serves no queue", "Warning"))
+        if after.capped_from is not None and (before is None or before.capped_from != after.capped_from):
+            self.events.record(obj, T.Event("SlotsCapped", f"spec.slots is {after.capped_from}; the operator "
+                                            f"believes at most {after.slots} (--max-worker-slots)", "Warning"))
+
+    def _pending_on(self, key: Key) -> bool:
+        return any(p.worker == key[1] and job[0] == key[0] for job, p in self.view.pending.items())
+
+    def _worker_written(self, key: Key, jobs: set[Key]) -> None:
+        """A status write of the worker landed (or failed for good): its jobs are looked at again, and slots it
+        freed offered."""
+        for job in jobs:
+            self._touch(job)
+        if self.started.is_set():
+            self.slots.pump_worker(key)
+            after = self.view.worker(key)
+            if after is not None and after.deleting and not after.assignments and \
+                    FINALIZER in after.finalizers and not self._pending_on(key):
+                self._spawn(self._release_finalizer(key, after))
+
+    def _schedule_worker(self, key: Key) -> None:
+        """Wake when the worker would expire (by the operator's clock), or, expired, when it may be deleted."""
+        after, observed = self.view.worker(key), self.view.observed_at.get(key)
+        when = None
+        if after is not None and observed is not None:
+            expired = self.view.expired.get(key)
+            when = W.expires_at(after, observed) if expired is None else expired + W.DELETE_EXPIRED_AFTER
+        self.timers.schedule(("worker", *key), when, self._worker_due)
+
+    def _worker_due(self, timer: Any) -> None:
+        self._spawn(self._check_worker((timer[1], timer[2])))
+
+    async def _check_worker(self, key: Key) -> None:
+        """The worker's lease is over by the operator's clock: GET it once first (a renewal missed while the watch
+        was away counts, observed now); still the same generation, it is expired, and its unreported attempts fail
+        LeaseExpired. Expired for DELETE_EXPIRED_AFTER with no assignments left: deleted."""
+        believed, observed = self.view.worker(key), self.view.observed_at.get(key)
+        if believed is None or observed is None:
+            return
+        now = self.now()
+        expired = self.view.expired.get(key)
+        if expired is not None:
+            if now >= expired + W.DELETE_EXPIRED_AFTER and not believed.assignments and not self._pending_on(key) \
+                    and self.leading.is_set():
+                try:
+                    await self.kube.delete(contract.workers_path(*key), None, {"uid": believed.uid})
+                except (NotFound, Conflict):
+                    pass
+                except ApiError as exc:
+                    log.warning("worker %s/%s: cannot delete it: %s", *key, exc)
+            return
+        if now < W.expires_at(believed, observed):
+            return self._schedule_worker(key)
+        try:
+            obj = await self.kube.get(contract.workers_path(*key))
+        except NotFound:
+            return self.on_worker_object("delete", {"metadata": {"namespace": key[0], "name": key[1]}})
+        except ApiError as exc:  # the API server is away: no verdict without a look
+            log.warning("worker %s/%s: cannot read it before expiring it: %s", *key, exc)
+            self.timers.schedule(("worker", *key), now + RETRY_AFTER_ERROR, self._worker_due)
+            return
+        was_live = self.view.live(key)
+        change = self.view.upsert_worker(obj) or WorkerChange(key, believed, self.view.worker(key))
+        observed = self.view.observed_at.get(key)
+        current = self.view.worker(key)
+        if current is not None and observed is not None and self.now() >= W.expires_at(current, observed):
+            log.info("worker %s/%s expired: no renewal observed within its lease", *key)
+            self.view.expired[key] = self.now()
+        self._worker_changed(change, was_live)
+
+    async def _release_finalizer(self, key: Key, believed: W.Believed) -> None:
+        """The Worker is being deleted and none of its attempts is unrecorded: let it go."""
+        rest = [f for f in believed.finalizers if f != FINALIZER]
+        try:
+            await self.kube.merge_patch(contract.workers_path(*key), {"metadata": {"finalizers": rest or None}})
+        except NotFound:
+            pass
+        except ApiError as exc:
+            log.warning("worker %s/%s: cannot remove its finalizer: %s", *key, exc)
+
+    def _spawn(self, work: Any) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def on_v1_lease(self, kind: str, obj: dict[str, Any]) -> None:
+        """A v1 worker's registration Lease changed: its running attempts (of the upgrade) are judged by it. Drop
+        with the version after next."""
         meta = obj["metadata"]
         ns = meta.get("namespace", "")
         name = meta.get("name", "").removeprefix(contract.WORKER_LEASE_PREFIX)
-        before = self.view.workers.get(ns, {}).get(name)
-        key = self.view.delete_worker(obj) if kind == "delete" else self.view.upsert_worker(obj)
-        if key is None:
+        before = self.view.v1_leases.get(ns, {}).get(name)
+        key = self.view.delete_v1_lease(obj) if kind == "delete" else self.view.upsert_v1_lease(obj)
+        after = self.view.v1_leases.get(ns, {}).get(name)
+        if key is None or (before is not None and after is not None and _same_v1_offer(before, after, self.now())):
             return
-        after = self.view.workers.get(ns, {}).get(name)
-        now = self.now()
-        if before is not None and after is not None and _same_offer(before, after, now):
-            return  # a renewal: the attempts' timers already know when its lease would expire
-        for job in list(self.slots.claims(key)):  # a restart (new incarnation) or a lost lease
-            self._touch(job)
-        for lease in (before, after):
-            for handler in (lease.handlers if lease else ()):
-                for job in list(self.view.unfinished_by_handler.get((ns, handler), ())):
-                    self.slots.line_up(job)
-                    self._touch(job)  # NoWorker comes or goes
-        self.slots.pump_worker(key)
+        for queue_jobs in list(self.view.unfinished_by_queue.values()):
+            for job in list(queue_jobs):
+                status = (self.view.jobs.get(job) or {}).get("status") or {}
+                if job[0] == ns and status.get("worker") == name:
+                    self._touch(job)
 
     def on_pod(self, kind: str, obj: dict[str, Any]) -> None:
         job = self.view.delete_pod(obj) if kind == "delete" else self.view.upsert_pod(obj)
@@ -164,6 +316,16 @@ class JobController:
             self.slots.line_up(job)
             self._touch(job)
 
+    def _unassign_all(self, key: Key, uid: str | None = None) -> None:
+        """The job is gone (or is another one of that name): no assignment of the one before is wanted."""
+        for sequence, placed in list(self.view.assignments_of(key).items()):
+            if uid is None or placed.assignment.uid != uid:
+                self._unassign(key, sequence)
+        pending = self.view.pending.get(key)
+        if pending is not None and (uid is None or pending.assignment.uid != uid):
+            self.worker_status.remove((key[0], pending.worker), key, pending.assignment.uid,
+                                      pending.assignment.sequence)
+
     def _touch(self, key: Key) -> None:
         """A job or its pods changed: tell the slots, and reconcile it (once the view is complete)."""
         self.slots.update(key)
@@ -177,6 +339,9 @@ class JobController:
 
     def _start(self) -> None:
         self.resync()
+        for ns, workers in list(self.view.workers.items()):
+            for name in list(workers):
+                self._schedule_worker((ns, name))
         self.queue_status.start()
         log.info("view complete: %d jobs, %d queues, %d handlers", len(self.view.jobs), len(self.view.queues),
                  len(self.view.handlers))
@@ -192,6 +357,13 @@ class JobController:
             except Exception:  # noqa: BLE001
                 log.exception("job %s/%s: cannot line it up", *key)
                 self.queue.add(key)
+        for ns, workers in list(self.view.workers.items()):  # assignments of jobs that are gone; each state
+            for name, believed in list(workers.items()):
+                for a in believed.assignments:
+                    raw = self.view.jobs.get((ns, a.job))
+                    if raw is None or raw["metadata"].get("uid") != a.uid:
+                        self._unassign((ns, a.job), a.sequence)
+                self.worker_status.sync((ns, name))
         for key, raw in list(self.view.jobs.items()):
             try:
                 needs_look = self._needs_look(raw, key)
@@ -255,9 +427,9 @@ class JobController:
                 snapshot = T.JobSnapshot(job.name, job.uid, job.generation, job.created_at, job.spec, decision.status)
                 started = T.admit(snapshot, obs, now, worker=worker)
                 started.events[:0] = decision.events
-                # Pod mode: a job first seen now is not written queued while its pod starts (3 writes in all).
-                decision = started if worker is not None else T.hold_first_write(job, started, now, now,
-                                                                                 self.record_queued_after)
+                # A job first seen now is not written queued while its pod starts, or while its assignment lands and
+                # runs its first second (then 3 writes in all, 2 for a job that ends within that second).
+                decision = T.hold_first_write(job, started, now, now, self.record_queued_after)
             elif not granted:
                 # In line for a slot: a job first seen now is not written queued if a slot comes soon (the take
                 # is then its first write: create, take, finish).
@@ -360,6 +532,8 @@ class JobController:
         for action in decision.actions:
             if isinstance(action, T.CreatePod) and (why := await self._create_pod(key, raw, job, action)):
                 raise _PodNotCreated(why)
+            if isinstance(action, T.Assign):
+                self._assign(key, job, action)
         if decision.status != job.status:
             if not await self._write_status(key, raw, decision.status):
                 return False
@@ -372,7 +546,38 @@ class JobController:
                     await self.kube.delete(contract.pods_path(ns, action.name), action.grace_seconds)
                 except NotFound:
                     pass  # gone already
+            elif isinstance(action, T.StopAssignment):
+                self.worker_status.stop((ns, action.worker), key, job.uid, action.sequence, action.reason,
+                                        action.requested_at, action.grace_seconds)
+            elif isinstance(action, T.Unassign):
+                self._unassign(key, action.sequence)
         return True
+
+    def _assign(self, key: Key, job: T.JobSnapshot, action: T.Assign) -> None:
+        """Hand the attempt to its worker's status writer: it holds its slots from now, and is the job's starting
+        attempt once its write has landed."""
+        now = self.now()
+        name, incarnation = action.worker.split("/", 1)
+        queue = self.view.queues.get((key[0], job.spec.queue)) or QueueSpec()
+        assignment = Assignment(job=job.name, uid=job.uid, queue=job.spec.queue, handler=job.spec.handler,
+                                sequence=action.sequence, attempt=action.attempt, incarnation=incarnation,
+                                assigned_at=format_time(now), timeout_at=format_time(now + parse_duration(queue.timeout)))
+        self.worker_status.assign((key[0], name), key, assignment)
+
+    def _unassign(self, key: Key, sequence: int) -> None:
+        """The job is done with its assignment of this sequence: removed from its worker's status (an assignment
+        of a Worker object that is gone is only forgotten)."""
+        placed = self.view.placed(key, sequence)
+        if placed is None:
+            return
+        worker = (key[0], placed.worker)
+        believed = self.view.worker(worker)
+        if believed is None or believed.uid != placed.worker_uid:
+            if self.view.pending.get(key) is not placed:
+                self.view.unindex_assignment(key, sequence)
+                self.slots.update(key)
+                return
+        self.worker_status.remove(worker, key, placed.assignment.uid, sequence)
 
     async def _create_pod(self, key: Key, raw: dict[str, Any], job: T.JobSnapshot, action: T.CreatePod) -> str:
         """Create (or adopt) the attempt's pod; "" when it exists now, else why not."""

@@ -48,7 +48,8 @@ class Operator:
             self.elector = LeaderElector(Kube(conn, user_agent=f"sextant-leader-election/{self.identity}"),
                                          election, self.identity, on_change=self._on_leadership)
             self.kube.fence = self.elector.is_leader
-        self.view = View(idempotency_window=self.settings.idempotency_window)
+        self.view = View(idempotency_window=self.settings.idempotency_window,
+                         max_worker_slots=self.settings.max_worker_slots)
         self.events = EventRecorder(self.kube, utcnow, enabled=self.settings.events)
         self.timers = Timers(utcnow)
         self.jobs = JobController(self.kube, self.view, self.events, self.timers, workers=self.settings.workers,
@@ -88,8 +89,12 @@ class Operator:
               for p in _paths(contract.pods_path, ns)),
             *(informer(p, c.on_lease, "leases", "Lease", "coordination.k8s.io/v1", label_selector=contract.LABEL_JOB)
               for p in _paths(contract.leases_path, ns)),
-            # Workers' registration Leases (docs/workers.md §1): one per worker, not per job.
-            *(Informer(self.kube, p, c.on_worker, label_selector=contract.LABEL_WORKER, name="workers")
+            # Worker objects (docs/workers.md): one per worker process, not per job.
+            *(informer(p, c.on_worker_object, "workers", "Worker", API_VERSION)
+              for p in _paths(contract.workers_path, ns)),
+            # Protocol v1's registration Leases, to judge attempts still running on v1 workers during the upgrade.
+            # Drop with the version after next.
+            *(Informer(self.kube, p, c.on_v1_lease, label_selector=contract.LABEL_WORKER, name="v1-worker-leases")
               for p in _paths(contract.leases_path, ns)),
         ]
 
@@ -107,6 +112,8 @@ class Operator:
     def _on_leadership(self, leading: bool) -> None:
         for controller in (self.jobs, self.schedules):
             (controller.leading.set if leading else controller.leading.clear)()
+        if not leading:
+            self.jobs.worker_status.drop_all()
         if leading and self.jobs.started.is_set():
             self.jobs.resync()  # start from the warm view: no cold list on takeover
         if leading and self.schedules.started.is_set():

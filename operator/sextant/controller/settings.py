@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from ..lifecycle.transitions import RECORD_QUEUED_AFTER
+from ..lifecycle.workers import MAX_WORKER_SLOTS
 from ..resources.job import IDEMPOTENCY_WINDOW
 
 
@@ -25,6 +26,7 @@ class Settings:
     workers: int = 64  # an admission is one write (its pod, or the job's status); completions must not wait behind them
     pending_pods: int = 200  # per queue, attempt pods waiting for a node (0: no limit); see slots.py
     record_queued_after: timedelta = RECORD_QUEUED_AFTER  # a job about to start goes this long without a state
+    max_worker_slots: int = MAX_WORKER_SLOTS  # the most slots one Worker is believed to have (lifecycle/workers.py)
     idempotency_window: timedelta = IDEMPOTENCY_WINDOW  # SEXTANT_IDEMPOTENCY_WINDOW: every client must agree
     events: bool = True
     # Loopback: without TLS flags the server is plain HTTP, and on every interface it would offer the /v2 API to

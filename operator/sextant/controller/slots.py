@@ -9,9 +9,10 @@ A slot holder is a job that is running, has a pod still alive, or has just been 
 starting its pod or being assigned to a worker. A reservation lasts from the grant until the reconcile that acts on
 it ends (`release`, on every path): by then the pod or the assigning status write is in the View and holds the
 slot by itself. Only the leader grants, and when it starts to lead it drops the reservations no running
-reconcile of it holds (made before it was deposed). The worker-mode counterpart: a worker's slot is held from the moment it is picked until that
-status write is in the View (then the job's status.worker counts it), so two reconciles at once never give one
-worker more jobs than it has slots.
+reconcile of it holds (made before it was deposed). The worker-mode counterpart: a worker's slot is held from the
+moment it is picked until the reconcile hands the assignment to the Worker status writer; from then on the
+assignment holds the job's queue slot and the worker's slot (on its way, then landed in the Worker's status, until the
+worker reports its result), so two reconciles at once never give one worker more jobs than it has slots.
 
 The full-cluster gate (`pending_limit` per queue, `--max-pending-pods`): while the scheduler is behind, a queue
 has at most `pending_limit` holders whose pod waits for a node (or is still being created). The scheduler is
@@ -123,12 +124,9 @@ class Slots:
         self._ready: dict[Key, list[Entry]] = defaultdict(list)
         self._entry: dict[Key, Entry] = {}
         self._reserved: set[Key] = set()
-        # Workers: job → the worker it was granted (picked, not yet in the View); (namespace, worker) → how many of
-        # those; job → (namespace, worker) running it by its status; (namespace, worker) → those jobs.
-        self._picked: dict[Key, tuple[str, W.WorkerLease]] = {}
+        # Workers: job → the worker it was granted (picked, not yet assigned); (namespace, worker) → how many of those.
+        self._picked: dict[Key, tuple[str, W.Believed]] = {}
         self._inflight: Counter[Key] = Counter()
-        self._claim: dict[Key, Key] = {}
-        self._claims: dict[Key, set[Key]] = defaultdict(set)
 
     # --- answers --------------------------------------------------------------------------------------------
     def holders(self, queue: Key) -> int:
@@ -158,13 +156,16 @@ class Slots:
         picked = self._picked.get(job)
         return picked[1].holder if picked else None
 
-    def claims(self, worker: Key) -> set[Key]:
-        """The running jobs (namespace, worker) is assigned by their status."""
-        return self._claims.get(worker, set())
+    def unpick(self, job: Key) -> None:
+        """The worker picked for job is not used (the job was not assigned after all): its slot is free again."""
+        picked = self._picked.pop(job, None)
+        if picked is not None:
+            self._drop_inflight((picked[0], picked[1].name))
 
     def busy(self, ns: str) -> dict[str, int]:
-        """Per worker of the namespace: its running jobs and those granted to it and not yet recorded."""
-        busy = {name: len(self._claims.get((ns, name), ())) for name in self.view.workers.get(ns, {})}
+        """Per worker of the namespace: its assignments not yet reported, and the jobs granted to it not yet
+        assigned."""
+        busy = self.view.worker_busy(ns)
         for (namespace, worker), count in self._inflight.items():
             if namespace == ns:
                 busy[worker] = busy.get(worker, 0) + count
@@ -175,36 +176,15 @@ class Slots:
         """The job or its pods changed, or it is gone: re-derive its slot and its worker's; a freed slot (or a pod
         that got its node) is offered to the next in line at once (unless not `pump`)."""
         raw = self.view.jobs.get(key)
-        freed_worker = self._set_claim(key, raw)
         if raw is None:
-            if key not in self.view.pods:
+            if key not in self.view.pods and not self.view.holds_assignment(key):
                 self.forget(key, pump)
         else:
             queue = (key[0], (raw.get("spec") or {}).get("queue", ""))
             running = (raw.get("status") or {}).get("state") == State.RUNNING.value
-            if self._hold(key, queue, standing(running, self.view.pods_of(key).values())) and pump:
+            held = running or self.view.holds_assignment(key)
+            if self._hold(key, queue, standing(held, self.view.pods_of(key).values())) and pump:
                 self.pump(queue)
-        if freed_worker is not None and pump:
-            self.pump_worker(freed_worker)
-
-    def _set_claim(self, key: Key, raw: dict[str, Any] | None) -> Key | None:
-        """Index the worker the job's status assigns it to; the worker it left, if any."""
-        worker = assigned_worker(raw) if raw is not None else None
-        claim = (key[0], worker) if worker else None
-        before = self._claim.get(key)
-        if before == claim:
-            return None
-        if before is not None:
-            jobs = self._claims[before]
-            jobs.discard(key)
-            if not jobs:
-                del self._claims[before]
-        if claim is None:
-            del self._claim[key]
-        else:
-            self._claim[key] = claim
-            self._claims[claim].add(key)
-        return before
 
     def _hold(self, job: Key, queue: Key, seen: Standing) -> bool:
         """Record whether job holds a slot in queue and whether its pod waits for a node. True when room was freed:
@@ -258,7 +238,7 @@ class Slots:
         ns = key[0]
         if (ns, spec.get("queue")) not in self.view.queues or (ns, spec.get("handler")) not in self.view.handlers:
             return
-        if any(p.alive for p in self.view.pods_of(key).values()):
+        if any(p.alive for p in self.view.pods_of(key).values()) or self.view.holds_assignment(key):
             return
         position, priority = line_position(raw), spec.get("priority", 0)
         if position is None or not isinstance(priority, int):
@@ -296,11 +276,13 @@ class Slots:
         self._reserved.discard(job)
         picked = self._picked.pop(job, None)
         if picked is not None:
-            worker = (picked[0], picked[1].name)
-            self._inflight[worker] -= 1
-            if self._inflight[worker] <= 0:
-                del self._inflight[worker]
+            self._drop_inflight((picked[0], picked[1].name))
         return had or picked is not None
+
+    def _drop_inflight(self, worker: Key) -> None:
+        self._inflight[worker] -= 1
+        if self._inflight[worker] <= 0:
+            del self._inflight[worker]
 
     def forget(self, job: Key, pump: bool = True) -> None:
         """job is gone, or will not run (invalid): it neither holds nor waits."""
@@ -326,9 +308,9 @@ class Slots:
 
     def pump_worker(self, worker: Key) -> None:
         """A worker may have room: offer it to every queue it serves."""
-        lease = self.view.workers.get(worker[0], {}).get(worker[1])
-        if lease is not None:
-            for queue in lease.queues:
+        believed = self.view.worker(worker)
+        if believed is not None:
+            for queue in believed.queues:
                 self.pump((worker[0], queue))
 
     def _take(self, queue: Key) -> list[Key]:
@@ -368,16 +350,10 @@ class Slots:
             return True
         if job in self._picked:
             return True
-        lease = W.pick(self.view.workers.get(job[0], {}).values(), spec.get("queue", ""), spec.get("handler", ""),
-                       self.now(), self.busy(job[0]))
-        if lease is None:
+        chosen = W.pick_worker(self.view.live_workers(job[0]), spec.get("queue", ""), spec.get("handler", ""),
+                               self.busy(job[0]))
+        if chosen is None:
             return False
-        self._picked[job] = (job[0], lease)
-        self._inflight[(job[0], lease.name)] += 1
+        self._picked[job] = (job[0], chosen)
+        self._inflight[(job[0], chosen.name)] += 1
         return True
-
-
-def assigned_worker(raw: dict[str, Any]) -> str | None:
-    """The worker a running job is assigned to (status.worker), if any."""
-    status = raw.get("status") or {}
-    return status.get("worker") if status.get("state") == "running" else None

@@ -24,6 +24,7 @@ from ..resources.common import parse_duration, parse_time, time_or_none
 from ..resources.handler import HandlerSpec
 from ..resources.job import State, sequence_of
 from ..resources.queue import QueueSpec
+from ..resources.worker import Assignment
 from ..kube.informer import Key, key_of
 from .pods import controller_uid, observe
 
@@ -124,8 +125,8 @@ def schedule_of(raw: dict[str, Any] | None) -> Key | None:
 
 
 def read_worker_lease(lease: dict[str, Any]) -> W.WorkerLease | None:
-    """A worker's registration Lease (docs/workers.md §1); None when it is not one. Whatever is odd in it makes a
-    worker that is not live rather than an error."""
+    """A v1 worker's registration Lease (docs/workers.md §1); None when it is not one. Whatever is odd in it makes a
+    worker that is not live rather than an error. Protocol v1: drop with the version after next."""
     meta, spec = lease["metadata"], lease.get("spec") or {}
     labels, notes = meta.get("labels") or {}, meta.get("annotations") or {}
     name = labels.get(contract.LABEL_WORKER)
@@ -163,6 +164,24 @@ def state_of(raw: dict[str, Any]) -> State | None:
 
 
 @dataclass(frozen=True)
+class Placed:
+    """An assignment in a Worker's status, indexed by its job: which worker (and which object of that name) has it."""
+
+    worker: str
+    worker_uid: str
+    assignment: Assignment
+
+
+@dataclass(frozen=True)
+class WorkerChange:
+    """A Worker object as it was and is now in the view (before None: new; after None: deleted)."""
+
+    key: Key
+    before: W.Believed | None
+    after: W.Believed | None
+
+
+@dataclass(frozen=True)
 class LeaseObservation:
     """An attempt's Lease as the runner writes it: what it says, and whose it claims to be."""
 
@@ -185,7 +204,8 @@ def attempt_of(obj: dict[str, Any]) -> tuple[str, int] | None:
 
 
 class View:
-    def __init__(self, now: Callable[[], datetime] = utcnow, idempotency_window: timedelta = WINDOW) -> None:
+    def __init__(self, now: Callable[[], datetime] = utcnow, idempotency_window: timedelta = WINDOW,
+                 max_worker_slots: int = W.MAX_WORKER_SLOTS) -> None:
         self.now = now
         self.idempotency_window = idempotency_window
         self.jobs: dict[Key, dict[str, Any]] = {}
@@ -203,8 +223,19 @@ class View:
         self.unfinished_by_queue: dict[Key, set[Key]] = defaultdict(set)
         self.unfinished_by_handler: dict[Key, set[Key]] = defaultdict(set)
         self.by_idempotency_key: dict[Key, dict[str, datetime]] = defaultdict(dict)  # (ns, key) → name → created
-        # Worker mode (docs/workers.md): the workers' Leases per namespace.
-        self.workers: dict[str, dict[str, W.WorkerLease]] = defaultdict(dict)
+        # Worker mode (docs/workers.md): the Worker objects as believed, per namespace; when the operator last
+        # observed each renew (its clock); those it found expired (after a GET); assignments by job and sequence,
+        # those that landed (in a Worker's status) and those on their way (in the status writer's outbox).
+        self.max_worker_slots = max_worker_slots
+        self.workers: dict[str, dict[str, W.Believed]] = defaultdict(dict)
+        self.observed_at: dict[Key, datetime] = {}
+        self.expired: dict[Key, datetime] = {}  # worker → when it was found expired
+        self.assigned: dict[Key, dict[int, Placed]] = defaultdict(dict)
+        self.pending: dict[Key, Placed] = {}
+        self._worker_versions = Versions()
+        # Protocol v1's registration Leases, per namespace: only to judge attempts still running on a v1 worker
+        # during the upgrade. Drop with the version after next.
+        self.v1_leases: dict[str, dict[str, W.WorkerLease]] = defaultdict(dict)
         self.seen: dict[Key, int] = {}  # the order jobs were first seen in: creation order, from the watch
         self._seen_order = itertools.count()
         self._job_versions = Versions()
@@ -337,26 +368,129 @@ class View:
             self.leases.pop(key, None)
         return key
 
-    def upsert_worker(self, lease: dict[str, Any]) -> Key | None:
-        """Store a worker's registration Lease; returns (namespace, worker name)."""
+    def upsert_v1_lease(self, lease: dict[str, Any]) -> Key | None:
+        """Store a v1 worker's registration Lease; returns (namespace, worker name). Drop with the version after
+        next."""
         seen = read_worker_lease(lease)
         if seen is None:
             return None
         ns = lease["metadata"].get("namespace", "")
-        self.workers[ns][seen.name] = seen
+        self.v1_leases[ns][seen.name] = seen
         return ns, seen.name
 
-    def delete_worker(self, lease: dict[str, Any]) -> Key | None:
+    def delete_v1_lease(self, lease: dict[str, Any]) -> Key | None:
         meta = lease["metadata"]
         ns, name = meta.get("namespace", ""), meta.get("name", "")
         if not name.startswith(contract.WORKER_LEASE_PREFIX):
             return None
         worker = name.removeprefix(contract.WORKER_LEASE_PREFIX)
-        leases = self.workers.get(ns, {})
+        leases = self.v1_leases.get(ns, {})
         leases.pop(worker, None)
         if not leases:
-            self.workers.pop(ns, None)
+            self.v1_leases.pop(ns, None)
         return ns, worker
+
+    # --- Worker objects (protocol v2) --------------------------------------------------------------------------
+    def worker(self, key: Key) -> W.Believed | None:
+        return self.workers.get(key[0], {}).get(key[1])
+
+    def live(self, key: Key) -> bool:
+        """Not found expired: the operator observed a renewal within its lease (expiry is decided by the job
+        controller, after a GET)."""
+        return key in self.observed_at and key not in self.expired
+
+    def upsert_worker(self, obj: dict[str, Any]) -> WorkerChange | None:
+        """Store a Worker object (unless a newer version is known). A new generation or object is a renewal: observed
+        now, by the operator's clock. Its assignments are indexed by job."""
+        key = key_of(obj)
+        if not self._worker_versions.newer(key, _rv(obj)):
+            return None
+        before = self.worker(key)
+        after = W.read_worker(obj, self.max_worker_slots)
+        if W.renewed(before, after):
+            self.observed_at[key] = self.now()
+            self.expired.pop(key, None)
+        self.workers[key[0]][key[1]] = after
+        self._index_assignments(key, before, after)
+        return WorkerChange(key, before, after)
+
+    def delete_worker(self, obj: dict[str, Any]) -> WorkerChange:
+        """A Worker object is gone. Its assignments stay indexed (their worker gone: their attempts lost) until their
+        jobs have recorded them."""
+        key = key_of(obj)
+        self._worker_versions.forget(key, _rv(obj))
+        before = self.workers.get(key[0], {}).pop(key[1], None)
+        if not self.workers.get(key[0]):
+            self.workers.pop(key[0], None)
+        self.observed_at.pop(key, None)
+        self.expired.pop(key, None)
+        return WorkerChange(key, before, None)
+
+    def _index_assignments(self, key: Key, before: W.Believed | None, after: W.Believed) -> None:
+        ns, name = key
+        if before is not None and before.uid == after.uid:
+            for a in before.assignments:
+                runs = self.assigned.get((ns, a.job), {})
+                placed = runs.get(a.sequence)
+                if placed is not None and placed.worker == name and placed.worker_uid == before.uid:
+                    del runs[a.sequence]
+                    if not runs:
+                        self.assigned.pop((ns, a.job), None)
+        for a in after.assignments:
+            self.assigned[(ns, a.job)][a.sequence] = Placed(name, after.uid, a)
+
+    def unindex_assignment(self, job: Key, sequence: int) -> Placed | None:
+        """Forget an assignment whose Worker object is gone (its job has recorded it)."""
+        runs = self.assigned.get(job, {})
+        placed = runs.pop(sequence, None)
+        if not runs:
+            self.assigned.pop(job, None)
+        return placed
+
+    def assignments_of(self, job: Key) -> dict[int, Placed]:
+        return self.assigned.get(job, {})
+
+    def placed(self, job: Key, sequence: int) -> Placed | None:
+        """The job's assignment of this sequence number, landed or on its way."""
+        landed = self.assigned.get(job, {}).get(sequence)
+        if landed is not None:
+            return landed
+        pending = self.pending.get(job)
+        return pending if pending is not None and pending.assignment.sequence == sequence else None
+
+    def live_workers(self, ns: str) -> list[tuple[W.Believed, bool]]:
+        return [(w, self.live((ns, name))) for name, w in self.workers.get(ns, {}).items()]
+
+    def worker_busy(self, ns: str) -> dict[str, int]:
+        """Per worker of the namespace: its assignments, landed and on their way (an assignment holds its worker's
+        slot until it is removed, after its end is recorded)."""
+        busy = {name: len(w.assignments) for name, w in self.workers.get(ns, {}).items()}
+        for job, placed in self.pending.items():
+            if job[0] == ns and placed.assignment.sequence not in self.assigned.get(job, {}):
+                busy[placed.worker] = busy.get(placed.worker, 0) + 1
+        return busy
+
+    def holds_assignment(self, job: Key) -> bool:
+        """The job holds its queue slot by an assignment: on its way or landed, until it is removed (after the
+        attempt's end is recorded)."""
+        return job in self.pending or bool(self.assigned.get(job))
+
+    def worker_observations(self, key: Key, uid: str, now: datetime) -> list[PodObservation]:
+        """The job's assignments as PodObservations (lifecycle/workers.observe_assignment)."""
+        ns = key[0]
+        seen = []
+        runs = self.assigned.get(key, {})
+        for placed in runs.values():
+            if placed.assignment.uid != uid:
+                continue  # a job of the same name before this one: the worker's reconcile drops it
+            w = self.worker((ns, placed.worker))
+            believed = w if w is not None and w.uid == placed.worker_uid else None
+            seen.append(W.observe_assignment(placed.assignment, placed.worker, believed,
+                                             self.live((ns, placed.worker)), now))
+        pending = self.pending.get(key)
+        if pending is not None and pending.assignment.uid == uid and pending.assignment.sequence not in runs:
+            seen.append(W.observe_assignment(pending.assignment, pending.worker, None, True, now, durable=False))
+        return seen
 
     def jobs_of_schedule(self, schedule: Key) -> list[dict[str, Any]]:
         """The jobs labelled sextant.dev/schedule=NAME in the schedule's namespace (finished ones as slim copies)."""
@@ -405,15 +539,19 @@ class View:
         pods = self.pods_of(key, job.uid)
         gone = self.gone.get(key, {}).get(job.status.sequence)
         seen, heartbeat = tuple(pods.values()), self._heartbeat(key, job.status.sequence, pods, handler)
+        assigned = self.worker_observations(key, job.uid, now)
+        seen = (*seen, *assigned)
         entry = W.current_entry(job.status)
-        if entry is not None and entry.worker is not None and job.status.state == State.RUNNING:
+        if entry is not None and W.on_v1_worker(job.status) and not assigned:
+            # Protocol v1 (drop with the version after next): an attempt running on a v1 worker during the upgrade,
+            # judged by that worker's registration Lease.
             settings = queue or QueueSpec()
-            lease = self.workers.get(ns, {}).get(contract.worker_of(entry.worker))
+            lease = self.v1_leases.get(ns, {}).get(contract.worker_of(entry.worker or ""))
             attempt, heartbeat = W.observe_attempt(entry, lease, job.status, parse_duration(settings.lease_duration),
                                                    parse_duration(settings.cancel_grace), now)
             seen = (*seen, attempt) if attempt is not None else seen
         no_worker = (handler is not None and handler.on_workers and job.status.state != State.RUNNING
-                     and not W.served(self.workers.get(ns, {}).values(), job.spec.queue, job.spec.handler, now))
+                     and not W.is_served(self.live_workers(ns), job.spec.queue, job.spec.handler))
         return Observations(
             queue=queue,
             handler=handler,
@@ -421,7 +559,7 @@ class View:
             lease_renewed_at=heartbeat,
             # A job without a state whose pod exists was admitted on first sight (its state is written when the pod
             # starts): the operator already let it run, it is no duplicate.
-            duplicate_of=self._duplicate_of(key, job) if job.status.state is None and not pods else None,
+            duplicate_of=self._duplicate_of(key, job) if job.status.state is None and not pods and not assigned else None,
             no_worker=no_worker,
             gone=(gone,) if gone is not None and gone.owner_uid == job.uid else (),
         )
@@ -437,7 +575,8 @@ class View:
                         job.created_at, job.name, self.idempotency_window)
 
     def _undecided(self, key: Key) -> bool:
-        return undecided((self.jobs.get(key) or {}).get("status"), started=bool(self.pods_of(key)))
+        return undecided((self.jobs.get(key) or {}).get("status"),
+                         started=bool(self.pods_of(key)) or bool(self.assigned.get(key)))
 
     def _heartbeat(self, key: Key, sequence: int, pods: dict[int, PodObservation],
                    handler: HandlerSpec | None) -> datetime | None:
@@ -460,4 +599,7 @@ class View:
         """Pods of sequence numbers the status does not know (an operator stopped between creating a pod and
         recording it)."""
         sequence = sequence_of(raw.get("status"))
-        return any(r > sequence for r in self.pods_of(key))
+        if any(r > sequence for r in self.pods_of(key)):
+            return True
+        # An assignment left over (the operator stopped between recording its end and removing it).
+        return state_of(raw) in FINISHED and bool(self.assigned.get(key))

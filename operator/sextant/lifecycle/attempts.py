@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 # Timeline reasons: a contract (README, "Timeline reasons").
@@ -63,6 +63,10 @@ class PodObservation:
     owner_uid: str | None = None  # the uid of its controller ownerReference (its Job's, when it is ours)
     created_at: datetime | None = None  # its creationTimestamp: the start timeout counts from here
     waiting_reason: str | None = None  # the handler container's waiting reason (ErrImagePull, ...), if it waits
+    # Worker mode: the attempt is an assignment on a worker (lifecycle/workers.observe_assignment), not a pod.
+    worker: str | None = None  # the worker it is assigned to, as <name>/<incarnation>
+    stop: str | None = None  # the stop the assignment carries (Cancelled, Timeout), if any
+    finished_at: datetime | None = None  # when the worker reported it ended (its clock)
 
     @property
     def started(self) -> bool:
@@ -86,6 +90,9 @@ class Outcome:
     exit_code: int | None = None
     message: str | None = None
     node: str | None = None
+    # A worker's report: when its handler ran (the worker's clock), for the timeline entry.
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
 
 
 def outcome_of(
@@ -101,16 +108,22 @@ def outcome_of(
     read as an ordinary Error.
     """
     node = pod.node if pod else None
+    if stop_reason is None and pod is not None and pod.worker is not None and pod.finished and \
+            pod.reason in (CANCELLED, TIMEOUT):
+        stop_reason = pod.reason  # the worker applied the stop itself (its own timeoutAt timer, the operator away)
     if stop_reason is not None:
         if pod is not None and not pod.finished:
             return None
         result = CANCELLED_RESULT if stop_reason == CANCELLED else FAILED
-        return Outcome(result, stop_reason, pod.exit_code if pod else None, _stop_message(stop_reason), node)
+        return _reported(Outcome(result, stop_reason, pod.exit_code if pod else None, _stop_message(stop_reason),
+                                 node), pod)
     vanished = pod is None
     if vanished and gone is not None and gone.disruption is not None:
         pod = gone  # its last state says why it went
     if pod is None:
         return Outcome(FAILED, POD_LOST, None, "the attempt's pod was deleted before it finished")
+    if pod.worker is not None:
+        return _reported(_worker_outcome(pod, non_retryable), pod) if pod.finished else None
     if pod.phase == "Succeeded":
         return Outcome(SUCCEEDED, None, 0 if pod.exit_code is None else pod.exit_code, None, pod.node)
     if pod.disruption is not None and (pod.phase == "Failed" or vanished):
@@ -135,6 +148,35 @@ def outcome_of(
         )
     message = pod.message or (f"exit code {pod.exit_code}" if pod.exit_code is not None else "the pod failed")
     return Outcome(FAILED, ERROR, pod.exit_code, message, node)
+
+
+def _worker_outcome(seen: PodObservation, non_retryable: Collection[int]) -> Outcome:
+    """A worker's attempt that ended: as its result says (lifecycle/workers.observe_assignment), or lost with its
+    worker (LeaseExpired)."""
+    node = seen.node
+    if seen.phase == "Succeeded":
+        return Outcome(SUCCEEDED, None, 0 if seen.exit_code is None else seen.exit_code, None, node)
+    if seen.reason in (DRAINED, LEASE_EXPIRED):
+        default = "the worker stopped before the handler finished" if seen.reason == DRAINED else \
+            _stop_message(LEASE_EXPIRED)
+        return Outcome(FAILED, seen.reason, seen.exit_code, seen.message or default, node)
+    if seen.exit_code == RUNNER_NON_RETRYABLE:
+        return Outcome(FAILED, NON_RETRYABLE, seen.exit_code, seen.message or "the handler raised NonRetryableError",
+                       node)
+    if seen.exit_code is not None and seen.exit_code in non_retryable:
+        return Outcome(FAILED, NON_RETRYABLE, seen.exit_code,
+                       f"exit code {seen.exit_code} is listed in nonRetryableExitCodes", node)
+    if seen.exit_code is None and seen.reason:  # it did not run: NotFound, or a reason of a newer worker
+        return Outcome(FAILED, seen.reason, None, seen.message or f"the worker did not run it ({seen.reason})", node)
+    message = seen.message or (f"exit code {seen.exit_code}" if seen.exit_code is not None else "the attempt failed")
+    return Outcome(FAILED, ERROR, seen.exit_code, message, node)
+
+
+def _reported(outcome: Outcome, seen: PodObservation | None) -> Outcome:
+    """A worker's attempt carries its own start and end (its result): the timeline shows them."""
+    if seen is None or seen.worker is None or seen.finished_at is None:
+        return outcome
+    return replace(outcome, started_at=seen.started_at, finished_at=seen.finished_at)
 
 
 def start_failure(pod: PodObservation, start_timeout: str) -> Outcome:

@@ -23,6 +23,14 @@ operator's --record-queued-after) while its pod starts (the running write says a
 unschedulable, or waiting with a reason makes the job written `queued`. A pod that does not start within the queue's
 startTimeout fails the attempt (Unschedulable, the kubelet's waiting reason such as ErrImagePull, or StartTimeout),
 which counts.
+
+Worker mode (docs/workers.md) follows the same rules with an assignment in place of the pod: admission adds the
+attempt (sequence status.sequence + 1) to a worker's status (`Assign`) and writes nothing on the job; the
+assignment, once its write has landed, is the queued job's starting attempt (lifecycle/workers.observe_assignment
+makes it a PodObservation: running from its assignedAt, finished as the worker's result says, or failed LeaseExpired
+with its worker), recorded `running` after RECORD_RUNNING_AFTER or once at its end. A stop sets `stop` on the
+assignment (`StopAssignment`); once the job records the attempt's end, the assignment is removed (`Unassign`, after
+that status write: the acknowledgement).
 """
 
 from __future__ import annotations
@@ -36,7 +44,7 @@ from ..resources.job import Attempt, JobSpec, JobStatus, State, cancel_wanted, p
 from ..resources.queue import QueueSpec
 from . import attempts as A
 from .health import health
-from .workers import REPORT_AFTER_GRACE, on_worker
+from .workers import REPORT_AFTER_GRACE, on_worker, wanted
 from .backoff import backoff_delay, jitter_sample
 from .queueing import runnable_since
 from .states import (CANCELLED, DEAD, FAILED, FINISHED, QUEUED, RUNNING, SCHEDULED, SUCCEEDED, retry_refusal)
@@ -115,7 +123,35 @@ class Event:
     type: str = "Normal"
 
 
-Action = CreatePod | DeletePod
+@dataclass(frozen=True)
+class Assign:
+    """Worker mode's CreatePod: give the attempt to the worker (<name>/<incarnation>)."""
+
+    worker: str
+    sequence: int
+    attempt: int
+
+
+@dataclass(frozen=True)
+class StopAssignment:
+    """Ask the worker running the attempt to stop it (set `stop` on its assignment)."""
+
+    worker: str  # its name
+    sequence: int
+    reason: str
+    requested_at: str
+    grace_seconds: float
+
+
+@dataclass(frozen=True)
+class Unassign:
+    """Worker mode's DeletePod: the assignment is done with (its end recorded, or it is never to run)."""
+
+    worker: str  # its name
+    sequence: int
+
+
+Action = CreatePod | DeletePod | Assign | StopAssignment | Unassign
 
 
 @dataclass
@@ -261,10 +297,10 @@ def reconcile(job: JobSnapshot, obs: Observations, now: datetime,
 
 def admit(job: JobSnapshot, obs: Observations, now: datetime, worker: str | None = None) -> Decision:
     """Take a queue slot: start the next attempt, in a new pod, or on `worker` (<name>/<incarnation>: the worker
-    that takes it, docs/workers.md §2). The caller holds the slot; the job must be queued.
+    that takes it, docs/workers.md). The caller holds the slot; the job must be queued.
 
-    In pod mode the status does not change: the job stays queued until its pod's handler starts (see reconcile),
-    and the pod's deterministic name is the admission's record."""
+    The status does not change: the job stays queued until its pod's handler starts, or its assignment has landed
+    and is a second old (see reconcile); the pod's deterministic name, or the assignment, is the admission's record."""
     s = _Step(job, obs, now)
     st = s.status
     if st.state != QUEUED:
@@ -272,28 +308,12 @@ def admit(job: JobSnapshot, obs: Observations, now: datetime, worker: str | None
     if obs.alive_pods:
         raise ValueError("a previous attempt's pod still exists")
     st.observed_generation = job.generation
+    sequence = st.sequence + 1
     if worker is None:
-        sequence = st.sequence + 1
         s.decision.actions.append(CreatePod(pod_name(job.name, sequence), sequence, st.attempt + 1))
-        s.decision.wake(now + parse_duration(s.queue.start_timeout))
-        return s.decision
-    st.sequence += 1
-    st.attempt += 1
-    timeout = parse_duration(s.queue.timeout)
-    st.timeout_at = format_time(now + timeout)
-    st.stop_reason = st.stop_requested_at = None
-    limit = st.max_attempts or s.queue.max_attempts
-    worker_name = worker.split("/", 1)[0]
-    st.worker = worker_name
-    st.attempts.append(Attempt(attempt=st.attempt, sequence=st.sequence, worker=worker, node=worker_name,
-                               started_at=format_time(now), result="running"))
-    message = f"attempt {st.attempt} of {limit} taken by worker {worker_name}"
-    bound_timeline(st)
-    s.move(RUNNING, "Started", message)
-    s.cond(COND_RUNNING, True, "Started", message)
-    _clear_condition(st, COND_BLOCKED, "Admitted", now, job.generation)
-    s.decision.wake(now + timeout)
-    set_health(st, now, job.generation)
+    else:
+        s.decision.actions.append(Assign(worker, sequence, st.attempt + 1))
+    s.decision.wake(now + parse_duration(s.queue.start_timeout))
     return s.decision
 
 
@@ -420,11 +440,13 @@ def _record_start(s: _Step, pod: A.PodObservation) -> None:
     started = pod.started_at or (None if pod.finished else s.now)
     st.timeout_at = format_time((started or s.now) + parse_duration(s.queue.timeout))
     st.stop_reason = st.stop_requested_at = None
-    st.attempts.append(Attempt(attempt=st.attempt, sequence=st.sequence, pod=pod.name, node=pod.node,
+    st.attempts.append(Attempt(attempt=st.attempt, sequence=st.sequence, pod=None if pod.worker else pod.name,
+                               worker=pod.worker, node=pod.node,
                                started_at=format_time(started) if started else None, result="running"))
     bound_timeline(st)
     limit = st.max_attempts or s.queue.max_attempts
-    message = f"attempt {st.attempt} of {limit} started in pod {pod.name}"
+    where = f"taken by worker {pod.node}" if pod.worker else f"started in pod {pod.name}"
+    message = f"attempt {st.attempt} of {limit} {where}"
     s.move(RUNNING, "Started", message)
     if not pod.finished:  # a pod seen only once it ended: its end is recorded in this same write
         s.cond(COND_RUNNING, True, "Started", message)
@@ -436,6 +458,10 @@ def _remove_strays(s: _Step) -> None:
     attempt, and a pod left unfinished by an attempt already recorded as over (one that did not start in time)."""
     st = s.status
     for pod in s.obs.pods:
+        if pod.worker is not None:  # an assignment: removed once done with (its end recorded: the acknowledgement)
+            if not wanted(st, pod.sequence):
+                s.decision.actions.append(Unassign(pod.node or pod.name, pod.sequence))
+            continue
         if pod.deleting:
             continue
         if pod.sequence > st.sequence:
@@ -533,16 +559,27 @@ def _stop(s: _Step, reason: str) -> None:
     st.stop_reason = reason
     st.stop_requested_at = format_time(s.now)
     current = s.obs.pod(st.sequence)
-    if current is not None and not current.finished and not on_worker(st):  # a worker stops its own handler
-        grace = int(parse_duration(s.queue.cancel_grace).total_seconds())
-        s.decision.actions.append(DeletePod(current.name, grace))
+    if current is not None and not current.finished:
+        if current.worker is not None:  # the worker stops its own handler, told by its assignment
+            _stop_assignment(s, current)
+        elif not on_worker(st):
+            grace = int(parse_duration(s.queue.cancel_grace).total_seconds())
+            s.decision.actions.append(DeletePod(current.name, grace))
+
+
+def _stop_assignment(s: _Step, current: A.PodObservation) -> None:
+    st = s.status
+    if st.stop_reason is not None and st.stop_requested_at is not None and current.stop != st.stop_reason:
+        s.decision.actions.append(StopAssignment(current.node or current.name, current.sequence, st.stop_reason,
+                                                 st.stop_requested_at,
+                                                 parse_duration(s.queue.cancel_grace).total_seconds()))
 
 
 def _watch_running(s: _Step) -> None:
     st, now = s.status, s.now
     pod = s.obs.pod(st.sequence)
     lease_duration = parse_duration(s.queue.lease_duration)
-    worker = on_worker(st)
+    worker = on_worker(st) or (pod is not None and pod.worker is not None)
     if worker and pod is None and st.stop_reason is None:
         # The worker's Lease expired, is gone, or names another incarnation: its attempts are lost with it.
         _stop(s, A.LEASE_EXPIRED)
@@ -566,7 +603,10 @@ def _watch_running(s: _Step) -> None:
             s.decision.wake(lease_expires)
     if worker and st.stop_reason is not None and pod is not None and not pod.finished:
         # The worker stops its handler and reports; the operator records the outcome itself once the worker's
-        # allowance is over (observe_attempt then shows the attempt gone).
+        # allowance is over (observe_assignment then shows the attempt ended). A stop recorded on the job but not yet
+        # on its assignment (the operator stopped in between) is set again: level-triggered.
+        if pod.worker is not None:
+            _stop_assignment(s, pod)
         s.decision.wake(parse_time(st.stop_requested_at) + parse_duration(s.queue.cancel_grace) + REPORT_AFTER_GRACE)
     elif st.stop_reason is not None and pod is not None and not pod.finished:
         force_at = parse_time(st.stop_requested_at) + parse_duration(s.queue.cancel_grace) + FORCE_DELETE_AFTER
@@ -584,7 +624,9 @@ def _finish_attempt(s: _Step, outcome: A.Outcome) -> None:
     outcome = replace(outcome, message=clip(outcome.message))
     if st.attempts and st.attempts[-1].sequence == st.sequence:
         entry = st.attempts[-1]
-        entry.finished_at = format_time(now)
+        entry.finished_at = format_time(outcome.finished_at or now)
+        if outcome.started_at is not None:
+            entry.started_at = format_time(outcome.started_at)
         entry.result = outcome.result
         entry.exit_code = outcome.exit_code
         entry.reason = outcome.reason

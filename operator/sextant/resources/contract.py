@@ -92,6 +92,11 @@ def schedules_path(namespace: str | None = None, name: str | None = None, subres
     return path(API_VERSION, "schedules", namespace, name, subresource)
 
 
+def workers_path(namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
+    """Worker objects (resources/worker.py): one per worker process, the worker protocol."""
+    return path(API_VERSION, "workers", namespace, name, subresource)
+
+
 def pods_path(namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
     return path(CORE, "pods", namespace, name, subresource)
 

@@ -42,7 +42,9 @@ class WorkerResult(Model):
                                   description="The handler's exit code; unset when it did not run (see reason).")
     reason: str | None = Field(default=None, max_length=64, pattern=r"^[A-Za-z]+$",
                                description="Why it ended without an exit code, or a refinement of one: Drained "
-                               "(stopped by the worker's drain), NotFound (the job is gone or has another uid).")
+                               "(stopped by the worker's drain), NotFound (the job is gone or has another uid), "
+                               "Cancelled or Timeout (the worker stopped it for that stop: the assignment's, or its "
+                               "own timeoutAt).")
     message: str | None = Field(default=None, max_length=MESSAGE_MAX_LENGTH,
                                 description="What went wrong, for a person (the output's last lines, the exception).")
     started_at: Timestamp | None = Field(default=None, description="When the handler started (the worker's clock).")
