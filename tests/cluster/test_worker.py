@@ -483,3 +483,45 @@ def test_results_that_are_ready_together_travel_in_one_write(cluster, namespace,
     carried = [len(v.obj["spec"].get("results") or []) for v in seen.versions()]
     assert max(carried) >= 4, f"results batched: at most {max(carried)} in one write"
     assert generations[-1] - generations[0] <= 10, f"{generations[-1] - generations[0]} writes for 16 results"
+
+
+def test_what_the_worker_does_with_assignments_as_the_operator_writes_them(cluster, namespace, crds, workers):
+    """No operator: the test writes the Worker's status as the operator would. The worker runs an assignment of its
+    own incarnation (once), reports NotFound for a job that is gone or has another uid, ignores one for another
+    incarnation, and drops each result once its assignment has left status."""
+    apply(cluster, namespace, queue("q", leaseDuration="3s"),
+          worker_handler("say", ["sh", "-c", "cat >/dev/null; echo said"]),
+          job("job-run", handler_name="say"), job("job-other", handler_name="say"))
+    worker = workers("w")
+    wait_for(lambda: worker_object(cluster, namespace, "w"), 30, message="the worker to register")
+    mine = worker_object(cluster, namespace, "w")["spec"]["incarnation"]
+    uid = {n: get_json(cluster, namespace, "jobs.sextant.dev", n)["metadata"]["uid"] for n in ("job-run", "job-other")}
+
+    def assignment(job_name: str, job_uid: str, incarnation: str = mine) -> dict[str, Any]:
+        return {"job": job_name, "uid": job_uid, "queue": "q", "handler": "say", "sequence": 1, "attempt": 1,
+                "incarnation": incarnation, "assignedAt": "2026-01-01T00:00:00Z"}
+
+    def set_assignments(*items: dict[str, Any]) -> None:
+        cluster.kubectl("patch", "-n", namespace, "workers.sextant.dev", "w", "--subresource=status",
+                        "--type=merge", "-p", json.dumps({"status": {"assignments": list(items)}}))
+
+    def results() -> dict[str, dict[str, Any]]:
+        spec = (worker_object(cluster, namespace, "w") or {}).get("spec") or {}
+        return {r["job"]: r for r in spec.get("results") or []}
+
+    assigned = [assignment("job-run", uid["job-run"]), assignment("job-gone", "u-gone"),
+                assignment("job-other", "not-its-uid"), assignment("job-old", uid["job-run"], "0ld")]
+    set_assignments(*assigned)
+    wait_for(lambda: set(results()) == {"job-run", "job-gone", "job-other"}, 30, message=lambda: results())
+    got = results()
+    assert got["job-run"]["exitCode"] == 0 and got["job-run"]["incarnation"] == mine
+    assert {"startedAt", "finishedAt"} <= set(got["job-run"]) and "reason" not in got["job-run"]
+    assert [(got[n].get("reason"), got[n].get("exitCode")) for n in ("job-gone", "job-other")] == \
+        [("NotFound", None), ("NotFound", None)]
+    assert worker.log().count("[job-run#1] said") == 1
+    set_assignments(*assigned[2:])  # the operator recorded two of them
+    wait_for(lambda: set(results()) == {"job-other"}, 10, message=lambda: f"the recorded results dropped: {results()}")
+    set_assignments(*assigned)  # an assignment seen again (a stale status) never runs twice
+    set_assignments()
+    wait_for(lambda: results() == {}, 10, message="every result dropped")
+    assert worker.log().count("[job-run#1] said") == 1 and worker.proc.poll() is None

@@ -14,6 +14,7 @@ import asyncio
 import logging
 import os
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -47,6 +48,9 @@ log = logging.getLogger("sextant.worker")
 LOST = "Lost"  # the attempt is no longer this worker's: stopped, and reported nothing
 DRAIN_LEAVE_WAIT = 5.0  # seconds a drain waits for its assignments to leave status (their results recorded)
 DRAIN_POLL = 0.05
+# Assignments that left status, remembered so that one seen again (a stale status) never runs twice: the most recent
+# this many (bounded, as a worker runs for months).
+REMEMBERED = 100_000
 
 
 @dataclass
@@ -111,7 +115,8 @@ class Worker:
         self.results = Results()
         self.assigned: dict[Key, Assignment] = {}  # status.assignments, as last seen
         self.running: dict[Key, Running] = {}
-        self.handled: set[Key] = set()  # started (or reported without running): each assignment runs once
+        # Started (or reported without running), in order: each assignment runs once.
+        self.handled: OrderedDict[Key, None] = OrderedDict()
         self.tasks: set[asyncio.Task[None]] = set()
         self.lingering = 0  # handlers given up on whose threads run on: slots not offered
         self.draining = False
@@ -199,9 +204,10 @@ class Worker:
                 if assignment.stop:
                     self._stop(running, assignment.stop, assignment.cancel_grace_seconds)
             elif key not in self.handled and assignment.incarnation == self.incarnation:
-                self.handled.add(key)
+                self.handled[key] = None
                 self._start(key, assignment)
-        self.handled &= current.keys() | self.running.keys()
+        while len(self.handled) > REMEMBERED:
+            self.handled.popitem(last=False)
         self._status_changed.set()
 
     def _start(self, key: Key, assignment: Assignment) -> None:
