@@ -569,10 +569,12 @@ def _stop(s: _Step, reason: str) -> None:
 
 def _stop_assignment(s: _Step, current: A.PodObservation) -> None:
     st = s.status
-    if st.stop_reason is not None and st.stop_requested_at is not None and current.stop != st.stop_reason:
-        s.decision.actions.append(StopAssignment(current.node or current.name, current.sequence, st.stop_reason,
-                                                 st.stop_requested_at,
-                                                 parse_duration(s.queue.cancel_grace).total_seconds()))
+    if st.stop_reason is None or st.stop_requested_at is None or current.stop == st.stop_reason:
+        return
+    stop = StopAssignment(current.node or current.name, current.sequence, st.stop_reason, st.stop_requested_at,
+                          parse_duration(s.queue.cancel_grace).total_seconds())
+    if stop not in s.decision.actions:
+        s.decision.actions.append(stop)
 
 
 def _watch_running(s: _Step) -> None:
