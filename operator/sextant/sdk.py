@@ -9,8 +9,9 @@
                         payload={"orderId": job.payload["orderId"], "chargeId": charge.id},
                         idempotency_key=f"receipt-{job.payload['orderId']}")
 
-Run it in the attempt pod with `sextant run --module myapp.handlers`. A handler may be `def` (it runs in a
-thread, so the lease keeps being renewed) or `async def`. Raising fails the attempt with the exception's
+Run it in the attempt pod with `sextant run --module myapp.handlers`, on a worker with `sextant worker --module
+myapp.handlers`, or inside your own asyncio program with `sextant.worker.Worker(handlers=[charge])` (README). A
+handler may be `def` (it runs in a thread, so the lease keeps being renewed) or `async def`. Raising fails the attempt with the exception's
 message; raising NonRetryableError ends the job dead at once.
 """
 

@@ -241,6 +241,7 @@ def test_arguments_and_their_defaults() -> None:
     assert (args.namespace, args.concurrency, args.drain_grace, args.metrics_port) == ("shop", 32, 60.0, 9100)
     defaults = parse()
     assert (defaults.queues, defaults.modules, defaults.handlers, defaults.name) == (None, None, None, None)
+    assert parse("--no-events").no_events, "still accepted (it does nothing now): scripts that pass it keep working"
     assert (defaults.concurrency, defaults.drain_grace, defaults.metrics_port) == (8, 25.0, None)
 
 

@@ -151,3 +151,26 @@ async def test_stopped_before_it_started_it_never_runs(tmp_path: Path) -> None:
     execution.stop("Drained", T0)
     assert await execution.run() == Ended(None, "stopped before the handler started")
     assert not mark.exists()
+
+
+
+def test_a_command_that_exits_without_reading_its_payload_ends_with_its_own_code_under_uvloop(monkeypatch) -> None:
+    """`sextant worker` runs on uvloop, whose pipe to a command already gone raises RuntimeError rather than
+    BrokenPipeError: the attempt still ends with the command's exit code (it once crashed the attempt, which then
+    never ended). The command is let finish before its payload is written, as happens under load."""
+    uvloop = pytest.importorskip("uvloop")
+    spawn = asyncio.create_subprocess_exec
+
+    async def exited_first(*args, **kwargs):
+        proc = await spawn(*args, **kwargs)
+        await proc.wait()
+        await asyncio.sleep(0.1)
+        return proc
+
+    monkeypatch.setattr(asyncio, "create_subprocess_exec", exited_first)
+
+    async def run() -> Ended:
+        return await Execution(CommandWork(["sh", "-c", "exit 1"], {**os.environ}, {"orderId": 7}, "[job-a#1]"),
+                               5.0).run()
+
+    assert uvloop.run(run()).exit_code == 1

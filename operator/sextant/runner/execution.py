@@ -170,8 +170,8 @@ class CommandWork:
         try:
             self.proc.stdin.write(json.dumps(self.payload).encode())
             await self.proc.stdin.drain()
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # a handler that does not read its payload
+        except (BrokenPipeError, ConnectionResetError, RuntimeError):
+            pass  # a handler that does not read its payload (uvloop: RuntimeError, its pipe already closed)
         finally:
             self.proc.stdin.close()
         try:

@@ -310,7 +310,12 @@ class Worker:
                 assigned = parse_time(assignment.assigned_at)
                 if assigned is not None:
                     self.metrics.claim_to_start.labels(self.name).observe(max(0.0, (started - assigned).total_seconds()))
-            ended = await execution.run()
+            try:
+                ended = await execution.run()
+            except Exception as exc:  # noqa: BLE001 - a fault of the worker's own: still a result, never a hang
+                log.error("job %s: attempt #%d failed in the worker", assignment.job, assignment.sequence,
+                          exc_info=exc)
+                ended = Ended(1, f"the worker could not run it: {type(exc).__name__}: {exc}")
             if execution.lingering:
                 self._linger(execution)
             reason = execution.stop_reason
