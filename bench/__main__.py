@@ -5,10 +5,14 @@
     .venv/bin/python -m bench --quick           # a few minutes: small bursts, two short rates, 5k-job scale
     .venv/bin/python -m bench --sizes 1000 --workloads burst --configs S,A1
     .venv/bin/python -m bench --configs W,S,A1 --workloads burst,rate --rate-configs W --rates 50,100,200
+    git worktree add /tmp/base main    # issue 27: W beside WB (the previous main's workers) and A1
+    .venv/bin/python -m bench --configs W,WB,A1 --baseline /tmp/base --workloads burst,rate --rate-configs W,WB
 
-Each configuration × workload runs on a fresh local control plane (audit log on). Results: a table on stdout and
-in bench/results/<timestamp>.md, every figure in bench/results/<timestamp>.json, the plot in
-bench/results/<timestamp>.png, logs and profiles in bench/results/<timestamp>/.
+Each configuration × workload runs on a fresh local control plane (audit log on). Each component runs as a service
+account of its own (bench/identities.py): the operator and the workers in their priority level (API Priority and
+Fairness, as the chart sets it up), the load generator as a plain service account that may only create jobs.
+Results: a table on stdout and in bench/results/<timestamp>.md, every figure in bench/results/<timestamp>.json, the
+plot in bench/results/<timestamp>.png, logs and profiles in bench/results/<timestamp>/.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument("--configs", default="W,S,A0,A1",
-                   help="of W, S, A0, A1, S0, S16, SK, SG, SQ, SB (default W,S,A0,A1)")
+                   help="of W, WB, S, A0, A1, S0, S16, SK, SG, SQ, SB (default W,S,A0,A1)")
     p.add_argument("--workloads", default="burst,fail,rate,scale",
                    help="of burst, fail (10%% of first attempts fail), rate (sustained arrivals), scale "
                         "(default all)")
@@ -55,8 +59,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--scale-unfinished", type=int, default=1000,
                    help="of which new (unfinished) ones (default 1000)")
     p.add_argument("--baseline", type=Path, metavar="DIR",
-                   help="SB: run the operator of this checkout (e.g. `git worktree add /tmp/base <commit>`), so that "
-                        "it and this one are measured side by side in one run")
+                   help="SB: run the operator of this checkout (e.g. `git worktree add /tmp/base <commit>`), WB: its "
+                        "operator and workers, so that it and this one are measured side by side in one run")
     p.add_argument("--scale-restarts", type=int, default=2,
                    help="start-ups measured again on the loaded cluster after the first (default 2)")
     p.add_argument("--a0-max-jobs", type=int, default=1000,
@@ -89,8 +93,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     for c in _list(args.configs) + _list(args.rate_configs):
         if c not in CONFIGS:
             p.error(f"unknown configuration {c!r}; one of {', '.join(CONFIGS)}")
-    if "SB" in _list(args.configs) + _list(args.rate_configs) and args.baseline is None:
-        p.error("SB runs the operator of --baseline DIR: give --baseline")
+    if {"SB", "WB"} & set(_list(args.configs) + _list(args.rate_configs)) and args.baseline is None:
+        p.error("SB and WB run the operator (WB: and the workers) of --baseline DIR: give --baseline")
     return args
 
 

@@ -21,6 +21,7 @@ import aiohttp
 from sextant.kube.kubeconfig import Connection
 
 USER_AGENT = "sextant-bench"
+RECORDER_USER_AGENT = "sextant-bench-recorder"  # the observer's watches and lists, apart from the load
 RETRYABLE = {429, 500, 502, 503, 504}
 LIST_TIMEOUT = 300.0  # the recorder's first lists: 100k jobs (scale) on a busy machine took over 60 s
 
@@ -32,9 +33,10 @@ class ApiError(Exception):
 
 
 class Api:
-    def __init__(self, conn: Connection, in_flight: int = 100) -> None:
+    def __init__(self, conn: Connection, in_flight: int = 100, user_agent: str = USER_AGENT) -> None:
         self.conn = conn
         self.in_flight = in_flight
+        self.user_agent = user_agent
         self.requests: Counter[str] = Counter()  # method → count
         self.retries = 0
         self._session: aiohttp.ClientSession | None = None
@@ -42,7 +44,7 @@ class Api:
     async def __aenter__(self) -> Api:
         connector = aiohttp.TCPConnector(ssl=self.conn.ssl_context, limit=self.in_flight + 16)
         self._session = aiohttp.ClientSession(
-            connector=connector, headers={"User-Agent": USER_AGENT, "Accept": "application/json"},
+            connector=connector, headers={"User-Agent": self.user_agent, "Accept": "application/json"},
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=10), read_bufsize=2**20)
         return self
 
@@ -101,6 +103,9 @@ class JobRecord:
     created_ts: str | None = None  # metadata.creationTimestamp (1 s resolution)
     running: float | None = None  # local receive time of the first watch event showing it running
     terminal: float | None = None  # local receive time of the first watch event showing it terminal
+    # the first attempt's startedAt as the final status records it (a worker's handler start, this machine's clock,
+    # microseconds): in worker mode the Job shows no `running` for an attempt that ends within its first second
+    started: float | None = None
     outcome: str | None = None
     pods: dict[str, PodRecord] = field(default_factory=dict)
 
@@ -163,6 +168,17 @@ BATCH = Kind(
 )
 
 
+def _first_start(obj: dict[str, Any]) -> float | None:
+    from datetime import datetime
+
+    attempts = (obj.get("status") or {}).get("attempts") or []
+    stamp = attempts[0].get("startedAt") if attempts and isinstance(attempts[0], dict) else None
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() if stamp else None
+    except ValueError:
+        return None
+
+
 class Recorder:
     """Watches the namespace's jobs and pods and stamps each change with the local receive time."""
 
@@ -207,6 +223,7 @@ class Recorder:
             outcome = self.kind.outcome(obj)
             if outcome is not None:
                 rec.terminal, rec.outcome = now, outcome
+                rec.started = _first_start(obj)
                 self.terminal += 1
                 self.changed.set()
 

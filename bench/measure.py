@@ -13,6 +13,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from . import identities
+
 TICK = os.sysconf("SC_CLK_TCK")
 WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
 
@@ -109,8 +111,17 @@ class Usage:
 
 # --- the audit log ----------------------------------------------------------------------------------------------
 
-def client_of(user_agent: str) -> str:
-    for prefix, name in (("sextant-operator", "operator"), ("sextant-bench", "loadgen"),
+# The bench runs each component as a service account of its own (identities.py): a request is its component's
+# whatever its user agent (the operator's kopf, leader election and HTTP API clients; a worker's SDK client).
+CLIENT_OF_USER = {identities.OPERATOR_USER: "operator", identities.WORKER_USER: "worker",
+                  identities.LOADGEN_USER: "loadgen"}
+
+
+def client_of(user_agent: str, username: str = "") -> str:
+    if username in CLIENT_OF_USER:
+        return CLIENT_OF_USER[username]
+    for prefix, name in (("sextant-operator", "operator"), ("sextant-bench-recorder", "recorder"),
+                         ("sextant-bench", "loadgen"),
                          ("sextant-worker/", "worker"), ("sextant-sdk", "sdk"),
                          ("kube-scheduler/", "scheduler"), ("kube-controller-manager/", "controller-manager"),
                          ("kwok-controller/", "kwok"), ("kube-apiserver/", "apiserver"), ("kubectl/", "kubectl")):
@@ -169,7 +180,7 @@ def counts_file(path: Path, lo: str, hi: str, counts: Counter[tuple[str, str, st
             # a watch is logged when it starts and when it ends: count it once, when it starts
             if (verb == "watch" and stage != "ResponseStarted") or (verb != "watch" and stage != "ResponseComplete"):
                 continue
-            client = client_of(entry.get("userAgent", ""))
+            client = client_of(entry.get("userAgent", ""), (entry.get("user") or {}).get("username", ""))
             res = resource_of(entry.get("objectRef"))
             counts[(client, verb, res)] += 1
             code = (entry.get("responseStatus") or {}).get("code", 0)
@@ -178,11 +189,12 @@ def counts_file(path: Path, lo: str, hi: str, counts: Counter[tuple[str, str, st
 
 
 def per_job(audit: dict[str, Any], jobs: int) -> dict[str, Any]:
-    """Requests per job: per client, all and writes (Events apart), and the operator's writes by request."""
+    """Requests per job: per client, all and writes (Events apart; a write is any create, update, patch or delete, of
+    any resource and subresource: Job status, Worker spec and status, Leases, pods...), and every request by kind."""
     out: dict[str, Any] = {}
     for client, reqs in audit["requests"].items():
         total = sum(reqs.values())
-        writes = sum(n for k, n in reqs.items() if k.split()[0] in WRITE_VERBS and not _is_event(k))
+        writes = sum(n for k, n in reqs.items() if is_write(k))
         events = sum(n for k, n in reqs.items() if k.split()[0] in WRITE_VERBS and _is_event(k))
         out[client] = {
             "requests": round(total / jobs, 3),
@@ -192,6 +204,19 @@ def per_job(audit: dict[str, Any], jobs: int) -> dict[str, Any]:
         }
     out["all"] = {key: round(sum(c[key] for c in out.values()), 3) for key in ("requests", "writes", "event_writes")}
     return out
+
+
+# Creates that store nothing: the API server answers them and forgets (a worker's self-review of its identity, the
+# bench's own token requests at set-up).
+UNSTORED = ("selfsubjectreviews.authentication.k8s.io", "tokenreviews.authentication.k8s.io",
+            "subjectaccessreviews.authorization.k8s.io", "selfsubjectaccessreviews.authorization.k8s.io",
+            "selfsubjectrulesreviews.authorization.k8s.io", "serviceaccounts/token")
+
+
+def is_write(request: str) -> bool:
+    """A write of the API server's storage ("verb resource"), Events apart."""
+    verb, _, res = request.partition(" ")
+    return verb in WRITE_VERBS and res not in UNSTORED and not _is_event(request)
 
 
 def _is_event(request: str) -> bool:

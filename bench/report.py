@@ -1,5 +1,5 @@
-"""The table (S, W, A0, A1 and the ratios S/A0, S/A1, W/A1, W/S per workload), the JSON, and the plot of jobs
-completed over time."""
+"""The table (S, W, A0, A1 and the ratios S/A0, S/A1, W/A1, W/S, W/WB per workload), API writes per job by client and
+request, the JSON, and the plot of jobs completed over time."""
 
 from __future__ import annotations
 
@@ -7,10 +7,14 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-ORDER = ("W", "S", "SQ", "SB", "A0", "A1", "S0", "S16", "SK", "SG")
+from .measure import is_write
+
+ORDER = ("W", "WB", "S", "SQ", "SB", "A0", "A1", "S0", "S16", "SK", "SG")
 # Each job system against the baselines it must beat: the Job controller (A0 default, A1 tuned) and, for workers,
 # Sextant's own pod mode.
-RATIOS = (("W", "A1"), ("W", "S"), ("S", "A0"), ("S", "A1"))
+RATIOS = (("W", "A1"), ("W", "WB"), ("W", "S"), ("S", "A0"), ("S", "A1"))
+# The processes measured, each on its own row of CPU ms per job (the workers summed).
+COMPONENTS = ("operator", "kube-apiserver", "etcd", "kube-controller-manager", "kube-scheduler", "kwok-controller")
 
 
 def _get(result: dict[str, Any], path: str) -> Any:
@@ -68,6 +72,15 @@ ROWS: list[tuple[str, Any, str | None]] = [
     ("wall time until all terminal (s)", lambda r: r.get("wall_s"), "lower"),
     ("jobs/s overall", lambda r: r.get("jobs_per_s"), "higher"),
     ("jobs/s 10–90 %", lambda r: r.get("jobs_per_s_10_90"), "higher"),
+    # while the burst is still arriving (issue 27): completions keep pace when the lifecycle is not starved
+    ("last create returned at (s)", lambda r: _get(r, "arrival.last_create_s"), None),
+    ("succeeded by the last create (jobs)", lambda r: _get(r, "arrival.succeeded_by_last_create"), "higher"),
+    ("succeeded by the last create (% of jobs)",
+     lambda r: (round(100 * f, 1) if (f := _get(r, "arrival.succeeded_by_last_create_fraction")) is not None
+                else None), "higher"),
+    ("completions/s while creates arrive", lambda r: _get(r, "arrival.completions_per_s_while_arriving"), "higher"),
+    ("completions/s after the last create", lambda r: _get(r, "arrival.completions_per_s_after"), None),
+    ("pace: completions/s ÷ creates/s while arriving", lambda r: _get(r, "arrival.pace"), "higher"),
     ("create → running p50 (ms)", lambda r: _get(r, "latency_ms.create_to_running.p50"), "lower"),
     ("create → running p99 (ms)", lambda r: _get(r, "latency_ms.create_to_running.p99"), "lower"),
     ("create → succeeded/terminal p50 (ms)", lambda r: _get(r, "latency_ms.create_to_job_terminal.p50"), "lower"),
@@ -92,9 +105,11 @@ ROWS: list[tuple[str, Any, str | None]] = [
     ("worker requests / job", lambda r: _get(r, "api_per_job.worker.requests"), "lower"),
     ("CPU s: operator", lambda r: _cpu(r, "operator"), "lower"),
     ("CPU s: workers (all processes)", _workers_cpu, "lower"),
-    ("CPU ms / job: operator", lambda r: _per_job_ms(_cpu(r, "operator"), r), "lower"),
+    *((f"CPU ms / job: {name}", lambda r, name=name: _per_job_ms(_cpu(r, name), r), "lower")
+      for name in COMPONENTS[:1]),
     ("CPU ms / job: workers", lambda r: _per_job_ms(_workers_cpu(r), r), "lower"),
-    ("CPU ms / job: kube-apiserver", lambda r: _per_job_ms(_cpu(r, "kube-apiserver"), r), "lower"),
+    *((f"CPU ms / job: {name}", lambda r, name=name: _per_job_ms(_cpu(r, name), r), "lower")
+      for name in COMPONENTS[1:]),
     ("CPU s: kube-apiserver", lambda r: _cpu(r, "kube-apiserver"), "lower"),
     ("CPU s: etcd", lambda r: _cpu(r, "etcd"), "lower"),
     ("CPU s: kwok-controller", lambda r: _cpu(r, "kwok-controller"), "lower"),
@@ -148,9 +163,37 @@ def tables(results: list[dict[str, Any]]) -> str:
             row = [label, *(_fmt(values[c]) for c in configs)]
             row += [_ratio(values[a], values[b]) for _, a, b in ratios]
             out.append("| " + " | ".join(row) + " |")
+        out.append(writes_by_client(runs, configs))
         for c in configs:
             if runs[c].get("timed_out"):
                 out.append(f"\n{c} timed out: {runs[c]['terminal']} of {jobs} jobs terminal.")
+    return "\n".join(out) + "\n"
+
+
+def writes_by_client(runs: dict[str, dict[str, Any]], configs: list[str]) -> str:
+    """API writes per job of every client (Events apart), and each client's writes by verb and resource: Job status,
+    Worker spec (`patch workers.sextant.dev`) and status (`…/status`), Leases, pods."""
+    clients = sorted({c for r in runs.values() for c in (r.get("api_per_job") or {}) if c != "all"})
+    rows: list[list[str]] = []
+    for client in clients:
+        per = {c: _get(runs[c], f"api_per_job.{client}") or {} for c in configs}
+        totals = [per[c].get("writes") for c in configs]
+        requests = sorted({k for p in per.values() for k in p.get("by_request", {}) if is_write(k)})
+        if not any(totals) and not requests:
+            continue
+        rows.append([f"**{client}**", *(_fmt(v) for v in totals)])
+        rows += [[f"{client}: {k}", *(_fmt(per[c].get("by_request", {}).get(k)) for c in configs)]
+                 for k in requests]
+        events = [per[c].get("event_writes") for c in configs]
+        if any(events):
+            rows.append([f"{client}: Event writes (apart)", *(_fmt(v) for v in events)])
+    if not rows:
+        return ""
+    all_writes = [_fmt(_get(runs[c], "api_per_job.all.writes")) for c in configs]
+    out = ["\nAPI writes per job by client (Events apart; audit log):\n",
+           "| client: request | " + " | ".join(configs) + " |", "|" + "|".join(["---"] * (len(configs) + 1)) + "|"]
+    out += ["| " + " | ".join(row) + " |" for row in rows]
+    out.append("| **all clients** | " + " | ".join(all_writes) + " |")
     return "\n".join(out) + "\n"
 
 
@@ -159,7 +202,7 @@ def tables(results: list[dict[str, Any]]) -> str:
 def _sustains(r: dict[str, Any]) -> bool:
     if r.get("terminal") != r.get("jobs"):
         return False
-    if r["config"] == "W":
+    if r["config"] in ("W", "WB"):
         p99 = _get(r, "latency_ms.create_to_running.p99")
         return p99 is not None and p99 < 250
     p99 = _get(r, "latency_ms.create_to_pod_created.p99")

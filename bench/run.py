@@ -22,8 +22,8 @@ from sextant.kube import kubeconfig
 from sextant.resources import contract
 from sextant.dev.localcluster import LocalCluster, LocalClusterError, new_name
 
-from . import measure, profile, stages
-from .api import BATCH, SEXTANT, Api, Kind, Recorder
+from . import identities, measure, profile, stages
+from .api import BATCH, RECORDER_USER_AGENT, SEXTANT, Api, Kind, Recorder
 
 REPO = Path(__file__).resolve().parents[1]
 CRDS = REPO / "crds"
@@ -97,6 +97,11 @@ CONFIGS = {
                 "Sextant operator, shipped defaults; jobs served by `sextant worker` processes (no-op async SDK "
                 "handler, --worker-processes × --worker-slots); kube-scheduler " + " ".join(TUNED_SCHEDULER),
                 workers=True),
+    # Not shipped: W with the operator and the workers of the --baseline checkout (the previous protocol's workers
+    # with their own rights: jobs/status, Leases), for W/WB in one run.
+    "WB": Config("WB", SEXTANT, {"kube-scheduler": TUNED_SCHEDULER},
+                 "W with the operator and `sextant worker` of the --baseline checkout; kube-scheduler "
+                 + " ".join(TUNED_SCHEDULER), workers=True, baseline=True),
 }
 
 
@@ -248,18 +253,22 @@ class OperatorProcess:
 class WorkerProcess:
     """`sextant worker` serving the benchmark's namespace with the no-op SDK handlers of WORKER_MODULE."""
 
-    def __init__(self, kubeconfig_path: Path, namespace: str, name: str, slots: int, log_path: Path) -> None:
+    def __init__(self, kubeconfig_path: Path, namespace: str, name: str, slots: int, log_path: Path,
+                 source: Path | None = None) -> None:
         self.name = name
         self.log_path = log_path
-        self.cmd = [sys.executable, "-m", "sextant", "--kubeconfig", str(kubeconfig_path), "worker",
+        self.source = source  # another checkout whose worker runs instead of this one's
+        self.cmd = [sys.executable, "-m", _entry(source), "--kubeconfig", str(kubeconfig_path), "worker",
                     "-n", namespace, "--module", WORKER_MODULE, "--concurrency", str(slots), "--name", name,
                     "--log-level", "warning"]
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        if self.source is not None:
+            env["PYTHONPATH"] = str(self.source / "operator")
         with open(self.log_path, "ab") as log_file:  # cwd: the repository, so that `bench` imports
-            self.proc = subprocess.Popen(self.cmd, stdout=log_file, stderr=subprocess.STDOUT, cwd=REPO,
-                                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            self.proc = subprocess.Popen(self.cmd, stdout=log_file, stderr=subprocess.STDOUT, cwd=REPO, env=env)
 
     @property
     def pid(self) -> int:
@@ -271,10 +280,15 @@ class WorkerProcess:
         if self.proc.poll() is not None:
             raise RuntimeError(f"worker {self.name} exited with {self.proc.returncode}; see {self.log_path}")
 
+    def drain(self) -> None:
+        """SIGTERM: a drain (nothing runs any more, so it ends within a second or two)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+
     def stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
             return
-        self.proc.send_signal(signal.SIGTERM)  # a drain: nothing runs any more, so it ends within a second or two
+        self.drain()
         try:
             self.proc.wait(40)
         except subprocess.TimeoutExpired:
@@ -282,16 +296,19 @@ class WorkerProcess:
             self.proc.wait(5)
 
 
-async def wait_workers(api: Api, namespace: str, workers: list[WorkerProcess], timeout: float = 60) -> float:
-    """Seconds until every worker has registered (its Lease exists: the operator can assign it jobs)."""
+async def wait_workers(api: Api, namespace: str, workers: list[WorkerProcess], leases: bool = False,
+                       timeout: float = 60) -> float:
+    """Seconds until every worker has registered, so that the operator can assign it jobs: its Worker object
+    exists (protocol v2), or with leases=True (the baseline's protocol) its Lease."""
     t0 = time.monotonic()
     wanted = {w.name for w in workers}
+    path = (f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases" if leases
+            else f"/apis/sextant.dev/v1alpha1/namespaces/{namespace}/workers")
     while time.monotonic() - t0 < timeout:
         for w in workers:
             w.check()
-        leases, _ = await api.list_all(f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases",
-                                       {"labelSelector": contract.LABEL_WORKER})
-        names = {(lease["metadata"].get("labels") or {}).get(contract.LABEL_WORKER) for lease in leases}
+        objs, _ = await api.list_all(path, {"labelSelector": contract.LABEL_WORKER})
+        names = {(obj["metadata"].get("labels") or {}).get(contract.LABEL_WORKER) for obj in objs}
         if wanted <= names:
             return time.monotonic() - t0
         await asyncio.sleep(0.2)
@@ -312,7 +329,7 @@ class Options:
     verbose: bool = True
     worker_processes: int = 4  # W: `sextant worker` processes
     worker_slots: int = 64  # W: --concurrency of each
-    baseline: Path | None = None  # SB: a checkout whose operator/ is run instead of this one's
+    baseline: Path | None = None  # SB, WB: a checkout whose operator/ is run instead of this one's
 
 
 def log(opts: Options, message: str) -> None:
@@ -360,13 +377,16 @@ def start_cluster(config: Config, opts: Options, label: str, attempts: int = 3) 
     raise AssertionError("unreachable")
 
 
-def prepare_namespace(cluster: LocalCluster, config: Config, namespace: str, crds_installed: bool) -> None:
+def prepare_namespace(cluster: LocalCluster, config: Config, namespace: str, crds_installed: bool,
+                      baseline: Path | None = None) -> None:
     cluster.kubectl("create", "namespace", namespace)
     # pods are refused until the namespace's default service account exists
     cluster.kubectl("wait", "--for=create", "serviceaccount/default", "-n", namespace, "--timeout=60s", timeout=70)
     if config.kind is SEXTANT:
         if not crds_installed:
-            cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRDS))
+            # the baseline's operator runs on its own CRDs
+            crds = baseline / "crds" if config.baseline and baseline is not None else CRDS
+            cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crds))
             cluster.kubectl("wait", "--for=condition=Established", "crd/jobs.sextant.dev", "crd/queues.sextant.dev",
                             "crd/handlers.sextant.dev", "--timeout=60s", timeout=70)
         cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
@@ -450,13 +470,39 @@ def ts_seconds(stamp: str | None) -> float | None:
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
+def arrival(rec: Recorder, t0: float) -> dict[str, Any] | None:
+    """Whether completions keep pace while the jobs are still arriving (issue 27: a create flood must not starve the
+    lifecycle): jobs succeeded by the moment the last create returned, and the completion rate while creates arrive
+    against the rate after the last one."""
+    created = [j.created for j in rec.jobs.values() if j.created is not None]
+    if not created:
+        return None
+    last = max(created) - t0
+    succeeded = sorted(j.terminal - t0 for j in rec.jobs.values()
+                       if j.terminal is not None and j.outcome == "succeeded")
+    by_last = sum(1 for t in succeeded if t <= last)
+    out: dict[str, Any] = {"last_create_s": round(last, 3),
+                           "creates_per_s": round(len(created) / last, 1) if last > 0 else None,
+                           "succeeded_by_last_create": by_last,
+                           "succeeded_by_last_create_fraction": round(by_last / len(created), 3),
+                           "completions_per_s_while_arriving": round(by_last / last, 1) if last > 0 else None,
+                           "completions_per_s_after": None}
+    if succeeded and succeeded[-1] > last:
+        out["completions_per_s_after"] = round((len(succeeded) - by_last) / (succeeded[-1] - last), 1)
+    # completions per second of arrivals while they arrive: 1.0 = every created job is done as fast as they come
+    rate, per_s = out["creates_per_s"], out["completions_per_s_while_arriving"]
+    out["pace"] = round(per_s / rate, 3) if rate and per_s is not None else None
+    return out
+
+
 def figures(rec: Recorder, workload: Workload, t0: float, final_jobs: list[dict], final_pods: list[dict],
-            kind: Kind) -> dict[str, Any]:
+            kind: Kind, workers: bool = False) -> dict[str, Any]:
     jobs = rec.jobs
     done = sorted(j.terminal - t0 for j in jobs.values() if j.terminal is not None)
     n = workload.jobs
     out: dict[str, Any] = {"jobs": n, "terminal": len(done)}
     out["outcomes"] = dict(Counter(j.outcome or "unfinished" for j in jobs.values()))
+    out["arrival"] = arrival(rec, t0)
     if done:
         wall = done[-1]
         out["wall_s"] = round(wall, 3)
@@ -470,8 +516,11 @@ def figures(rec: Recorder, workload: Workload, t0: float, final_jobs: list[dict]
     for j in jobs.values():
         if j.sent is not None and j.created is not None:
             create_latency.append(j.created - j.sent)
-        if j.running is not None and j.created is not None:
-            to_running.append(j.running - j.created)
+        # worker mode: the handler's start (the Job shows `running` only for an attempt past its first second);
+        # pod mode: the first watch event showing it running
+        running = j.started if workers and j.started is not None else j.running
+        if running is not None and j.created is not None:
+            to_running.append(max(0.0, running - j.created))
         pods = sorted(j.pods.values(), key=lambda p: p.added)
         if pods and j.created is not None:
             to_pod.append(pods[0].added - j.created)
@@ -486,7 +535,7 @@ def figures(rec: Recorder, workload: Workload, t0: float, final_jobs: list[dict]
         "create_request": summary(create_latency),
         "create_to_pod_created": summary(to_pod),
         "create_to_pod_created_by_timestamps": summary(to_pod_ts),  # 1 s resolution: differences of whole seconds
-        "create_to_running": summary(to_running),  # the first watch event showing the job running
+        "create_to_running": summary(to_running),
         "pod_finished_to_job_terminal": summary(to_terminal),
         "create_to_job_terminal": summary(e2e),
     }
@@ -513,27 +562,35 @@ def figures(rec: Recorder, workload: Workload, t0: float, final_jobs: list[dict]
 async def run_workload(cluster: LocalCluster, config: Config, workload: Workload, namespace: str,
                        opts: Options, label: str) -> dict[str, Any]:
     conn = kubeconfig.load(str(cluster.kubeconfig))
+    # each component as its own service account (identities.py): the admin would skip flow control altogether
+    ids = identities.setup(cluster, opts.out, label, baseline_workers=config.workers and config.baseline)
+    baseline = opts.baseline if config.baseline else None
     operator = None
     workers: list[WorkerProcess] = []
     spy = None
     result: dict[str, Any] = {"config": config.name, "workload": workload.name, "cluster": cluster.name,
-                              "rate": workload.rate, "fail_fraction": workload.fail}
+                              "rate": workload.rate, "fail_fraction": workload.fail,
+                              "identities": {"operator": identities.OPERATOR_USER, "workers": identities.WORKER_USER,
+                                             "loadgen": identities.LOADGEN_USER}}
     try:
         if config.kind is SEXTANT:
-            operator = OperatorProcess(cluster.kubeconfig, opts.out / f"operator-{label}.log",
-                                       list(config.operator_args), opts.baseline if config.baseline else None)
+            operator = OperatorProcess(ids.operator, opts.out / f"operator-{label}.log",
+                                       list(config.operator_args), baseline)
             operator.start()
             renice([operator.pid], opts.nice)
             result["operator_start_to_ready_s"] = round(await operator.wait_ready(), 2)
-        async with Api(conn, in_flight=opts.in_flight) as api:
+        async with Api(conn, in_flight=opts.in_flight, user_agent=RECORDER_USER_AGENT) as api, \
+                Api(conn.with_token(ids.loadgen_token), in_flight=opts.in_flight) as loadgen_api:
             if config.workers:
-                workers = [WorkerProcess(cluster.kubeconfig, namespace, f"bench-w{i}", opts.worker_slots,
-                                         opts.out / f"worker-{label}-{i}.log") for i in range(opts.worker_processes)]
+                workers = [WorkerProcess(ids.worker, namespace, f"bench-w{i}", opts.worker_slots,
+                                         opts.out / f"worker-{label}-{i}.log", baseline)
+                           for i in range(opts.worker_processes)]
                 for w in workers:
                     w.start()
                 renice([w.pid for w in workers], opts.nice)
                 result["workers"] = {"processes": len(workers), "slots": opts.worker_slots,
-                                     "start_to_registered_s": round(await wait_workers(api, namespace, workers), 2)}
+                                     "start_to_registered_s": round(await wait_workers(
+                                         api, namespace, workers, leases=config.baseline), 2)}
             rec = Recorder(api, config.kind, namespace)
             await rec.start()
             pids = cluster.pids()
@@ -548,7 +605,7 @@ async def run_workload(cluster: LocalCluster, config: Config, workload: Workload
             usage.start()
             t_start = time.time()
             log(opts, f"{config.name} {workload.name}: creating {workload.jobs} jobs")
-            gen = await generate(api, config, workload, namespace, rec, opts.in_flight)
+            gen = await generate(loadgen_api, config, workload, namespace, rec, opts.in_flight)
             t0 = gen["started"]
             deadline = time.monotonic() + opts.timeout
             while rec.terminal < workload.jobs and time.monotonic() < deadline:
@@ -573,9 +630,9 @@ async def run_workload(cluster: LocalCluster, config: Config, workload: Workload
             final_jobs, _ = await api.list_all(config.kind.jobs_path(namespace))
             final_pods, _ = await api.list_all(f"/api/v1/namespaces/{namespace}/pods")
             await rec.stop()
-            loadgen = {**gen, "requests": dict(api.requests)}
+            loadgen = {**gen, "requests": dict(loadgen_api.requests)}
         result["timed_out"] = timed_out
-        result.update(figures(rec, workload, t0, final_jobs, final_pods, config.kind))
+        result.update(figures(rec, workload, t0, final_jobs, final_pods, config.kind, config.workers))
         result["usage"] = usage.result()
         result["loadgen"] = loadgen
         window = (t0 - 0.5, t_end + 0.5)
@@ -583,10 +640,13 @@ async def run_workload(cluster: LocalCluster, config: Config, workload: Workload
     finally:
         if spy is not None:
             spy.stop()
-        if operator is not None:
-            operator.stop()
+        # the workers first, all at once: a drain ends with the operator's removal of each Worker's finalizer
+        for w in workers:
+            w.drain()
         for w in workers:
             w.stop()
+        if operator is not None:
+            operator.stop()
     if cluster.audit_log is not None:
         audit = measure.audit_counts(cluster.audit_log, *window)
         result["api"] = audit
@@ -623,7 +683,7 @@ async def run_plan(plan: Plan, opts: Options) -> list[dict[str, Any]]:
                     cluster.down()
                 cluster, cluster_config, crds = start_cluster(config, opts, w.name), name, False
             namespace = f"bench-{w.name}".lower()
-            prepare_namespace(cluster, config, namespace, crds)
+            prepare_namespace(cluster, config, namespace, crds, opts.baseline)
             crds = True
             result = await run_workload(cluster, config, w, namespace, opts, label)
             result["description"] = config.description

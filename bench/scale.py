@@ -11,11 +11,12 @@ from __future__ import annotations
 import asyncio
 import time
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 from sextant.kube import kubeconfig
 
-from . import measure
+from . import identities, measure
 from .api import SEXTANT, Api, Recorder
 from .run import CONFIGS, Options, OperatorProcess, log, prepare_namespace, renice, sextant_job, start_cluster
 
@@ -57,10 +58,11 @@ async def load(api: Api, namespace: str, total: int, unfinished: int, in_flight:
             "jobs_per_s": round(total / seconds, 1), "requests_per_s": round(requests / seconds, 1)}
 
 
-async def start_measured(cluster: Any, opts: Options, log_name: str) -> tuple[OperatorProcess, dict[str, Any]]:
+async def start_measured(cluster: Any, opts: Options, log_name: str,
+                         operator_kubeconfig: Path) -> tuple[OperatorProcess, dict[str, Any]]:
     """Start the operator and wait until it is ready: the time, and who worked meanwhile (it, or the API server
     encoding the list pages)."""
-    operator = OperatorProcess(cluster.kubeconfig, opts.out / log_name)
+    operator = OperatorProcess(operator_kubeconfig, opts.out / log_name)
     operator.start()
     renice([operator.pid], opts.nice)
     usage = measure.Usage({**cluster.pids(), "operator": operator.pid})
@@ -85,6 +87,7 @@ async def run_scale(opts: Options, total: int, unfinished: int, restarts: int = 
     try:
         namespace = "bench-scale"
         prepare_namespace(cluster, config, namespace, False)
+        operator_kubeconfig = identities.setup(cluster, opts.out, "scale").operator  # as in run.run_workload
         conn = kubeconfig.load(str(cluster.kubeconfig))
         async with Api(conn, in_flight=opts.in_flight) as api:
             log(opts, f"scale: loading {total} jobs ({total - unfinished} finished)")
@@ -92,7 +95,7 @@ async def run_scale(opts: Options, total: int, unfinished: int, restarts: int = 
             log(opts, f"scale: loaded in {result['loader']['seconds']} s "
                       f"({result['loader']['requests_per_s']} requests/s)")
             rec = Recorder(api, SEXTANT, namespace)
-            operator, started = await start_measured(cluster, opts, "operator-scale.log")
+            operator, started = await start_measured(cluster, opts, "operator-scale.log", operator_kubeconfig)
             result.update(started)
             log(opts, f"scale: operator ready after {started['start_to_ready_s']} s, {started['memory_mb_at_ready']}")
             await rec.start()
@@ -116,7 +119,8 @@ async def run_scale(opts: Options, total: int, unfinished: int, restarts: int = 
             result["restarts"] = []
             for n in range(restarts):
                 operator.stop()
-                operator, started = await start_measured(cluster, opts, f"operator-scale-{n + 2}.log")
+                operator, started = await start_measured(cluster, opts, f"operator-scale-{n + 2}.log",
+                                                         operator_kubeconfig)
                 result["restarts"].append(started)
                 log(opts, f"scale: restart {n + 1}: ready after {started['start_to_ready_s']} s")
     finally:
