@@ -37,6 +37,36 @@ PARENT = """
 """
 
 
+# A parent that runs, as a worker does (with its GroupReaper), a command whose own child holds on: a shell's
+# `sleep` in the background, which PR_SET_PDEATHSIG (the command's own process only) does not reach.
+GRANDPARENT = """
+    import asyncio, sys
+    from sextant.runner.execution import CommandWork
+    from sextant.runner.process import GroupReaper
+    reaper = GroupReaper()
+    command = ["sh", "-c", f"sleep 300 & echo $! > {sys.argv[1]}.tmp && mv {sys.argv[1]}.tmp {sys.argv[1]}; wait"]
+    asyncio.run(CommandWork(command, {"PATH": "/usr/bin:/bin"}, {}, "[job#1]", reaper).run())
+"""
+
+
+@linux_only
+def test_what_a_command_started_dies_with_its_sigkilled_worker_too(tmp_path: Path):
+    pidfile = tmp_path / "pid"
+    parent = python(GRANDPARENT, str(pidfile))
+    try:
+        wait_for(pidfile.exists, 20, interval=0.02, message="the command's child to start")
+        child = int(pidfile.read_text())
+        assert running(child)
+        parent.kill()  # SIGKILL: no handler of the parent's runs; its reaper sees its pipe close
+        parent.wait(10)
+        wait_for(lambda: not running(child), 5, interval=0.02, message="the command's child to die with the worker")
+    finally:
+        parent.kill()
+        parent.wait(10)
+        if pidfile.exists() and running(pid := int(pidfile.read_text())):
+            os.kill(pid, signal.SIGKILL)
+
+
 @linux_only
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
 def test_a_command_dies_with_its_sigkilled_worker(tmp_path: Path, loop: str):

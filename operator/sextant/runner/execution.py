@@ -31,7 +31,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from .. import sdk
-from .process import die_with_parent, shell_exit_code
+from .process import GroupReaper, die_with_parent, shell_exit_code
 
 KILLED = 128 + signal.SIGKILL
 TERMINATED = 128 + signal.SIGTERM
@@ -144,8 +144,10 @@ class CommandWork:
     as with a pod's container. On Linux it gets SIGKILL when this process dies, even by SIGKILL (docs/workers.md,
     "Processes")."""
 
-    def __init__(self, command: list[str], env: dict[str, str], payload: dict[str, Any], label: str | None) -> None:
+    def __init__(self, command: list[str], env: dict[str, str], payload: dict[str, Any], label: str | None,
+                 reaper: GroupReaper | None = None) -> None:
         self.command, self.env, self.payload = command, env, payload
+        self.reaper = reaper  # told the command's process group, so that it dies with a SIGKILLed worker
         self.prefix, self.note = _notes(label)
         self.proc: asyncio.subprocess.Process | None = None
         self.terminated = False
@@ -160,6 +162,8 @@ class CommandWork:
         except OSError as exc:  # not found, not executable
             print(f"{self.note}cannot start {self.command[0]!r}: {exc}", file=sys.stderr, flush=True)
             return Ended(COMMAND_NOT_FOUND, f"cannot start {self.command[0]!r}: {exc.strerror or exc}")
+        if self.reaper is not None:
+            self.reaper.add(self.proc.pid)
         assert self.proc.stdin is not None and self.proc.stdout is not None
         streams = [(self.proc.stdout, sys.stdout.buffer)]
         if self.proc.stderr is not None:
@@ -178,6 +182,8 @@ class CommandWork:
             code = shell_exit_code(await self.proc.wait())
         finally:
             self._signal_group(signal.SIGKILL)  # what it left behind goes with it, as with a pod's container
+            if self.reaper is not None:
+                self.reaper.discard(self.proc.pid)
             try:
                 await asyncio.wait_for(output, 5)
             except asyncio.TimeoutError:

@@ -127,3 +127,60 @@ def reap() -> None:
             return
         if ended == 0:
             return
+
+
+# The reaper's program: it reads "+PGID" / "-PGID" lines from the worker; at end of input (the worker exited, or was
+# SIGKILLed: the kernel closes its end of the pipe) it SIGKILLs every group still listed.
+_REAPER = """
+import os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+groups = set()
+for line in sys.stdin:
+    line = line.strip()
+    if line[1:].isdigit():
+        (groups.add if line[0] == "+" else groups.discard)(int(line[1:]))
+for group in groups:
+    try:
+        os.killpg(group, signal.SIGKILL)
+    except OSError:
+        pass
+"""
+
+
+class GroupReaper:
+    """A supervising reaper for a worker's commands: PR_SET_PDEATHSIG reaches only a command's own process, so what
+    it started (a shell's children) would outlive a SIGKILLed worker, holding files, locks and ports while the
+    attempt is retried elsewhere. One small process per worker, told each command's process group, kills those
+    groups when the worker's end of its pipe closes — however the worker ended."""
+
+    def __init__(self) -> None:
+        import subprocess
+
+        self._proc = subprocess.Popen([sys.executable, "-c", _REAPER], stdin=subprocess.PIPE,
+                                      start_new_session=True)
+
+    def _say(self, line: str) -> None:
+        stdin = self._proc.stdin
+        if stdin is None or stdin.closed:
+            return
+        try:
+            stdin.write(f"{line}\n".encode())
+            stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass  # the reaper is gone: PR_SET_PDEATHSIG still covers each command itself
+
+    def add(self, group: int) -> None:
+        self._say(f"+{group}")
+
+    def discard(self, group: int) -> None:
+        self._say(f"-{group}")
+
+    def close(self) -> None:
+        """At a clean exit: nothing is left to kill; the reaper exits on end of input."""
+        if self._proc.stdin is not None and not self._proc.stdin.closed:
+            self._proc.stdin.close()
+        try:
+            self._proc.wait(5)
+        except Exception:  # noqa: BLE001 - it is a best effort at exit
+            pass

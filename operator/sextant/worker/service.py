@@ -37,6 +37,7 @@ from ..resources.queue import QueueSpec
 from ..resources.worker import Assignment
 from ..runner.env import attempt_variables, scheduled_at_of
 from ..runner.execution import CommandWork, Ended, Execution, FunctionWork, Work
+from ..runner.process import GroupReaper
 from .metrics import WorkerMetrics
 from .plan import Served, serving
 from .registration import Offer, Registration, workers_path
@@ -121,6 +122,7 @@ class Worker:
         self.lingering = 0  # handlers given up on whose threads run on: slots not offered
         self.draining = False
         self.executor = ThreadPoolExecutor(max_workers=settings.concurrency, thread_name_prefix="handler")
+        self.reaper: GroupReaper | None = None  # for its commands' process groups (runner/process.py)
         self.registration = Registration(kube, self.namespace, self.name, self.offer, self.results.to_write,
                                          self._lost, owner, user, now, monotonic)
         self.informers = [
@@ -263,7 +265,9 @@ class Worker:
                 heartbeat=False),  # the worker's own renewals cover it
                 "SEXTANT_NODE_NAME": self.name, "SEXTANT_POD_NAME": os.environ.get("POD_NAME") or self.name,
                 "SEXTANT_WORKER": self.holder}
-            return CommandWork(list(command), env, payload, label)
+            if self.reaper is None:
+                self.reaper = GroupReaper()
+            return CommandWork(list(command), env, payload, label, self.reaper)
         fn = self.functions.get(assignment.handler) if assignment.handler in self.served.functions else None
         if fn is None:
             return Ended(1, f"worker {self.name} does not serve handler {assignment.handler!r} (any more): its "
@@ -419,6 +423,8 @@ class Worker:
 
     async def run(self) -> int:
         """Register, serve until drained (0) or taken over (1). ApiError when it cannot register at start."""
+        if self.served.commands:  # ready before the first command: a SIGKILL right after it starts is covered
+            self.reaper = GroupReaper()
         await self.registration.register()
         log.info("worker %s (%s) serves queues %s, handlers %s with %d slots", self.name, self.holder,
                  ",".join(sorted(self.served.queues)) or "-", ",".join(sorted(self.served.handlers)) or "-",
@@ -443,6 +449,8 @@ class Worker:
             if code == 0 and self._drained.is_set():
                 await self.registration.delete()
             self.executor.shutdown(wait=False, cancel_futures=True)
+            if self.reaper is not None:
+                self.reaper.close()
         return code
 
 
