@@ -262,7 +262,7 @@ def test_admission_assigns_and_writes_nothing_then_running_after_a_second_then_t
     job.now = at(1)
     running = job.reconcile()
     entry = running.status.attempts[-1]
-    assert running.status.state == State.RUNNING and running.status.worker is None
+    assert running.status.state == State.RUNNING and running.status.worker == "w1"
     assert (entry.worker, entry.node, entry.pod, entry.started_at) == (f"w1/{INC}", "w1", None, format_time(T0))
     assert not actions(running, T.Unassign)
     job.now = at(3)

@@ -94,7 +94,10 @@ class QueueStatusWriter:
                 continue
             sequence = sequence_of(status)
             pods = self.view.pods_of(job_key)
-            jobs.append((raw, any(p.sequence > sequence and p.alive and not p.started for p in pods.values())))
+            # Starting: its pod has not started its handler, or its assignment is on its way to its worker.
+            starting = any(p.sequence > sequence and p.alive and not p.started for p in pods.values()) or \
+                job_key in self.view.pending
+            jobs.append((raw, starting))
         return status_body(count_unfinished(jobs, self.now()), self.generation.get(key))
 
     async def write(self, key: Key) -> bool:

@@ -440,6 +440,8 @@ def _record_start(s: _Step, pod: A.PodObservation) -> None:
     started = pod.started_at or (None if pod.finished else s.now)
     st.timeout_at = format_time((started or s.now) + parse_duration(s.queue.timeout))
     st.stop_reason = st.stop_requested_at = None
+    # The worker it runs on, while it runs (a selectable field: `kubectl get sjob --field-selector status.worker=w1`).
+    st.worker = pod.node if pod.worker else None
     st.attempts.append(Attempt(attempt=st.attempt, sequence=st.sequence, pod=None if pod.worker else pod.name,
                                worker=pod.worker, node=pod.node,
                                started_at=format_time(started) if started else None, result="running"))

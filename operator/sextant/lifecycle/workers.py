@@ -4,8 +4,7 @@ attempt (as a pod tells it in pod mode), and when an assignment is done with. Pu
 as arguments.
 
 Protocol v1 (registration Leases; the worker wrote the job's status) is kept only to judge attempts that were running
-on a v1 worker while the operator was upgraded, and for what `sextant workers` shows of v1 Leases: drop with the
-version after next.
+on a v1 worker while the operator was upgraded: drop with the version after next.
 """
 
 from __future__ import annotations
@@ -18,10 +17,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..resources import contract
-from ..resources.common import format_time, parse_duration, parse_time, time_or_none
+from ..resources.common import parse_duration, parse_time, time_or_none
 from ..resources.job import Attempt, JobStatus
 from ..resources.queue import QueueSpec
-from ..resources.worker import Assignment, WorkerResult, WorkerSpec
+from ..resources.worker import DRAINING, EXPIRED, LIVE, Assignment, WorkerResult, WorkerSpec
 from .attempts import LEASE_EXPIRED, PodObservation, heartbeat
 from .states import QUEUED, RUNNING
 
@@ -30,7 +29,6 @@ from .states import QUEUED, RUNNING
 REPORT_AFTER_GRACE = timedelta(seconds=5)
 # A worker's Lease without a (valid) leaseDurationSeconds, or a worker that serves no queue: the queues' default.
 DEFAULT_LEASE_DURATION = parse_duration(QueueSpec.model_fields["lease_duration"].default)
-LIVE, DRAINING, EXPIRED = "live", "draining", "expired"
 # The most slots the operator believes a Worker has (`sextant operator --max-worker-slots`): a Worker announcing more
 # gets this many, and a Warning Event SlotsCapped.
 MAX_WORKER_SLOTS = 256
@@ -318,8 +316,9 @@ def on_worker(status: JobStatus) -> bool:
 
 
 def on_v1_worker(status: JobStatus) -> bool:
-    """Running on a worker of protocol v1 (which set status.worker; v2 never does): judged by its v1 Lease. Drop with
-    the version after next."""
+    """Running on a worker (status.worker set) with no assignment to show for it (the caller checks): an attempt of a
+    protocol v1 worker, judged by its v1 Lease (none: lost, as a v2 attempt whose Worker object vanished is). Drop
+    with the version after next."""
     return status.state == RUNNING and status.worker is not None and on_worker(status)
 
 
@@ -343,82 +342,3 @@ def observe_attempt(entry: Attempt, lease: WorkerLease | None, status: JobStatus
         return None, renewed
     return PodObservation(name=lease.name, sequence=entry.sequence, phase="Running", node=lease.name,
                           started_at=started), renewed
-
-
-# --- what a user sees of a worker ------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Worker:
-    """One worker as its registration Lease announces it."""
-
-    namespace: str
-    name: str
-    holder: str
-    queues: tuple[str, ...]
-    handlers: tuple[str, ...]
-    slots: int | None
-    draining: bool
-    renewed_at: datetime | None
-    lease_duration: timedelta
-    created_at: datetime | None
-    jobs: tuple[str, ...] = field(default=())  # running jobs assigned to it (object names)
-
-    def state(self, now: datetime) -> str:
-        """expired wins over draining: an expired worker's attempts are being failed, whatever it last said."""
-        if self.renewed_at is None or now >= self.renewed_at + self.lease_duration:
-            return EXPIRED
-        return DRAINING if self.draining else LIVE
-
-
-def _names(text: str | None) -> tuple[str, ...]:
-    return tuple(sorted({part.strip() for part in (text or "").split(",") if part.strip()}))
-
-
-def read_lease(lease: Mapping[str, Any]) -> Worker | None:
-    """A worker from its registration Lease; None for a Lease that is not one (no sextant.dev/worker label).
-    Odd values show as what they are (no slots, no renewal: expired) rather than failing the whole list."""
-    meta = lease.get("metadata") or {}
-    name = (meta.get("labels") or {}).get(contract.LABEL_WORKER)
-    if not name:
-        return None
-    notes = meta.get("annotations") or {}
-    spec = lease.get("spec") or {}
-    try:
-        slots: int | None = int(notes[contract.ANNOTATION_SLOTS])
-    except (KeyError, ValueError):
-        slots = None
-    try:
-        renewed = parse_time(spec.get("renewTime") or spec.get("acquireTime"))
-    except ValueError:
-        renewed = None
-    seconds = spec.get("leaseDurationSeconds")
-    return Worker(
-        namespace=meta.get("namespace", ""), name=name, holder=spec.get("holderIdentity") or "",
-        queues=_names(notes.get(contract.ANNOTATION_QUEUES)), handlers=_names(notes.get(contract.ANNOTATION_HANDLERS)),
-        slots=slots, draining=notes.get(contract.ANNOTATION_DRAINING) == "true", renewed_at=renewed,
-        lease_duration=(timedelta(seconds=seconds) if isinstance(seconds, int) and seconds > 0
-                        else DEFAULT_LEASE_DURATION),
-        created_at=parse_time(meta.get("creationTimestamp")),
-    )
-
-
-def running_jobs(jobs: Iterable[Mapping[str, Any]], worker: str) -> tuple[str, ...]:
-    """The jobs that hold a slot of `worker`: assigned to it (status.worker) and running."""
-    out = []
-    for job in jobs:
-        status = job.get("status") or {}
-        if status.get("worker") == worker and status.get("state") == "running":
-            out.append(job["metadata"]["name"])
-    return tuple(sorted(out))
-
-
-def as_dict(worker: Worker, now: datetime) -> dict[str, Any]:
-    """The worker as `sextant workers -o json` prints it and the dashboard shows it."""
-    renewed = worker.renewed_at
-    return {
-        "namespace": worker.namespace, "name": worker.name, "holder": worker.holder,
-        "queues": list(worker.queues), "handlers": list(worker.handlers), "slots": worker.slots,
-        "busy": len(worker.jobs), "jobs": list(worker.jobs), "state": worker.state(now),
-        "draining": worker.draining, "renewTime": format_time(renewed) if renewed else None,
-        "lastRenewalSeconds": round((now - renewed).total_seconds(), 3) if renewed else None,
-        "leaseDurationSeconds": int(worker.lease_duration.total_seconds()),
-    }

@@ -136,8 +136,8 @@ RESOURCES: list[dict[str, Any]] = [
             _AGE,
         ],
         # Field selectors (Kubernetes >= 1.32; beta from 1.30): `kubectl get sjob --field-selector
-        # status.state=failed`, and the HTTP API's list filters, applied by the API server to each page. A worker
-        # watches only the jobs assigned to it: ?fieldSelector=status.worker=NAME (docs/workers.md). Every create
+        # status.state=failed`, and the HTTP API's list filters, applied by the API server to each page. The jobs running
+        # on a worker: ?fieldSelector=status.worker=NAME (docs/workers.md). Every create
         # path finds the job holding an idempotency key by spec.idempotencyKey (sextant/lifecycle/idempotency.py).
         "selectable": [".spec.queue", ".spec.handler", ".status.state", ".status.worker", ".spec.idempotencyKey"],
     },
