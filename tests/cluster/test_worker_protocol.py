@@ -309,9 +309,9 @@ def test_a_skewed_worker_clock_neither_keeps_a_dead_worker_live_nor_fails_live_a
                                                                                        workers):
     hour = timedelta(hours=1)
     behind = workers("w-behind", lease_seconds=3)
-    behind.extra = {"renewTime": micro(datetime.now(timezone.utc) - hour)}
+    behind.skew = -hour
     ahead = workers("w-ahead", lease_seconds=3)
-    ahead.extra = {"renewTime": micro(datetime.now(timezone.utc) + hour)}
+    ahead.skew = hour
     behind.start()
     ahead.start()
     # A timeout the worker's own clock would already be past: the operator's clock decides.
@@ -319,9 +319,10 @@ def test_a_skewed_worker_clock_neither_keeps_a_dead_worker_live_nor_fails_live_a
     wait_for(lambda: len(behind.assignments()) == 1 and len(ahead.assignments()) == 1, 30,
              message="one job on each worker")
     # A live worker an hour behind: its attempt outlives several lease durations.
-    holds_for(lambda: behind.assignments() and status(cluster, namespace, behind.assignments()[0]["job"])
-              .get("state") == "running", 8, interval=0.5, message="the live skewed worker's attempt runs on")
     a = behind.assignments()[0]
+    wait_state(cluster, namespace, a["job"], "running", timeout=10)
+    holds_for(lambda: behind.assignment(a["job"]) and status(cluster, namespace, a["job"]).get("state") == "running",
+              8, interval=0.5, message=lambda: f"the live skewed worker's attempt to run on: {behind.read()}")
     now = datetime.now(timezone.utc)
     behind.report(a, started_at=micro(now - hour - timedelta(seconds=5)), finished_at=micro(now - hour))
     assert timeline_of(wait_state(cluster, namespace, a["job"], "succeeded")) == [("succeeded", None)]
