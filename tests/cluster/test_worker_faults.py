@@ -86,7 +86,10 @@ def assert_never_twice(seen: Versions, runs: Path) -> None:
 
 
 # ================================================================ crashes
-@pytest.mark.parametrize("worker_too", [False, True], ids=["operator", "operator-and-worker"])
+@pytest.mark.parametrize("worker_too", [False, pytest.param(True, marks=pytest.mark.xfail(strict=True, reason=(
+    "T2_BUGS.md 1: a SIGKILLed worker's command dies but its children (the script's `sleep`) live on: the retries "
+    "start while the first run's process still holds the job's lock")))],
+    ids=["operator", "operator-and-worker"])
 def test_an_operator_killed_between_assignment_and_its_first_job_write_loses_no_attempt(
         cluster, namespace, operator, workers, tmp_path, worker_too):
     runs = tmp_path / "runs"
@@ -166,12 +169,12 @@ def test_an_outage_shorter_than_the_renew_deadline_costs_nothing(cluster, namesp
     try:
         # leaseDuration 60 s: the worker's renew deadline (2/3 of it) is 40 s, the outage 20 s.
         apply(cluster, namespace, queue("q", leaseDuration="60s", **BACKOFF),
-              command("nap", locked(runs, 'sleep "$(cat)"')))
+              command("nap", locked(runs, "sleep $(tr -dc 0-9)")))
         worker = workers("w", "--queue=q", "--handler=nap", "--concurrency", "2", config=config)
         incarnation = wait_live(cluster, namespace, "w")["spec"]["incarnation"]
         # One ends during the outage (its result waits), one runs through it.
-        apply(cluster, namespace, job("job-short", handler_name="nap", payload=4),
-              job("job-long", handler_name="nap", payload=26))
+        apply(cluster, namespace, job("job-short", handler_name="nap", payload={"seconds": 4}),
+              job("job-long", handler_name="nap", payload={"seconds": 26}))
         for name in ("job-short", "job-long"):
             wait_state(cluster, namespace, name, "running", timeout=30)
         proxy.down = True
