@@ -1,5 +1,8 @@
 """The README's run command on a machine with no cluster configured: a local control plane with a node that
-really runs pods, the CRDs, the operator; the README's first local example job runs and its output shows."""
+really runs pods, the CRDs, the operator; the README's first local example job runs and its output shows. A start
+with the control plane already built reads as normal: no "first time: builds it", no ERROR while the API server's
+storage initializes, the PATH line that finds `kubectl sextant` in another shell, what runs where, and one line when
+Ctrl-C stops it."""
 
 from __future__ import annotations
 
@@ -32,6 +35,16 @@ def test_run_command_without_a_cluster_runs_the_first_example(tmp_path):
                          message=lambda: "the run command to print KUBECONFIG:\n" + "".join(output))
         wait_for(lambda: "operator running" in "".join(output), 60, message=lambda: "".join(output))
         kubeconfig = found.group(1)
+        text = "".join(output)
+        assert "first time" not in text  # the binaries are cached: nothing to build
+        assert "simulated (kwok) nodes" in text and "nothing runs there" in text and "local-node-0" in text
+        path_line = re.search(r"^  (export PATH=\S+:\$PATH)", text, re.M)
+        assert path_line, text
+        # Another shell, with only the two printed lines: kubectl and its plugin are found.
+        other_shell = subprocess.run(["bash", "-c", f"export KUBECONFIG={kubeconfig}; {path_line.group(1)}; "
+                                      "kubectl sextant jobs list"], capture_output=True, text=True,
+                                     env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
+        assert other_shell.returncode == 0 and "No jobs found" in other_shell.stderr, other_shell.stderr
         kubectl = [str(Path(sys.executable).parent / "kubectl"), f"--kubeconfig={kubeconfig}"]
         subprocess.run([*kubectl, "apply", "-f", str(ROOT / "examples" / "local")], check=True, capture_output=True)
 
@@ -42,6 +55,7 @@ def test_run_command_without_a_cluster_runs_the_first_example(tmp_path):
         wait_for(lambda: state() == "succeeded", 120, message=lambda: f"job-hello succeeded (is {state()!r})")
         logs = subprocess.run([*kubectl, "logs", "job-hello-1"], capture_output=True, text=True, check=True)
         assert "hello, world!" in logs.stdout
+        assert " ERROR " not in "".join(output), "".join(output)  # no 429 "storage is (re)initializing" as a failure
     finally:
         proc.send_signal(signal.SIGINT)
         try:
@@ -50,3 +64,5 @@ def test_run_command_without_a_cluster_runs_the_first_example(tmp_path):
             proc.kill()
         LocalCluster(name=name, teardown_on_exit=False).down()  # whatever the run command left behind
     assert not (cache_root() / "clusters" / name / "clusters" / name).exists(), "Ctrl-C tears the cluster down"
+    assert "".join(output).rstrip().endswith("sextant: operator stopped; local control plane torn down"), \
+        "".join(output)[-2000:]
