@@ -6,6 +6,7 @@ Ctrl-C stops it."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
@@ -18,6 +19,8 @@ from pathlib import Path
 from sextant.dev.localcluster import LocalCluster, cache_root
 from tests.harness import wait_for
 
+from .support import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -26,7 +29,8 @@ def test_run_command_without_a_cluster_runs_the_first_example(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "SEXTANT_TEST_KUBECONFIG")}
     env.update(HOME=str(tmp_path), SEXTANT_CACHE=str(cache_root()), SEXTANT_DEV_CLUSTER=name,
                PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen([sys.executable, "-m", "sextant", "dev", "--http-port", "-1"], env=env,
+    port = free_port()  # the README's 8080 may be taken on a shared machine: the recipe runs against this one
+    proc = subprocess.Popen([sys.executable, "-m", "sextant", "dev", "--http-port", str(port)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
     output: list[str] = []
     threading.Thread(target=lambda: output.extend(proc.stdout), daemon=True).start()
@@ -56,6 +60,7 @@ def test_run_command_without_a_cluster_runs_the_first_example(tmp_path):
         logs = subprocess.run([*kubectl, "logs", "job-hello-1"], capture_output=True, text=True, check=True)
         assert "hello, world!" in logs.stdout
         assert " ERROR " not in "".join(output), "".join(output)  # no 429 "storage is (re)initializing" as a failure
+        the_readme_api_recipe_works(kubeconfig, path_line.group(1), tmp_path, port)
     finally:
         proc.send_signal(signal.SIGINT)
         try:
@@ -66,3 +71,18 @@ def test_run_command_without_a_cluster_runs_the_first_example(tmp_path):
     assert not (cache_root() / "clusters" / name / "clusters" / name).exists(), "Ctrl-C tears the cluster down"
     assert "".join(output).rstrip().endswith("sextant: operator stopped; local control plane torn down"), \
         "".join(output)[-2000:]
+
+
+def the_readme_api_recipe_works(kubeconfig: str, path_line: str, home: Path, port: int) -> None:
+    """README, The HTTP API, "Locally": its block, run as written (but for the port) in a shell with the lines
+    `make run` printed."""
+    readme = (ROOT / "README.md").read_text()
+    block = next(b for b in re.findall(r"```sh\n(.*?)```", readme, re.S) if "examples/local/api/" in b)
+    assert block.count("127.0.0.1:8080") == 2
+    block = block.replace("127.0.0.1:8080", f"127.0.0.1:{port}")
+    proc = subprocess.run(["bash", "-ec", f"export KUBECONFIG={kubeconfig}; {path_line}; {block}"], cwd=ROOT,
+                          capture_output=True, text=True, env={"HOME": str(home), "PATH": "/usr/bin:/bin"}, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    created, listed = (json.loads(doc) for doc in proc.stdout.replace("}{", "}\n{").splitlines()[-2:])
+    assert created["queue"] == "local" and created["handler"] == "greet" and created["id"].startswith("job_")
+    assert created["id"] in [j["id"] for j in listed["items"]], listed
