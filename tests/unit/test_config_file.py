@@ -87,3 +87,21 @@ def test_a_bad_key_or_value_is_an_error_naming_the_key(text, key, words):
 def test_no_namespace_leaves_it_to_kubectl():
     (queue,) = config.parse("[queues.e]\n", None)
     assert queue["metadata"] == {"name": "e"} and queue["spec"] == {}
+
+
+def test_the_readmes_toml_parses_and_its_table_names_every_key():
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    (block,) = re.findall(r"```toml\n(.*?)```", readme, re.S)
+    kinds = [(o["kind"], o["metadata"]["name"]) for o in config.parse(block, "shop")]
+    assert kinds == [("Queue", "emails"), ("Handler", "send-receipt")]
+    table = readme[readme.index("| sextant.toml |"):]
+    table = table[:table.index("\n\n")]
+    for name, field in QueueSpec.model_fields.items():
+        assert f"`{name}" in table or f", {name}" in table or f"{{ {name}" in table, name
+        assert field.alias in table, field.alias
+    for nested in ("Backoff", "Retention"):
+        model = QueueSpec.model_fields[nested.lower()].annotation
+        assert all(sub in table for sub in model.model_fields), nested
