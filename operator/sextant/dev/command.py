@@ -13,7 +13,7 @@ import asyncio
 import logging
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from ..kube import kubeconfig
@@ -35,43 +35,52 @@ def configured_cluster() -> str | None:
     return str(default) if default.exists() else None
 
 
+async def _wait_for(ready: Callable[[], Awaitable[bool]], tries: int, failure: Exception) -> None:
+    """Poll `ready` every 0.1 s until it says so, at most `tries` times; then raise `failure`."""
+    for _ in range(tries):
+        if await ready():
+            return
+        await asyncio.sleep(0.1)
+    raise failure
+
+
 async def install_crds(conn: kubeconfig.Connection) -> None:
     from ..kube.client import ApiError, Kube
     from ..resources import API_VERSION
     from ..resources.crds import RESOURCES, crd
 
     async with Kube(conn, user_agent="sextant-dev") as kube:
-        for entry in RESOURCES:
-            body = crd(entry)
-            name = body["metadata"]["name"]
-            await kube.request("PATCH", contract.crds_path(name),
+        bodies = [crd(entry) for entry in RESOURCES]
+        for body in bodies:
+            await kube.request("PATCH", contract.crds_path(body["metadata"]["name"]),
                                params={"fieldManager": "sextant", "force": "true"}, body=body,
                                content_type="application/apply-patch+yaml")
-        for entry in RESOURCES:
-            name = crd(entry)["metadata"]["name"]
-            for _ in range(100):
+
+        for body in bodies:
+            name = body["metadata"]["name"]
+
+            async def established(name: str = name) -> bool:
                 got = await kube.get(contract.crds_path(name))
                 conditions = {c["type"]: c["status"] for c in got.get("status", {}).get("conditions", [])}
-                if conditions.get("Established") == "True":
-                    break
-                await asyncio.sleep(0.1)
-            else:
-                raise ApiError(0, f"CRD {name} did not become Established")
+                return conditions.get("Established") == "True"
+
+            await _wait_for(established, 100, ApiError(0, f"CRD {name} did not become Established"))
         # Established comes before the API server's storage for the kind is ready: until then a list or watch is
         # answered 429 "storage is (re)initializing", which the operator would log as failures at its start.
         for entry in RESOURCES:
             path = contract.path(API_VERSION, entry["module"].PLURAL)
-            for _ in range(300):
+
+            async def storage_ready(path: str = path) -> bool:
                 try:
                     await kube.request("GET", path, params={"limit": "1"})
-                    break
+                    return True
                 except ApiError as exc:
                     if exc.status != 429:
                         raise
-                await asyncio.sleep(0.1)
-            else:
-                raise ApiError(429, f"the API server's storage for {path} did not become ready")
+                    return False
 
+            await _wait_for(storage_ready, 300,
+                            ApiError(429, f"the API server's storage for {path} did not become ready"))
 
 Operate = Callable[[argparse.Namespace, kubeconfig.Connection], None]
 
