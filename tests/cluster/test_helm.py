@@ -162,13 +162,15 @@ WORKER_RULES = {
 
 
 def assert_least_privilege(docs: list[dict[str, Any]]) -> None:
-    """No role of the chart grants a wildcard, Secrets or ConfigMaps, or writes to a Job's spec."""
+    """No role of the chart grants a wildcard, Secrets or ConfigMaps, or writes to a Job's spec (but the users' edit
+    role, aggregated into Kubernetes' edit and bound to no account of the chart: a user's cancel and retry patch it)."""
     for role in find(docs, "Role") + find(docs, "ClusterRole"):
+        users = role["metadata"]["labels"].get("rbac.authorization.k8s.io/aggregate-to-edit") == "true"
         for rule in role["rules"]:
             where = f"{role['kind']} {role['metadata']['name']}: {rule}"
             assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"], where
             assert not {"secrets", "configmaps"} & set(rule["resources"]), where
-            if "sextant.dev" in rule["apiGroups"] and "jobs" in rule["resources"]:
+            if "sextant.dev" in rule["apiGroups"] and "jobs" in rule["resources"] and not users:
                 assert not {"update", "patch"} & set(rule["verbs"]), where
 
 
@@ -196,12 +198,24 @@ def test_helm_lint_is_clean_with_default_and_custom_values(helm):
 def test_default_values_render_a_two_replica_restricted_operator_with_cluster_wide_least_privilege(helm):
     docs = helm.template()
     kinds = sorted(d["kind"] for d in docs)
-    assert kinds == sorted(["ServiceAccount", "ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding",
+    assert kinds == sorted(["ServiceAccount", *["ClusterRole"] * 5, "ClusterRoleBinding",
                             "ClusterRoleBinding", "Role", "RoleBinding", "Service", "Deployment",
                             "PodDisruptionBudget", "NetworkPolicy", "Secret",
                             *["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"] * 3,  # handler
                             # pod security, leases, workers
                             "PriorityLevelConfiguration", "FlowSchema"]), kinds  # fmt: skip
+    # The users' roles, aggregated into Kubernetes' view / edit / admin; no status rights, nothing but sextant.dev.
+    view, edit = one(docs, "ClusterRole", "sx-sextant-view"), one(docs, "ClusterRole", "sx-sextant-edit")
+    aggregate = "rbac.authorization.k8s.io/aggregate-to-"
+    assert {k for k, v in view["metadata"]["labels"].items() if k.startswith(aggregate) and v == "true"} == \
+        {aggregate + r for r in ("view", "edit", "admin")}
+    assert {k for k, v in edit["metadata"]["labels"].items() if k.startswith(aggregate) and v == "true"} == \
+        {aggregate + r for r in ("edit", "admin")}
+    assert view["rules"] == [{"apiGroups": ["sextant.dev"],
+                              "resources": ["jobs", "queues", "handlers", "schedules", "workers"], "verbs": ["get", "list", "watch"]}]
+    assert [r["apiGroups"] for r in edit["rules"]] == [["sextant.dev"]] and "get" not in edit["rules"][0]["verbs"]
+    assert not any("/" in res for role in (view, edit) for r in role["rules"] for res in r["resources"])
+    assert not find(helm.template({"userRoles": {"aggregate": False}}), "ClusterRole", "sx-sextant-view")
     deployment = one(docs, "Deployment", "sx-sextant", "sextant-system")
     spec = deployment["spec"]
     pod = spec["template"]["spec"]

@@ -57,3 +57,18 @@ def test_the_checkouts_hack_script_runs_the_packaged_one(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == str(bindir)
+
+
+def test_make_run_says_it_builds_only_when_it_would(tmp_path, monkeypatch):
+    """`make run`'s "(first time: builds it, ~8 min)" only when the cache lacks a binary; the check builds nothing."""
+    env, bindir = fake_cache(tmp_path / "full")
+    monkeypatch.delenv("SEXTANT_TEST_BINDIR", raising=False)
+    for key in ("K8S_VERSION", "ETCD_VERSION", "KWOK_VERSION"):
+        monkeypatch.setenv(key, env[key])
+    monkeypatch.setenv("SEXTANT_CACHE", env["SEXTANT_CACHE"])
+    assert localcluster.controlplane_built()
+    (bindir / "kwokctl").unlink()
+    assert not localcluster.controlplane_built()
+    monkeypatch.setenv("SEXTANT_CACHE", str(tmp_path / "empty"))
+    assert not localcluster.controlplane_built()
+    assert not (tmp_path / "empty").exists() or not any((tmp_path / "empty").rglob("*/bin"))  # nothing built

@@ -5,6 +5,7 @@ Each test drives one job (see _builders.Job) through the pure core and checks on
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -1064,6 +1065,29 @@ def test_blocked_names_what_is_missing(missing, reason, name, start):
     assert (cond.status, cond.reason) == ("True", reason)
     assert repr(name) in cond.message
     assert not d.wants_admission
+
+
+@pytest.mark.parametrize("missing,reason", [("queue", "QueueNotFound"), ("handler", "HandlerNotFound")])
+def test_a_blocked_queued_job_says_why_in_its_message_and_its_event(missing, reason):
+    """`kubectl get sjob -o wide`, `sextant jobs list` and the Queued event say what the job waits for, not "a
+    slot"; once the missing object exists it waits for a slot again."""
+    job = Job(**{missing: None})
+    d = job.reconcile()
+    name = repr(job.spec.queue if missing == "queue" else job.spec.handler)
+    assert d.status.message.startswith(f"blocked ({reason}): ") and name in d.status.message
+    assert "waiting for a slot" not in d.status.message
+    assert [e.message for e in d.events if e.reason == "Queued"] == [d.status.message]
+    assert job.reconcile().status.message == d.status.message  # level-triggered: the same again
+    setattr(job, missing, queue() if missing == "queue" else handler())
+    d = job.reconcile()
+    assert d.status.message == f"runnable, waiting for a slot in queue {job.spec.queue}"
+    assert d.wants_admission
+
+
+def test_a_job_no_worker_serves_says_so_in_its_message():
+    job = Job()
+    d = T.reconcile(job.snap(), replace(job.observe(), no_worker=True), job.now)
+    assert d.status.message.startswith("blocked (NoWorker): no live worker serves handler")
 
 
 def test_blocked_is_lifted_once_both_exist():

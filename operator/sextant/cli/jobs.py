@@ -86,10 +86,14 @@ HEADERS = ["ID", "STATE", "ATTEMPT", "QUEUE", "HANDLER", "PRIORITY", "RUN-AT", "
 
 
 def state_text(job: dict[str, Any]) -> str:
+    """The state, with why a job waits when it is Blocked ("queued (blocked: QueueNotFound)")."""
     status = job.get("status") or {}
     if status.get("duplicateOf"):
         return f"{status.get('state') or 'duplicate'} (duplicate of {job_id(status['duplicateOf'])})"
-    return status.get("state") or "<pending>"
+    blocked = next((c for c in status.get("conditions") or []
+                    if c.get("type") == "Blocked" and c.get("status") == "True"), None)
+    state = status.get("state") or "<pending>"
+    return f"{state} (blocked: {blocked.get('reason')})" if blocked else state
 
 
 def attempt_text(job: dict[str, Any]) -> str:

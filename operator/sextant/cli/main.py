@@ -24,7 +24,7 @@ from ..client import Refused, refused
 from ..kube.client import ApiError
 from . import inspect as inspect_cmd
 from ..worker import main as worker_cmd
-from . import jobs, queues, schedules, workers
+from . import config, jobs, queues, schedules, workers
 from . import dashboard
 from .context import CliError, Context
 
@@ -58,6 +58,7 @@ def build_parser(*servers: Register) -> argparse.ArgumentParser:
     inspect_cmd.register(sub, flags)
     queues.register(sub, flags)
     schedules.register(sub, flags)
+    config.register(sub, flags)
     workers.register(sub, flags)
     dashboard.register(sub, flags)
     for register in servers:

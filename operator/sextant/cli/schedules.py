@@ -55,7 +55,12 @@ def list_cmd(ctx: Context) -> int:
         meta, spec, status = s["metadata"], s.get("spec") or {}, s.get("status") or {}
         last = parse_time(status.get("lastScheduleTime"))
         nxt = parse_time(status.get("nextScheduleTime"))
-        if spec.get("suspend"):
+        invalid = next((c for c in status.get("conditions") or []
+                        if c.get("type") == "Invalid" and c.get("status") == "True"), None)
+        if invalid:  # never fires: say why, and the whole message on stderr
+            next_text = f"<invalid: {invalid.get('reason')}>"
+            ctx.note(f"schedule {meta['name']} never fires: {invalid.get('message')}")
+        elif spec.get("suspend"):
             next_text = "<suspended>"
         elif nxt:
             next_text = f"{nxt.strftime('%Y-%m-%dT%H:%M:%SZ')} ({until(nxt, now)})"

@@ -373,7 +373,7 @@ def _first_sight(s: _Step) -> None:
         st.next_attempt_at = format_time(run_at)
         s.move(SCHEDULED, "Scheduled", f"waiting for runAt {st.next_attempt_at}")
     else:
-        s.queued(runnable_since(job.created_at, run_at), "Queued", "runnable, waiting for a slot in queue " + job.spec.queue)
+        s.queued(runnable_since(job.created_at, run_at), "Queued", _waiting_for_a_slot(job.spec.queue))
 
 
 def _taken_unrecorded(s: _Step) -> bool:
@@ -526,20 +526,39 @@ def _retry(s: _Step) -> None:
     s.queued(s.now, "Retried", "retry requested: the attempt counter is reset to 0")
 
 
+def _waiting_for_a_slot(queue: str) -> str:
+    return "runnable, waiting for a slot in queue " + queue
+
+
+def blocked_message(reason: str, why: str) -> str:
+    """A queued job's status.message while it is Blocked: the reason, not "waiting for a slot" (a slot would not
+    help it)."""
+    return f"blocked ({reason}): {why}"
+
+
 def _blocked(s: _Step) -> None:
     st = s.status
     if st.state not in (SCHEDULED, QUEUED, FAILED):
         return
     if s.obs.queue is None:
-        s.cond(COND_BLOCKED, True, "QueueNotFound", f"queue {s.job.spec.queue!r} does not exist in this namespace")
+        reason, why = "QueueNotFound", f"queue {s.job.spec.queue!r} does not exist in this namespace"
     elif s.obs.handler is None:
-        s.cond(COND_BLOCKED, True, "HandlerNotFound",
-               f"handler {s.job.spec.handler!r} does not exist in this namespace")
+        reason, why = "HandlerNotFound", f"handler {s.job.spec.handler!r} does not exist in this namespace"
     elif s.obs.no_worker:
-        s.cond(COND_BLOCKED, True, "NoWorker", f"no live worker serves handler {s.job.spec.handler!r} on queue "
-               f"{s.job.spec.queue!r}; the job runs when one connects")
+        reason, why = "NoWorker", (f"no live worker serves handler {s.job.spec.handler!r} on queue "
+                                   f"{s.job.spec.queue!r}; the job runs when one connects")
     else:
+        was_blocked = any(c.type == COND_BLOCKED and c.status == "True" for c in st.conditions)
         _clear_condition(st, COND_BLOCKED, "Found", s.now, s.job.generation)
+        if was_blocked and st.state == QUEUED:
+            st.message = _waiting_for_a_slot(s.job.spec.queue)
+        return
+    s.cond(COND_BLOCKED, True, reason, why)
+    if st.state == QUEUED:
+        waiting = _waiting_for_a_slot(s.job.spec.queue)
+        st.message = blocked_message(reason, why)
+        # The Queued event of this same step says why it waits, too.
+        s.decision.events = [replace(e, message=st.message) if e.message == waiting else e for e in s.decision.events]
 
 
 def _wait_until_runnable(s: _Step) -> None:
@@ -551,7 +570,7 @@ def _wait_until_runnable(s: _Step) -> None:
         return
     due = parse_time(st.next_attempt_at)
     if due is None or due <= s.now:
-        s.queued(due or s.now, "Queued", "runnable, waiting for a slot in queue " + s.job.spec.queue)
+        s.queued(due or s.now, "Queued", _waiting_for_a_slot(s.job.spec.queue))
     else:
         s.decision.wake(due)
 

@@ -121,6 +121,8 @@ _CANCEL_ONLY_UNFINISHED = {
 }
 
 _AGE = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+_READY_REASON = '.status.conditions[?(@.type=="Ready")].reason'
+_READY_MESSAGE = '.status.conditions[?(@.type=="Ready")].message'
 
 RESOURCES: list[dict[str, Any]] = [
     {
@@ -134,6 +136,10 @@ RESOURCES: list[dict[str, Any]] = [
             {"name": "Queue", "type": "string", "jsonPath": ".spec.queue"},
             {"name": "Handler", "type": "string", "jsonPath": ".spec.handler"},
             _AGE,
+            # -o wide: why it waits (Ready's reason is Blocked's while blocked: QueueNotFound, HandlerNotFound,
+            # NoWorker; else the state's, lifecycle/health.py) and the status message.
+            {"name": "Reason", "type": "string", "priority": 1, "jsonPath": _READY_REASON},
+            {"name": "Message", "type": "string", "priority": 1, "jsonPath": ".status.message"},
         ],
         # Field selectors (Kubernetes >= 1.32; beta from 1.30): `kubectl get sjob --field-selector
         # status.state=failed`, and the HTTP API's list filters, applied by the API server to each page. The jobs running
@@ -194,7 +200,10 @@ RESOURCES: list[dict[str, Any]] = [
             {"name": "Suspend", "type": "boolean", "jsonPath": ".spec.suspend"},
             {"name": "Last", "type": "date", "jsonPath": ".status.lastScheduleTime"},
             {"name": "Next", "type": "string", "jsonPath": ".status.nextScheduleTime"},
+            # Scheduled, Suspended, or why it never fires (InvalidCron, InvalidTimeZone, ...): Ready's reason.
+            {"name": "Status", "type": "string", "jsonPath": _READY_REASON},
             _AGE,
+            {"name": "Message", "type": "string", "priority": 1, "jsonPath": _READY_MESSAGE},
         ],
     },
 ]

@@ -69,7 +69,7 @@ class QueueSpec(Model):
     concurrency: int = Field(default=10, ge=1, description="Running attempts at once, across the whole queue.")
     max_attempts: int = Field(
         default=5, ge=1, le=MAX_ATTEMPTS,
-        description=f"Attempts before a job is dead (the first run counts as attempt 1; at most {MAX_ATTEMPTS}).",
+        description=f"Attempts before a job is dead (the first attempt is attempt 1; a retry starts again from 1; at most {MAX_ATTEMPTS}).",
     )
     backoff: Backoff = Field(default_factory=Backoff, description="The delay between attempts.",
                              json_schema_extra={"default": Backoff().wire()})

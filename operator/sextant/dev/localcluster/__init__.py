@@ -98,6 +98,13 @@ def find_kubectl() -> str:
     return found
 
 
+def controlplane_built() -> bool:
+    """Whether build_controlplane would find every binary without building (SEXTANT_TEST_BINDIR, or the cache)."""
+    if os.environ.get("SEXTANT_TEST_BINDIR") or not BUILD_SCRIPT.is_file():
+        return True  # nothing to build either way: build_controlplane checks or says what is missing
+    return subprocess.run(["bash", str(BUILD_SCRIPT), "--check"], capture_output=True, cwd=Path.home()).returncode == 0
+
+
 def build_controlplane(*, quiet: bool = False) -> Path:
     """The directory holding the control-plane binaries: SEXTANT_TEST_BINDIR, or built by build-controlplane.sh.
 

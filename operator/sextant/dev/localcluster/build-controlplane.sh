@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the test control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, kwokctl)
 # from the Go module proxy into a cache keyed by version. A second run finds the cache and builds nothing.
-# Prints the bin directory on stdout as its last line.
+# Prints the bin directory on stdout as its last line. With --check it builds nothing: exit 0 (and the directory)
+# when the cache holds every binary, 3 when a run would build.
 set -euo pipefail
 
 K8S_VERSION=${K8S_VERSION:-v1.36.3}
@@ -15,6 +16,7 @@ die() { echo "build-controlplane: $*" >&2; exit 1; }
 have_all() { for b in "${NEEDED[@]}"; do [ -x "$BIN/$b" ] || return 1; done; }
 
 if have_all; then echo "$BIN"; exit 0; fi
+[ "${1:-}" = --check ] && exit 3
 
 command -v go >/dev/null || die "Go is not installed (need Go >= 1.26 to build the control plane; or set SEXTANT_TEST_BINDIR / SEXTANT_TEST_KUBECONFIG)"
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
