@@ -10,14 +10,26 @@ from .context import CliError, Context
 
 
 def _run(ctx: Context) -> int:
-    from ..dashboard.server import run
+    from ..dashboard.views import is_loopback
 
     a = ctx.args
+    if bool(a.tls_cert) != bool(a.tls_key):
+        raise CliError("--tls-cert and --tls-key go together: give both, or neither")
+    if not is_loopback(a.address) and not a.tls_cert and not a.allow_plain_http:
+        # Anyone on the path would read the secret, the payloads and the logs, and act as you.
+        raise CliError(f"--address {a.address} is not a loopback address: serving it over plain HTTP sends the "
+                       "dashboard's secret and your data unencrypted; give --tls-cert and --tls-key, or "
+                       "--allow-plain-http to do it anyway")
+    from ..dashboard.server import run  # aiohttp: only now
+
     conn, namespace = ctx.conn, None if ctx.all_namespaces else ctx.namespace
+    tls = (a.tls_cert, a.tls_key) if a.tls_cert else None
     try:
-        run(conn, namespace, a.address, a.port, ctx.say, ctx.note)
+        run(conn, namespace, a.address, a.port, ctx.say, ctx.note, tls)
     except OSError as exc:
-        raise CliError(f"cannot listen on {a.address}:{a.port}: {exc.strerror or exc}") from None
+        what = f"read --tls-cert/--tls-key ({a.tls_cert}, {a.tls_key})" if tls and not exc.strerror else \
+            f"listen on {a.address}:{a.port}"
+        raise CliError(f"cannot {what}: {exc.strerror or exc}") from None
     return 0
 
 
@@ -28,7 +40,13 @@ def register(sub: argparse._SubParsersAction, flags: argparse.ArgumentParser) ->
                     "credentials; what you may not see or do, it cannot either) and print its URL. Shows the "
                     "namespace of -n (default: the kubeconfig context's), or every namespace with -A.")
     cmd.add_argument("--address", default="127.0.0.1", help="the address to listen on (default 127.0.0.1; "
-                                                            "another one lets others act as you)")
+                                                            "another one lets others act as you, and needs "
+                                                            "--tls-cert and --tls-key or --allow-plain-http)")
+    cmd.add_argument("--tls-cert", help="serve HTTPS with this PEM certificate (chain); with --tls-key")
+    cmd.add_argument("--tls-key", help="the certificate's PEM private key")
+    cmd.add_argument("--allow-plain-http", action="store_true",
+                     help="serve a non-loopback --address over plain HTTP (the secret and your data travel "
+                          "unencrypted)")
     cmd.add_argument("--port", type=port_or_zero, default=8800, help="the port (default 8800; 0 picks a free one)")
     cmd.set_defaults(func=_run, cli=True)
 

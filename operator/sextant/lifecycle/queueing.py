@@ -161,6 +161,19 @@ def status_body(numbers: QueueNumbers, generation: int | None) -> dict[str, Any]
     }
 
 
+def numbers_of_status(status: Any) -> QueueNumbers:
+    """A Queue's status back into its numbers (what status_body wrote; absent or unreadable fields read as 0)."""
+    status = status if isinstance(status, dict) else {}
+
+    def count(key: str) -> int:
+        value = status.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+    return QueueNumbers(running=count("running"), queued=count("queued"), starting=count("starting"),
+                        scheduled=count("scheduled"), failed=count("failed"),
+                        oldest_queued_at=time_or_none(status.get("oldestQueuedAt")))
+
+
 def same_status(stored: dict[str, Any] | None, body: dict[str, Any]) -> bool:
     """Whether a Queue's stored status already says what body says (an absent field reads as null)."""
     stored = stored or {}
