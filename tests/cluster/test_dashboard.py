@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import ssl
 import subprocess
 import sys
 import time
@@ -37,18 +38,19 @@ pytestmark = pytest.mark.cluster
 CHROMIUM = "/usr/bin/chromium"
 FOREVER = {"sextant.dev/test-outcome": "run-forever"}
 EXIT = "sextant.dev/test-exit-code"
-URL_RE = re.compile(r"at ((http://127\.0\.0\.1:\d+/)\?secret=([\w-]+)) ")
+URL_RE = re.compile(r"at ((https?://[^/\s]+/)\?secret=([\w-]+)) ")
 
 
 class DashboardProcess:
     """`sextant dashboard --port 0` as its own process; `printed` is the URL it printed (with its secret), `url`
     the same without it, `enter(page)` opens the printed one (the browser keeps the secret as a cookie)."""
 
-    def __init__(self, kubeconfig_path: Path, namespace: str, log_dir: Path) -> None:
+    def __init__(self, kubeconfig_path: Path, namespace: str, log_dir: Path, *extra: str) -> None:
         self.log_path = log_dir / "dashboard.log"
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "sextant", "--kubeconfig", str(kubeconfig_path), "dashboard",
-             "-n", namespace, "--port", "0"], stdout=subprocess.PIPE, stderr=open(self.log_path, "wb"), text=True)
+             "-n", namespace, "--port", "0", *extra], stdout=subprocess.PIPE, stderr=open(self.log_path, "wb"),
+            text=True)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()  # the URL line, once it listens
         match = URL_RE.search(line)
@@ -73,8 +75,8 @@ class DashboardProcess:
 def dashboard(cluster, namespace, crds, tmp_path) -> Iterator[Any]:
     started: list[DashboardProcess] = []
 
-    def start(config: Path | None = None) -> DashboardProcess:
-        proc = DashboardProcess(config or cluster.kubeconfig, namespace, tmp_path)
+    def start(config: Path | None = None, *extra: str) -> DashboardProcess:
+        proc = DashboardProcess(config or cluster.kubeconfig, namespace, tmp_path, *extra)
         started.append(proc)
         return proc
 
@@ -235,11 +237,46 @@ def test_every_request_needs_the_secret_which_the_printed_url_turns_into_a_stric
     assert allowed.status_code == 409 and "not found" in allowed.json()["message"], allowed.text
 
 
+def test_a_pod_log_is_read_with_limit_bytes(cluster, namespace, crds, dashboard, local_node):
+    """3000 lines of 400 bytes (1.2 MB): the API server sends at most 512 KiB of them, so the dashboard shows the
+    first 512 KiB of the tail it asked for, and says how to read the rest."""
+    script = "i=0; while [ $i -lt 3000 ]; do printf 'line %05d %0390d\\n' $i 0; i=$((i+1)); done"
+    apply(cluster, namespace, local_node.pod("chatty", script))
+    wait_for(lambda: "Succeeded" in cluster.kubectl("get", "pod", "-n", namespace, "chatty", "-o",
+                                                     "jsonpath={.status.phase}").stdout, 60,
+             message="the chatty pod to finish")
+    dash = dashboard()
+    entry = httpx.get(f"{dash.printed}")
+    jar = dict(entry.cookies)
+    log = httpx.get(f"{dash.url}logs/{namespace}/chatty", cookies=jar)
+    assert log.status_code == 200, log.text
+    note, _, text = log.text.partition("\n")
+    assert note == "[at most the last 5000 lines and 512 KiB of them are shown; `sextant logs` shows the whole log]"
+    assert len(text.encode()) <= 512 * 1024 and text.startswith("line 00000 ")  # cut by the API server: its start
+
+
 def test_a_non_loopback_address_without_tls_is_refused_at_start(cluster):
     proc = sextant(cluster, "dashboard", "--address", "0.0.0.0", "--port", "0")
     assert proc.returncode == 1 and proc.stdout == ""
     assert "--address 0.0.0.0 is not a loopback address" in proc.stderr and "--allow-plain-http" in proc.stderr
     assert "--tls-cert" in proc.stderr
+
+
+def test_over_tls_on_every_interface_the_cookie_is_secure(cluster, namespace, crds, dashboard, tmp_path):
+    if cluster.local.external:
+        pytest.skip("uses the local control plane's certificates (kwokctl's pki) as test certificates")
+    pki = cluster.local.workdir / "pki"  # admin.crt's names include 127.0.0.1 and localhost
+    dash = dashboard(None, "--address", "0.0.0.0", "--tls-cert", str(pki / "admin.crt"), "--tls-key",
+                     str(pki / "admin.key"))
+    assert dash.url.startswith("https://0.0.0.0:")
+    local = dash.url.replace("0.0.0.0", "127.0.0.1")
+    trust = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+    entry = httpx.get(f"{local}?secret={dash.secret}", verify=trust)
+    assert entry.status_code == 303 and "Secure" in entry.headers["Set-Cookie"], entry.headers
+    assert httpx.get(local + "jobs", verify=trust, cookies=dict(entry.cookies)).status_code == 200
+    assert httpx.get(local + "jobs", verify=trust).status_code == 401
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(local.replace("https", "http"), timeout=2)  # no plain HTTP beside it
 
 
 def apiserver_lists(cluster, resource: str) -> float:

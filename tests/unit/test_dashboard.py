@@ -142,6 +142,15 @@ def test_allowed_hosts_of_loopback_and_of_another_address():
     assert HOSTS == {"127.0.0.1:8800", "localhost:8800", "[::1]:8800"}
     assert allowed_hosts("10.0.0.5", 80) == {"10.0.0.5:80"}
     assert allowed_hosts("fd00::1", 80) == {"fd00::1:80", "[fd00::1]:80"}
+    assert allowed_hosts("0.0.0.0", 80) is None and allowed_hosts("::", 80) is None  # any name: the secret guards
+
+
+def test_a_wildcard_address_takes_any_host_but_only_its_own_origin():
+    wild = {"Host": "box.example:80"}
+    assert door("GET", "/", {}, wild, TOKEN, TOKEN, None) == Door()
+    assert door("POST", "/", {}, {**wild, "Origin": "http://box.example:80"}, TOKEN, TOKEN, None) == Door()
+    assert "Origin" in door("POST", "/", {}, {**wild, "Origin": "http://evil.example"}, TOKEN, TOKEN, None).refusal
+    assert "secret" in door("GET", "/", {}, wild, None, TOKEN, None).refusal
 
 
 H = {"Host": "127.0.0.1:8800"}
@@ -172,7 +181,8 @@ def test_the_door(method, query, headers, cookie, refused):
 
 
 def test_the_printed_urls_secret_becomes_the_cookie_and_leaves_the_url():
-    assert door("GET", "/jobs", {"secret": TOKEN, "queue": "q"}, H, None, TOKEN, HOSTS) == Door(redirect="/jobs?queue=q")
+    entry = door("GET", "/jobs", {"secret": TOKEN, "queue": "q"}, H, None, TOKEN, HOSTS)
+    assert entry == Door(redirect="/jobs?queue=q")
     assert door("GET", "/", {"secret": TOKEN}, H, "old", TOKEN, HOSTS) == Door(redirect="/")
     assert door("POST", "/", {}, {**H, "Origin": "https://127.0.0.1:8800"}, TOKEN, TOKEN, HOSTS, "https") == Door()
 

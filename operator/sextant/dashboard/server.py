@@ -97,7 +97,7 @@ class Dashboard:
         self.client = Client(conn, user_agent="sextant-dashboard")
         self.cache = JobCache(self.kube, namespace)
         self.secret = secrets.token_urlsafe(32)
-        self.hosts: frozenset[str] = frozenset()
+        self.hosts: frozenset[str] | None = frozenset()
         self.port = 0
         self.tls = False
         self.static = {name: (resources.files(__package__) / "static" / name).read_bytes()

@@ -176,9 +176,12 @@ def millis(delta: timedelta) -> str:
 
 
 # --- cross-site requests -------------------------------------------------------------------------------------
-def allowed_hosts(address: str, port: int) -> frozenset[str]:
+def allowed_hosts(address: str, port: int) -> frozenset[str] | None:
     """The Host headers this server answers: its address and port, and localhost's names for a loopback one.
-    Anything else is a DNS-rebinding page or a mistake."""
+    Anything else is a DNS-rebinding page or a mistake. None for a wildcard address (0.0.0.0, ::): any name of the
+    machine may reach it, and the secret alone keeps others out."""
+    if address in ("0.0.0.0", "::", "[::]"):
+        return None
     hosts = {f"{address}:{port}"}
     if address in ("127.0.0.1", "::1", "localhost"):
         hosts |= {f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"}
@@ -217,20 +220,20 @@ class Door:
 
 
 def door(method: str, path: str, query: Mapping[str, str], headers: Mapping[str, str], cookie: str | None,
-         secret: str, hosts: frozenset[str], scheme: str = "http") -> Door:
+         secret: str, hosts: frozenset[str] | None, scheme: str = "http") -> Door:
     """Every request must name one of our hosts (DNS rebinding) and carry the per-process secret: in the session
     cookie, or once, in the URL the dashboard printed (then the cookie is set and the browser sent on without it,
     so that the secret stays out of the history and the address bar). A request that changes something (not
     GET/HEAD) must also come from our own page: an Origin, when sent, that is ours. The cookie is SameSite=Strict
     (another site's page cannot send it) and HttpOnly (no script, ours included, reads it)."""
     host = headers.get("Host", "")
-    if host not in hosts:
+    if not host or (hosts is not None and host not in hosts):
         return Door(f"unexpected Host header {host!r}")
     if method not in ("GET", "HEAD"):
         origin = headers.get("Origin")
         if origin is not None:
             parts = urlsplit(origin)
-            if parts.scheme != scheme or parts.netloc not in hosts:
+            if parts.scheme != scheme or parts.netloc not in (hosts if hosts is not None else {host}):
                 return Door(f"cross-site request refused (Origin {origin!r})")
     given = query.get(SECRET_PARAM)
     if given is not None and method in ("GET", "HEAD"):
