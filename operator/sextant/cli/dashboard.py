@@ -9,27 +9,33 @@ from ..resources.inputs import port_or_zero
 from .context import CliError, Context
 
 
-def _run(ctx: Context) -> int:
+def _problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with the address and TLS flags together, checked before anything starts (a usage error)."""
     from ..dashboard.views import is_loopback
 
-    a = ctx.args
-    if bool(a.tls_cert) != bool(a.tls_key):
-        raise CliError("--tls-cert and --tls-key go together: give both, or neither")
-    if not is_loopback(a.address) and not a.tls_cert and not a.allow_plain_http:
+    if bool(args.tls_cert) != bool(args.tls_key):
+        return "--tls-cert and --tls-key go together: give both or neither"
+    if not is_loopback(args.address) and not args.tls_cert and not args.allow_plain_http:
         # Anyone on the path would read the secret, the payloads and the logs, and act as you.
-        raise CliError(f"--address {a.address} is not a loopback address: serving it over plain HTTP sends the "
-                       "dashboard's secret and your data unencrypted; give --tls-cert and --tls-key, or "
-                       "--allow-plain-http to do it anyway")
-    from ..dashboard.server import run  # aiohttp: only now
+        return (f"--address {args.address} is not a loopback address: serving it over plain HTTP sends the "
+                "dashboard's secret and your data unencrypted; give --tls-cert and --tls-key, or "
+                "--allow-plain-http to do it anyway")
+    return None
+
+
+def _run(ctx: Context) -> int:
+    from ..dashboard.server import TlsFiles, run  # aiohttp: only now
+
+    a = ctx.args
 
     conn, namespace = ctx.conn, None if ctx.all_namespaces else ctx.namespace
     tls = (a.tls_cert, a.tls_key) if a.tls_cert else None
     try:
         run(conn, namespace, a.address, a.port, ctx.say, ctx.note, tls)
+    except TlsFiles as exc:
+        raise CliError(str(exc)) from None
     except OSError as exc:
-        what = f"read --tls-cert/--tls-key ({a.tls_cert}, {a.tls_key})" if tls and not exc.strerror else \
-            f"listen on {a.address}:{a.port}"
-        raise CliError(f"cannot {what}: {exc.strerror or exc}") from None
+        raise CliError(f"cannot listen on {a.address}:{a.port}: {exc.strerror or exc}") from None
     return 0
 
 
@@ -48,5 +54,5 @@ def register(sub: argparse._SubParsersAction, flags: argparse.ArgumentParser) ->
                      help="serve a non-loopback --address over plain HTTP (the secret and your data travel "
                           "unencrypted)")
     cmd.add_argument("--port", type=port_or_zero, default=8800, help="the port (default 8800; 0 picks a free one)")
-    cmd.set_defaults(func=_run, cli=True)
+    cmd.set_defaults(func=_run, cli=True, usage_problem=_problem)
 

@@ -426,6 +426,10 @@ class Dashboard:
         return web.Response(body=self.static[name], content_type=kind)
 
 
+class TlsFiles(ValueError):
+    """The certificate or key cannot be read or do not match; the message names the flags and the files."""
+
+
 def _event_time(event: dict[str, Any]) -> str:
     return event.get("lastTimestamp") or event.get("eventTime") or (event.get("metadata") or {}).get(
         "creationTimestamp") or ""
@@ -454,12 +458,16 @@ async def serve(dashboard: Dashboard, address: str, port: int, say: Callable[[st
 def run(conn: Connection, namespace: str | None, address: str, port: int, say: Callable[[str], None],
         note: Callable[[str], None], tls: tuple[str, str] | None = None) -> None:
     """Serve the dashboard of namespace (None: every namespace) until Ctrl-C, over HTTPS with tls (certificate
-    and key files); OSError when it cannot listen or read them (ssl.SSLError is one)."""
-    dashboard = Dashboard(conn, namespace)
+    and key files); TlsFiles when it cannot read those, OSError when it cannot listen."""
     context = None
     if tls is not None:
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        context.load_cert_chain(*tls)
+        try:
+            context.load_cert_chain(*tls)
+        except OSError as exc:  # ssl.SSLError is one
+            raise TlsFiles(f"cannot read --tls-cert {tls[0]} and --tls-key {tls[1]}: "
+                           f"{exc.strerror or exc}") from None
+    dashboard = Dashboard(conn, namespace)
     if not is_loopback(address):
         note(f"warning: serving on {address}: anyone who can reach it and has its URL acts with your credentials")
     asyncio.run(serve(dashboard, address, port, say, context))
