@@ -247,10 +247,13 @@ class Client:
     def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
         return self.request("GET", contract.pods_path(namespace, name))
 
-    def pod_log(self, namespace: str, pod: str, container: str | None = None, *,
-                follow: bool = False) -> Iterator[str]:
-        """The container's log through the API server (pods/log), as text chunks; follow streams until it ends."""
-        params = {k: v for k, v in (("container", container), ("follow", "true" if follow else None)) if v}
+    def pod_log(self, namespace: str, pod: str, container: str | None = None, *, follow: bool = False,
+                tail_lines: int | None = None, limit_bytes: int | None = None) -> Iterator[str]:
+        """The container's log through the API server (pods/log), as text chunks; follow streams until it ends.
+        tail_lines and limit_bytes are the API server's tailLines and limitBytes: it sends no more than that."""
+        params = {k: v for k, v in (("container", container), ("follow", "true" if follow else None),
+                                    ("tailLines", None if tail_lines is None else str(tail_lines)),
+                                    ("limitBytes", None if limit_bytes is None else str(limit_bytes))) if v}
         timeout = httpx.Timeout(30, read=None if follow else 60)
         with self.http.stream("GET", contract.pods_path(namespace, pod, "log"), params=params,
                               headers={**self.conn.headers(), "Accept": "*/*"}, timeout=timeout) as resp:
@@ -258,6 +261,28 @@ class Client:
                 resp.read()
                 _raise_for(resp)
             yield from resp.iter_text()
+
+
+def missing_warning(kind: str, name: str, namespace: str) -> str:
+    """The warning of a create whose queue or handler does not exist (the job is made, and waits: Blocked)."""
+    reason = "QueueNotFound" if kind == "queue" else "HandlerNotFound"
+    return (f"{kind} {name} does not exist in namespace {namespace}: the job waits (Blocked, {reason}) until it "
+            "is created")
+
+
+def create_warnings(client: Client, namespace: str, queue: str, handler: str) -> list[str]:
+    """Why a job just created will wait: its queue or handler does not exist (a get as the caller; one the caller
+    may not read is not reported, rather than wrongly)."""
+    out = []
+    for kind, name, path in (("queue", queue, contract.queues_path(namespace, queue)),
+                             ("handler", handler, contract.handlers_path(namespace, handler))):
+        try:
+            client.request("GET", path)
+        except NotFound:
+            out.append(missing_warning(kind, name, namespace))
+        except ApiError:
+            pass
+    return out
 
 
 # --- what a request means, in words --------------------------------------------------------------------------

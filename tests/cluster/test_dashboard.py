@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import ssl
 import subprocess
 import sys
 import time
@@ -27,29 +28,40 @@ from sextant.kube import kubeconfig
 from sextant.kube.client import Kube
 from tests.harness import wait_for
 
-from .plugin_support import ID_RE, ok, sextant, token_kubeconfig
-from .support import WorkerProcess, apply, handler, queue
+from prometheus_client.parser import text_string_to_metric_families
+
+from .plugin_support import ID_RE, job_json, ok, sextant, token_kubeconfig
+from .support import WorkerProcess, apply, handler, job, queue
 
 pytestmark = pytest.mark.cluster
 
 CHROMIUM = "/usr/bin/chromium"
 FOREVER = {"sextant.dev/test-outcome": "run-forever"}
-URL_RE = re.compile(r"at (http://127\.0\.0\.1:\d+/)")
+EXIT = "sextant.dev/test-exit-code"
+URL_RE = re.compile(r"at ((https?://[^/\s]+/)\?secret=([\w-]+)) ")
 
 
 class DashboardProcess:
-    """`sextant dashboard --port 0` as its own process; `url` is the one it printed."""
+    """`sextant dashboard --port 0` as its own process; `printed` is the URL it printed (with its secret), `url`
+    the same without it, `enter(page)` opens the printed one (the browser keeps the secret as a cookie)."""
 
-    def __init__(self, kubeconfig_path: Path, namespace: str, log_dir: Path) -> None:
+    def __init__(self, kubeconfig_path: Path, namespace: str, log_dir: Path, *extra: str) -> None:
         self.log_path = log_dir / "dashboard.log"
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "sextant", "--kubeconfig", str(kubeconfig_path), "dashboard",
-             "-n", namespace, "--port", "0"], stdout=subprocess.PIPE, stderr=open(self.log_path, "wb"), text=True)
+             "-n", namespace, "--port", "0", *extra], stdout=subprocess.PIPE, stderr=open(self.log_path, "wb"),
+            text=True)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()  # the URL line, once it listens
         match = URL_RE.search(line)
         assert match, f"no URL in {line!r}: {self.log_path.read_text()}"
-        self.url = match.group(1)
+        self.printed, self.url, self.secret = match.groups()
+
+    def enter(self, page: Any, path: str = "") -> None:
+        page.goto(self.printed)
+        assert page.url == self.url, page.url  # the secret left the address bar
+        if path:
+            page.goto(self.url + path)
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -63,8 +75,8 @@ class DashboardProcess:
 def dashboard(cluster, namespace, crds, tmp_path) -> Iterator[Any]:
     started: list[DashboardProcess] = []
 
-    def start(config: Path | None = None) -> DashboardProcess:
-        proc = DashboardProcess(config or cluster.kubeconfig, namespace, tmp_path)
+    def start(config: Path | None = None, *extra: str) -> DashboardProcess:
+        proc = DashboardProcess(config or cluster.kubeconfig, namespace, tmp_path, *extra)
         started.append(proc)
         return proc
 
@@ -115,7 +127,7 @@ def test_a_job_created_from_the_cli_appears_without_a_reload_and_succeeds(cluste
     apply(cluster, namespace, queue("q", concurrency=2),
           handler("h", annotations={"sextant.dev/test-duration": "2s"}))
     dash = dashboard()
-    page.goto(dash.url + "jobs")
+    dash.enter(page, "jobs")
     expect(page.locator("h1")).to_have_text("Jobs")
     expect(page.locator("header .scope")).to_have_text(f"namespace {namespace}")
     loads = []
@@ -125,6 +137,12 @@ def test_a_job_created_from_the_cli_appears_without_a_reload_and_succeeds(cluste
     expect(row).to_be_visible(timeout=15_000)
     expect(row.locator(".state")).to_have_text("succeeded", timeout=60_000)
     assert loads == [], "the page was reloaded"
+    newer = create(cluster, namespace, "h")  # newest first, whatever the names' order
+    expect(page.locator("#jobs tbody tr").first).to_have_attribute("data-job", newer, timeout=15_000)
+    expect(page.locator("#jobs tbody tr").nth(1)).to_have_attribute("data-job", ident)
+    head = page.locator("#jobs thead th").all_inner_texts()
+    assert head == ["id", "state", "attempt", "sequence", "queue", "handler", "schedule", "created", "error"], head
+    expect(row.locator("td").nth(3)).to_have_text("1")  # the attempt's sequence
     # The queues view counts it, the job's page draws its attempt.
     page.goto(dash.url)
     expect(page.locator("#queues")).to_contain_text("q")
@@ -132,6 +150,10 @@ def test_a_job_created_from_the_cli_appears_without_a_reload_and_succeeds(cluste
     expect(page.locator("#job-state")).to_have_text("succeeded")
     expect(page.locator(".timeline .bar.succeeded")).to_have_count(1)
     expect(page.locator("#attempts")).to_contain_text(f"{ident.replace('_', '-')}-1")
+    took = page.locator("#attempts tbody tr td").nth(6).inner_text()
+    assert re.fullmatch(r"\d+\.\d{3}s", took), took  # to the millisecond
+    # A finished job offers neither action: succeeded can be neither cancelled nor retried.
+    expect(page.locator(".actions button")).to_have_count(0)
 
 
 def test_cancel_from_the_page_ends_a_running_job_cancelled(cluster, namespace, operator, dashboard, page):
@@ -141,8 +163,9 @@ def test_cancel_from_the_page_ends_a_running_job_cancelled(cluster, namespace, o
     ident = create(cluster, namespace, "slow")
     wait_for(lambda: job_state(cluster, namespace, ident) == "running", 30, message=f"job {ident} to run")
     dash = dashboard()
-    page.goto(f"{dash.url}jobs/{namespace}/{ident}")
+    dash.enter(page, f"jobs/{namespace}/{ident}")
     expect(page.locator("#job-state")).to_have_text("running")
+    expect(page.get_by_role("button", name="retry")).to_have_count(0)  # running: only a cancel is offered
     asked: list[str] = []
 
     def answer(dialog) -> None:
@@ -155,12 +178,8 @@ def test_cancel_from_the_page_ends_a_running_job_cancelled(cluster, namespace, o
     assert asked == [f"Cancel job {ident}?"]
     expect(page.locator("#job-state")).to_have_text("cancelled", timeout=60_000)
     assert job_state(cluster, namespace, ident) == "cancelled"
-    # A retry now is refused in the CLI's words (the API server's CEL rule), shown on the page.
-    page.get_by_role("button", name="retry").click()
-    expect(page.locator("#flash")).to_contain_text(
-        f"error: job {ident}: cannot retry: the job is cancelled; only failed or dead jobs can be retried")
-    expect(page.locator("#flash")).to_have_class("bad")
-    assert asked[-1] == f"Retry job {ident}? Its attempts start again from 1."
+    # Cancelled: neither cancel nor retry is offered any more (resources/job.py's CANCELLABLE and RETRYABLE).
+    expect(page.locator(".actions button")).to_have_count(0)
 
 
 def test_a_user_whose_rbac_forbids_jobs_sees_forbidden_and_foreign_posts_are_refused(cluster, namespace, crds,
@@ -175,7 +194,7 @@ def test_a_user_whose_rbac_forbids_jobs_sees_forbidden_and_foreign_posts_are_ref
                     f"--serviceaccount={namespace}:{sa}")
     token = cluster.kubectl("create", "token", "-n", namespace, sa, "--duration=1h").stdout.strip()
     dash = dashboard(token_kubeconfig(cluster, token, namespace, tmp_path / "no-jobs.kubeconfig"))
-    page.goto(dash.url + "jobs")
+    dash.enter(page, "jobs")
     refusal = page.locator(".forbidden")
     expect(refusal).to_contain_text("Forbidden")
     expect(refusal).to_contain_text(f"list jobs in namespace {namespace}")
@@ -185,16 +204,160 @@ def test_a_user_whose_rbac_forbids_jobs_sees_forbidden_and_foreign_posts_are_ref
     expect(page.locator("#queues")).to_have_count(0)
     page.goto(dash.url + "schedules")  # what the user may read is shown
     expect(page.locator("#schedules-empty")).to_be_visible()
-    # An action without the page's token, or from another origin or Host, is refused before it acts.
+    assert dash.secret not in page.content()  # no page holds the secret: a GET without the cookie reads nothing
+
+
+def test_every_request_needs_the_secret_which_the_printed_url_turns_into_a_strict_cookie(cluster, namespace, crds,
+                                                                                        dashboard):
+    dash = dashboard()
+    # Without the secret, a GET reads nothing: not a page, not a fragment, not a log, not the script.
+    for path in ("", "jobs", f"jobs/{namespace}/job_abcdefgh", "fragment/jobs", f"logs/{namespace}/p",
+                 "static/dashboard.js"):
+        answer = httpx.get(dash.url + path)
+        assert answer.status_code == 401 and "open the URL that `sextant dashboard` printed" in answer.text, path
+    assert httpx.get(dash.url + "jobs?secret=guess").status_code == 401
+    # The printed URL: the cookie is set (HttpOnly, SameSite=Strict) and the browser sent on without the secret.
+    entry = httpx.get(dash.url + f"jobs?queue=q&secret={dash.secret}")
+    assert entry.status_code == 303 and entry.headers["Location"] == "/jobs?queue=q"
+    cookie = entry.headers["Set-Cookie"]
+    assert re.match(r"sextant-dashboard-\d+=" + re.escape(dash.secret) + ";", cookie), cookie
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/" in cookie, cookie
+    jar = {cookie.split("=", 1)[0]: dash.secret}
+    page = httpx.get(dash.url + "jobs", cookies=jar)
+    assert page.status_code == 200 and dash.secret not in page.text
+    # An action without the cookie, or from another origin or Host, is refused before it acts.
     cancel = f"{dash.url}api/jobs/{namespace}/job_abcdefgh/cancel"
-    page_token = page.locator('meta[name="sextant-token"]').get_attribute("content")
-    refused = [httpx.post(cancel),
-               httpx.post(cancel, headers={"X-Sextant-Token": page_token, "Origin": "http://evil.example"}),
-               httpx.post(cancel, headers={"X-Sextant-Token": page_token, "Host": "evil.example:80"})]
-    assert [r.status_code for r in refused] == [403, 403, 403]
-    assert "X-Sextant-Token" in refused[0].json()["message"] and "Origin" in refused[1].json()["message"]
-    allowed = httpx.post(cancel, headers={"X-Sextant-Token": page_token})  # ours: the API server decides
-    assert allowed.status_code == 409 and "forbidden" in allowed.json()["message"].lower(), allowed.text
+    refused = [httpx.post(cancel), httpx.post(cancel, headers={"X-Sextant-Token": dash.secret}),
+               httpx.post(cancel + f"?secret={dash.secret}"),
+               httpx.post(cancel, cookies=jar, headers={"Origin": "http://evil.example"}),
+               httpx.post(cancel, cookies=jar, headers={"Host": "evil.example:80"})]
+    assert [r.status_code for r in refused] == [401, 401, 401, 403, 403]
+    assert "secret" in refused[0].json()["message"] and "Origin" in refused[3].json()["message"]
+    allowed = httpx.post(cancel, cookies=jar)  # ours: the API server decides
+    assert allowed.status_code == 409 and "not found" in allowed.json()["message"], allowed.text
+
+
+def test_a_pod_log_is_read_with_limit_bytes(cluster, namespace, crds, dashboard, local_node):
+    """3000 lines of 400 bytes (1.2 MB): the API server sends at most 512 KiB of them, so the dashboard shows the
+    first 512 KiB of the tail it asked for, and says how to read the rest."""
+    script = "i=0; while [ $i -lt 3000 ]; do printf 'line %05d %0390d\\n' $i 0; i=$((i+1)); done"
+    apply(cluster, namespace, local_node.pod("chatty", script))
+    wait_for(lambda: "Succeeded" in cluster.kubectl("get", "pod", "-n", namespace, "chatty", "-o",
+                                                     "jsonpath={.status.phase}").stdout, 60,
+             message="the chatty pod to finish")
+    dash = dashboard()
+    entry = httpx.get(f"{dash.printed}")
+    jar = dict(entry.cookies)
+    log = httpx.get(f"{dash.url}logs/{namespace}/chatty", cookies=jar)
+    assert log.status_code == 200, log.text
+    note, _, text = log.text.partition("\n")
+    assert note == "[at most the last 5000 lines and 512 KiB of them are shown; `sextant logs` shows the whole log]"
+    assert len(text.encode()) <= 512 * 1024 and text.startswith("line 00000 ")  # cut by the API server: its start
+
+
+def test_a_non_loopback_address_without_tls_is_refused_at_start(cluster):
+    proc = sextant(cluster, "dashboard", "--address", "0.0.0.0", "--port", "0", timeout=20)
+    assert proc.returncode == 2 and proc.stdout == ""  # a usage error: nothing started
+    assert "--address 0.0.0.0 is not a loopback address" in proc.stderr and "--allow-plain-http" in proc.stderr
+    assert "--tls-cert" in proc.stderr
+
+
+def test_over_tls_on_every_interface_the_cookie_is_secure(cluster, namespace, crds, dashboard, tmp_path):
+    if cluster.local.external:
+        pytest.skip("uses the local control plane's certificates (kwokctl's pki) as test certificates")
+    pki = cluster.local.workdir / "pki"  # admin.crt's names include 127.0.0.1 and localhost
+    dash = dashboard(None, "--address", "0.0.0.0", "--tls-cert", str(pki / "admin.crt"), "--tls-key",
+                     str(pki / "admin.key"))
+    assert dash.url.startswith("https://0.0.0.0:")
+    local = dash.url.replace("0.0.0.0", "127.0.0.1")
+    trust = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+    entry = httpx.get(f"{local}?secret={dash.secret}", verify=trust)
+    assert entry.status_code == 303 and "Secure" in entry.headers["Set-Cookie"], entry.headers
+    assert httpx.get(local + "jobs", verify=trust, cookies=dict(entry.cookies)).status_code == 200
+    assert httpx.get(local + "jobs", verify=trust).status_code == 401
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(local.replace("https", "http"), timeout=2)  # no plain HTTP beside it
+
+
+def apiserver_lists(cluster, resource: str) -> float:
+    """LIST requests the API server has served for a resource of sextant.dev (its own request counter)."""
+    text = cluster.kubectl("get", "--raw", "/metrics").stdout
+    return sum(s.value for family in text_string_to_metric_families(text) for s in family.samples
+               if s.name == "apiserver_request_total" and s.labels.get("verb") == "LIST"
+               and s.labels.get("group") == "sextant.dev" and s.labels.get("resource") == resource)
+
+
+def test_the_jobs_view_makes_no_list_call_per_request_whatever_the_filter(cluster, namespace, crds, dashboard,
+                                                                         page):
+    from playwright.sync_api import expect
+
+    for i in range(3):
+        apply(cluster, namespace, job(f"job-abcd{i:04d}", "q", "h"))
+    dash = dashboard()
+    dash.enter(page, "jobs?q=abcd0001")
+    expect(page.locator("#jobs tbody tr")).to_have_count(1)
+    before = apiserver_lists(cluster, "jobs")
+    cookies = {c["name"]: c["value"] for c in page.context.cookies()}
+    for text in ["abcd0002", "zzzz", "abcd"] * 10:  # a text that matches nothing used to read every job
+        answer = httpx.get(dash.url + f"jobs?q={text}&queue=q", cookies=cookies)
+        assert answer.status_code == 200
+    page.goto(dash.url + "jobs?q=abcd")
+    expect(page.locator("#jobs tbody tr")).to_have_count(3)
+    # 30 GETs, no LIST of theirs: what the counter shows besides is others' (the namespace controller deleting
+    # the namespaces of earlier tests lists every resource in them).
+    assert apiserver_lists(cluster, "jobs") - before < 5
+
+
+def test_why_a_job_waits_its_conditions_events_and_a_bulk_retry_of_a_filter(cluster, namespace, operator, dashboard,
+                                                                            page):
+    from playwright.sync_api import expect
+
+    apply(cluster, namespace, queue("q", concurrency=3, maxAttempts=1), handler("fails", annotations={EXIT: "3"}))
+    waiting = create(cluster, namespace, "fails", "gretings")  # no such queue: it waits, Blocked
+    doomed = [create(cluster, namespace, "fails") for _ in range(3)]
+    for ident in doomed:
+        wait_for(lambda: job_state(cluster, namespace, ident) == "dead", 60, message=f"job {ident} to be dead")
+    dash = dashboard()
+    dash.enter(page, f"jobs/{namespace}/{waiting}")
+    expect(page.locator("#job-waiting")).to_contain_text("QueueNotFound: queue 'gretings' does not exist",
+                                                         timeout=30_000)
+    expect(page.locator("#conditions")).to_contain_text("Blocked")
+    page.goto(f"{dash.url}jobs/{namespace}/{doomed[0]}")
+    expect(page.locator("#events tbody tr").first).to_be_visible()
+    expect(page.get_by_role("button", name="retry")).to_be_visible()
+    expect(page.get_by_role("button", name="cancel")).to_have_count(0)
+    # The jobs list says what went wrong; every dead job of the queue is retried with one confirmation.
+    page.goto(f"{dash.url}jobs?queue=q&state=dead")
+    expect(page.locator(f'tr[data-job="{doomed[0]}"] .error-text')).to_contain_text("exit code 3")
+    asked: list[str] = []
+
+    def answer(dialog) -> None:
+        asked.append(dialog.message)
+        dialog.accept()
+
+    page.on("dialog", answer)
+    page.get_by_role("button", name="retry all 3").click()
+    expect(page.locator("#flash")).to_contain_text("retry requested for 3 of 3 jobs (queue q, state dead)")
+    assert asked == ["Retry the 3 failed or dead jobs that match (queue q, state dead)?"]
+    for ident in doomed:
+        wait_for(lambda: len(job_json(cluster, namespace, ident)["status"].get("attempts") or []) == 2, 60,
+                 message=f"job {ident} to run again")
+
+
+def test_an_invalid_schedule_is_flagged_and_offers_no_run_now(cluster, namespace, operator, dashboard, page):
+    from playwright.sync_api import expect
+
+    apply(cluster, namespace, queue("q"), handler("h"),
+          {"apiVersion": "sextant.dev/v1alpha1", "kind": "Schedule", "metadata": {"name": "nowhere"},
+           "spec": {"interval": "1h", "timeZone": "Mars/Olympus_Mons", "jobTemplate": {"queue": "q", "handler": "h"}}},
+          {"apiVersion": "sextant.dev/v1alpha1", "kind": "Schedule", "metadata": {"name": "hourly"},
+           "spec": {"interval": "1h", "jobTemplate": {"queue": "q", "handler": "h"}}})
+    dash = dashboard()
+    dash.enter(page, "schedules")
+    broken = page.locator('tr[data-schedule="nowhere"]')
+    expect(broken.locator(".invalid")).to_contain_text("invalid: InvalidTimeZone", timeout=30_000)
+    expect(broken.get_by_role("button", name="run now")).to_have_count(0)
+    expect(page.locator('tr[data-schedule="hourly"]').get_by_role("button", name="run now")).to_be_visible()
 
 
 # ------------------------------------------------------------------------------------------ not tests: on request
@@ -229,7 +392,7 @@ def test_screenshots(cluster, namespace, operator, dashboard, page, tmp_path):
                        "--payload", '{"seconds": 600}'))
         wait_for(lambda: job_state(cluster, namespace, flaky) == "dead", 60, message="the flaky job to be dead")
         dash = dashboard()
-        page.goto(dash.url)
+        dash.enter(page)
         expect(page.locator("#queues")).to_contain_text("inline")
         page.screenshot(path=str(out / "dashboard-queues.png"))
         page.goto(dash.url + "jobs")
@@ -291,6 +454,7 @@ def _measure(dash: DashboardProcess, page: Any, count: int, made: float) -> None
     from playwright.sync_api import expect
 
     figures: dict[str, float] = {}
+    dash.enter(page)
 
     def timed(label: str, url: str, ready: str) -> None:
         start = time.monotonic()

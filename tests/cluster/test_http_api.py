@@ -4,6 +4,7 @@ with schemathesis."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -19,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sextant.http.openapi import document
 from tests.harness import wait_for
 
-from .plugin_support import ID_RE, grant, job_json, snapshot
+from .plugin_support import ID_RE, grant, job_json, sextant, snapshot
 from .support import apply, handler, job, queue
 
 EXIT = "sextant.dev/test-exit-code"
@@ -129,14 +130,77 @@ def test_jobs_through_the_api(cluster, api):
             break
     assert pages == [everything[:3], everything[3:]]
 
+    counted = {"scheduled": 1, "queued": 0, "running": 0, "succeeded": 1, "failed": 0, "dead": 1, "cancelled": 1}
+    # The unfinished numbers are the Queue's status, written every few seconds: they agree within a few.
+    wait_for(lambda: api.call("GET", "/v2/queues").json()["items"][0]["jobs"] == counted, 30,
+             message=lambda: f"/v2/queues to count {counted}: {api.call('GET', '/v2/queues').json()}")
     queues = api.call("GET", "/v2/queues").json()["items"]
     assert [(q["name"], q["exists"], q["concurrency"], q["running"]) for q in queues] == [("q", True, 10, 0)]
-    assert queues[0]["jobs"] == {"scheduled": 1, "queued": 0, "running": 0, "succeeded": 1, "failed": 0,
-                                 "dead": 1, "cancelled": 1}
     missing = api.call("GET", "/v2/jobs/job_zzzzzzzz")
     assert missing.status_code == 404
     assert missing.json()["error"]["message"] == f"job job_zzzzzzzz not found in namespace {api.namespace}"
     assert api.call("POST", "/v2/jobs/job_zzzzzzzz/cancel").status_code == 404
+
+
+def test_a_create_whose_queue_or_handler_does_not_exist_warns_and_every_create_answers_its_first_state(cluster,
+                                                                                                     api):
+    apply(cluster, api.namespace, queue("q"), handler("ok"))
+    ns = api.namespace
+    lost = api.call("POST", "/v2/jobs", json={"queue": "gretings", "handler": "nope"})
+    assert lost.status_code == 201, lost.text  # created all the same: it runs once they exist
+    words = [f"queue gretings does not exist in namespace {ns}: the job waits (Blocked, QueueNotFound) until it is "
+             "created",
+             f"handler nope does not exist in namespace {ns}: the job waits (Blocked, HandlerNotFound) until it is "
+             "created"]
+    assert lost.json()["warnings"] == words and lost.json()["state"] == "queued"
+    assert lost.headers.get_list("Warning") == [f'299 - "{w}"' for w in words]  # as the API server sends them
+    fine = api.call("POST", "/v2/jobs", json={"queue": "q", "handler": "ok", "run_at": "2099-01-01T00:00:00Z"})
+    assert fine.status_code == 201 and fine.json()["warnings"] == [] and "Warning" not in fine.headers
+    assert fine.json()["state"] == "scheduled"  # not null: the first state, before the operator writes it
+
+    def blocked() -> list[str]:
+        conditions = (job_json(cluster, ns, lost.json()["id"]).get("status") or {}).get("conditions") or []
+        return [c["reason"] for c in conditions if c["type"] == "Blocked" and c["status"] == "True"]
+
+    wait_for(lambda: blocked() == ["QueueNotFound"], 30, message=lambda: f"the job to be Blocked: {blocked()}")
+    # The CLI says the same on stderr, and succeeds: the job exists.
+    made = sextant(cluster, "jobs", "create", "-n", ns, "--queue", "gretings", "--handler", "ok")
+    assert made.returncode == 0 and ID_RE.match(made.stdout.strip()), made.stderr
+    assert made.stderr == f"Warning: {words[0]}\n"
+    quiet = sextant(cluster, "jobs", "create", "-n", ns, "--queue", "q", "--handler", "ok")
+    assert quiet.returncode == 0 and quiet.stderr == ""
+
+
+def test_queues_are_served_from_the_queues_status_and_the_finished_counts(cluster, api):
+    apply(cluster, api.namespace, queue("q", concurrency=2, maxAttempts=1), handler("slow", annotations=FOREVER),
+          handler("fails", annotations={EXIT: "3"}))
+    doomed = api.call("POST", "/v2/jobs", json={"queue": "q", "handler": "fails"}).json()["id"]
+    api.wait_state(doomed, "dead")
+    for _ in range(3):
+        api.call("POST", "/v2/jobs", json={"queue": "q", "handler": "slow"})
+    api.call("POST", "/v2/jobs", json={"queue": "q", "handler": "slow", "run_at": "2099-01-01T00:00:00Z"})
+    api.call("POST", "/v2/jobs", json={"queue": "gretings", "handler": "slow"})
+
+    def status() -> dict[str, Any]:
+        return job_json_queue(cluster, api.namespace, "q")
+
+    wanted = {"running": 2, "queued": 1, "scheduled": 1, "failed": 0}
+    wait_for(lambda: {k: status().get(k) for k in wanted} == wanted, 60,
+             message=lambda: f"the Queue's status to count {wanted}: {status()}")
+    items = {q["name"]: q for q in api.call("GET", "/v2/queues").json()["items"]}
+    q = items["q"]
+    kept = status()
+    assert (q["running"], q["starting"]) == (kept["running"], kept["starting"])  # `kubectl get squeue`'s numbers
+    assert q["jobs"] == {"scheduled": 1, "queued": 1, "running": 2, "failed": 0, "succeeded": 0, "dead": 1,
+                         "cancelled": 0}
+    assert q["oldest_queued_at"] == kept["oldestQueuedAt"]
+    lost = items["gretings"]  # no Queue, so no status: counted from its jobs
+    assert lost["exists"] is False and lost["jobs"]["queued"] == 1 and lost["concurrency"] is None
+
+
+def job_json_queue(cluster, namespace: str, name: str) -> dict[str, Any]:
+    return json.loads(cluster.kubectl("get", "-n", namespace, "queues.sextant.dev", name, "-o", "json").stdout
+                      ).get("status") or {}
 
 
 def test_twenty_concurrent_creates_with_one_key_make_one_job(cluster, api):

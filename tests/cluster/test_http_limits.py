@@ -153,3 +153,38 @@ def test_a_concurrency_cap_and_a_deadline_answer_429_and_503_with_retry_after(cl
             assert metric(http, op.http_url, "sextant_http_in_flight") == 0
         finally:
             op.stop()
+
+
+def access_reviews(http: httpx.Client, url: str) -> float:
+    return metric(http, url, "sextant_http_kube_requests_total", verb="create", resource="subjectaccessreviews",
+                  code="201")
+
+
+def test_access_reviews_are_remembered_briefly_and_each_user_has_a_rate(cluster, namespace, crds, tmp_path):
+    busy, other = grant(cluster, namespace, "busy"), grant(cluster, namespace, "other")
+    op = Operator(cluster.kubeconfig, namespace, tmp_path, "--http-user-burst", "5", "--http-user-rate", "1")
+    with httpx.Client(timeout=30) as http:
+        started(op, http)
+        try:
+            url, params = op.http_url + "/v2/jobs", {"namespace": namespace}
+
+            def call(token: str) -> httpx.Response:
+                return http.get(url, params=params, headers={"Authorization": f"Bearer {token}"})
+
+            before, start = access_reviews(http, op.http_url), time.monotonic()
+            answers = [call(busy) for _ in range(12)]
+            elapsed = time.monotonic() - start
+            codes = [a.status_code for a in answers]
+            assert set(codes) == {200, 429}, codes
+            # The burst, then a token a second (+1: a refill while counting).
+            assert 5 <= codes.count(200) <= 5 + elapsed + 1, (codes, elapsed)
+            limited = next(a for a in answers if a.status_code == 429)
+            assert int(limited.headers["Retry-After"]) >= 1
+            assert limited.json()["error"]["message"].startswith(f"user system:serviceaccount:{namespace}:busy has")
+            assert metric(http, op.http_url, "sextant_http_refused_total", reason="user-rate") == codes.count(429)
+            # One review answered them all (the same user, verb, resource and namespace, within seconds).
+            assert access_reviews(http, op.http_url) - before == 1
+            # Another user has a rate of their own.
+            assert call(other).status_code == 200
+        finally:
+            op.stop()

@@ -10,9 +10,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sextant.dashboard import pages
-from sextant.dashboard.views import (PAGE_SIZE, SCAN_PAGE, FilterError, JobFilter, allowed_hosts, chart_svg,
-                                     finished_at, finished_series, list_params, queue_rows, request_refusal,
-                                     schedule_rows, timeline)
+from sextant.dashboard.views import (BULK_MAX, PAGE_SIZE, Door, FilterError, JobFilter, allowed_hosts,
+                                     bulk_targets, can, chart_svg, door, finished_at, finished_series, is_loopback,
+                                     jobs_page, last_error, millis, queue_rows, schedule_rows, timeline,
+                                     waiting_reason)
 
 NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=timezone.utc)
 
@@ -28,26 +29,95 @@ def job(name: str = "job-abcdefgh", ns: str = "shop", queue: str = "q", state: s
 
 
 # --- the filter and the API's paging parameters ----------------------------------------------------------------
-def test_filter_parses_the_query_and_turns_into_selectors():
+def test_filter_parses_the_query_and_selects_jobs():
     flt = JobFilter.parse({"queue": "emails", "state": "failed", "handler": "send", "schedule": "nightly",
                            "q": " 8f3k ", "other": "x"})
     assert flt == JobFilter("emails", "failed", "send", "nightly", "8f3k")
-    assert flt.field_selector() == "spec.queue=emails,spec.handler=send,status.state=failed"
-    assert flt.label_selector() == "sextant.dev/schedule=nightly"
     assert flt.query() == {"queue": "emails", "state": "failed", "handler": "send", "schedule": "nightly", "q": "8f3k"}
+    assert flt.words() == "queue emails, state failed, handler send, schedule nightly, id containing 8f3k"
+    hit = job("job-8f3kabcd", queue="emails", state="failed", labels={"sextant.dev/schedule": "nightly"})
+    hit["spec"]["handler"] = "send"
+    assert flt.matches(hit) and flt.matches(hit, "shop") and not flt.matches(hit, "other")
+    assert not JobFilter(state="dead").matches(hit) and not JobFilter(schedule="x").matches(hit)
+    assert JobFilter.parse({"queue": "", "state": " ", "q": ""}) == JobFilter()
 
 
-def test_an_empty_filter_selects_nothing_and_pages_by_the_page_size():
-    flt = JobFilter.parse({"queue": "", "state": " ", "q": ""})
-    assert flt == JobFilter() and flt.field_selector() is None and flt.label_selector() is None
-    assert list_params(flt, None) == {"limit": str(PAGE_SIZE)}
-    assert list_params(flt, "tok") == {"limit": str(PAGE_SIZE), "continue": "tok"}
+def aged(name: str, seconds: float, **kw) -> dict:
+    j = job(name, **kw)
+    j["metadata"]["creationTimestamp"] = ts(seconds)
+    return j
 
 
-def test_the_id_text_scans_larger_pages_and_keeps_the_selectors():
-    flt = JobFilter(queue="q", text="ab")
-    assert list_params(flt, "tok") == {"limit": str(SCAN_PAGE), "fieldSelector": "spec.queue=q", "continue": "tok"}
-    assert list_params(JobFilter(schedule="s"), None)["labelSelector"] == "sextant.dev/schedule=s"
+def test_the_jobs_view_is_newest_first_and_pages_by_a_cursor():
+    jobs = [aged(f"job-{i:08d}", -i) for i in range(PAGE_SIZE * 2 + 5)]  # job-00000000 is the newest
+    first, cursor, total = jobs_page(reversed(jobs), JobFilter(), None, None)
+    assert total == len(jobs) and [j["metadata"]["name"] for j in first] == [f"job-{i:08d}" for i in range(PAGE_SIZE)]
+    second, cursor, _ = jobs_page(jobs, JobFilter(), None, cursor)
+    assert second[0]["metadata"]["name"] == f"job-{PAGE_SIZE:08d}" and cursor
+    last, cursor, _ = jobs_page(jobs, JobFilter(), None, cursor)
+    assert len(last) == 5 and cursor is None
+    # Same creation second: the name decides, so that no job is skipped or shown twice across pages.
+    tied = [aged(f"job-{c * 8}", 0) for c in "abcdefgh"]
+    seen = []
+    cursor = None
+    while True:
+        rows, cursor, _ = jobs_page(tied, JobFilter(), None, cursor, size=3)
+        seen += [r["metadata"]["name"] for r in rows]
+        if cursor is None:
+            break
+    assert seen == sorted((j["metadata"]["name"] for j in tied), reverse=True)
+
+
+@pytest.mark.parametrize("cursor", ["garbage", "/job-abcdefgh", "2026-01-01T00:00:00Z/Not A Name", "x" * 400])
+def test_a_bad_cursor_is_refused_naming_continue(cursor):
+    with pytest.raises(FilterError, match="continue"):
+        jobs_page([job()], JobFilter(), None, cursor)
+
+
+def test_bulk_actions_take_only_what_the_state_allows_oldest_first_and_at_most_bulk_max():
+    jobs = [aged("job-dead0001", -3, state="dead"), aged("job-fail0001", -2, state="failed"),
+            aged("job-runs0001", -1, state="running"), aged("job-done0001", 0, state="succeeded"),
+            aged("job-dead0002", -4, state="dead", queue="other")]
+    retry = [j["metadata"]["name"] for j in bulk_targets(jobs, JobFilter(queue="q"), "shop", "retry")]
+    assert retry == ["job-dead0001", "job-fail0001"]
+    cancel = [j["metadata"]["name"] for j in bulk_targets(jobs, JobFilter(), None, "cancel")]
+    assert cancel == ["job-fail0001", "job-runs0001"]
+    jobs[2]["spec"]["cancel"] = True  # asked already: not again
+    assert [j["metadata"]["name"] for j in bulk_targets(jobs, JobFilter(), None, "cancel")] == ["job-fail0001"]
+    many = [aged(f"job-{i:08d}", -i, state="dead") for i in range(BULK_MAX + 10)]
+    assert len(bulk_targets(many, JobFilter(), None, "retry")) == BULK_MAX
+
+
+@pytest.mark.parametrize("state, cancel, retry", [
+    ("scheduled", True, False), ("queued", True, False), ("running", True, False), ("failed", True, True),
+    ("dead", False, True), ("succeeded", False, False), ("cancelled", False, False), (None, False, False)])
+def test_actions_follow_the_states_that_allow_them(state, cancel, retry):
+    assert (can("cancel", job(state=state)), can("retry", job(state=state))) == (cancel, retry)
+
+
+def test_the_error_column_and_the_waiting_reason():
+    failed = job(state="dead", attempts=[{"result": "failed", "reason": "Error", "message": "exit code 3"}])
+    assert last_error(failed) == "Error: exit code 3"
+    coded = job(state="dead", attempts=[{"result": "failed", "reason": "Error", "message": "Error", "exitCode": 3}])
+    assert last_error(coded) == "Error (exit code 3)"
+    blocked = job(state="queued", conditions=[{"type": "Blocked", "status": "True", "reason": "QueueNotFound",
+                                               "message": "queue 'gretings' does not exist in this namespace"}])
+    assert waiting_reason(blocked) == "QueueNotFound: queue 'gretings' does not exist in this namespace"
+    assert last_error(blocked) == waiting_reason(blocked)
+    assert waiting_reason(job(state="queued")) is None and last_error(job(state="succeeded")) == ""
+
+
+@pytest.mark.parametrize("seconds, text", [(0.042, "0.042s"), (3.5, "3.500s"), (125.25, "2m 5.250s"),
+                                           (3723, "1h 2m 3.000s"), (-1, "—")])
+def test_durations_to_the_millisecond(seconds, text):
+    assert millis(timedelta(seconds=seconds)) == text
+
+
+@pytest.mark.parametrize("address, loopback", [("127.0.0.1", True), ("127.3.0.1", True), ("::1", True),
+                                               ("[::1]", True), ("localhost", True), ("0.0.0.0", False),
+                                               ("10.0.0.5", False), ("::", False), ("example.com", False)])
+def test_loopback_addresses(address, loopback):
+    assert is_loopback(address) is loopback
 
 
 @pytest.mark.parametrize("query, field", [({"state": "done"}, "state"), ({"queue": "Bad_Name"}, "queue"),
@@ -72,32 +142,55 @@ def test_allowed_hosts_of_loopback_and_of_another_address():
     assert HOSTS == {"127.0.0.1:8800", "localhost:8800", "[::1]:8800"}
     assert allowed_hosts("10.0.0.5", 80) == {"10.0.0.5:80"}
     assert allowed_hosts("fd00::1", 80) == {"fd00::1:80", "[fd00::1]:80"}
+    assert allowed_hosts("0.0.0.0", 80) is None and allowed_hosts("::", 80) is None  # any name: the secret guards
 
 
-@pytest.mark.parametrize("method, headers, refused", [
-    ("GET", {"Host": "127.0.0.1:8800"}, None),
-    ("GET", {"Host": "localhost:8800"}, None),
-    ("GET", {"Host": "evil.example:8800"}, "Host"),  # DNS rebinding
-    ("GET", {}, "Host"),
-    ("POST", {"Host": "127.0.0.1:8800", "X-Sextant-Token": TOKEN}, None),
-    ("POST", {"Host": "127.0.0.1:8800", "X-Sextant-Token": TOKEN, "Origin": "http://127.0.0.1:8800"}, None),
-    ("POST", {"Host": "127.0.0.1:8800", "X-Sextant-Token": TOKEN, "Origin": "http://localhost:8800"}, None),
-    ("POST", {"Host": "127.0.0.1:8800"}, "X-Sextant-Token"),
-    ("POST", {"Host": "127.0.0.1:8800", "X-Sextant-Token": "guess"}, "X-Sextant-Token"),
-    ("POST", {"Host": "127.0.0.1:8800", "X-Sextant-Token": TOKEN, "Origin": "http://evil.example"}, "Origin"),
-    ("POST", {"Host": "127.0.0.1:8800", "X-Sextant-Token": TOKEN, "Origin": "null"}, "Origin"),
-    ("POST", {"Host": "127.0.0.1:8800", "X-Sextant-Token": TOKEN, "Origin": "https://127.0.0.1:8800"}, "Origin"),
-    ("DELETE", {"Host": "127.0.0.1:8800"}, "X-Sextant-Token"),
+def test_a_wildcard_address_takes_any_host_but_only_its_own_origin():
+    wild = {"Host": "box.example:80"}
+    assert door("GET", "/", {}, wild, TOKEN, TOKEN, None) == Door()
+    assert door("POST", "/", {}, {**wild, "Origin": "http://box.example:80"}, TOKEN, TOKEN, None) == Door()
+    assert "Origin" in door("POST", "/", {}, {**wild, "Origin": "http://evil.example"}, TOKEN, TOKEN, None).refusal
+    assert "secret" in door("GET", "/", {}, wild, None, TOKEN, None).refusal
+
+
+H = {"Host": "127.0.0.1:8800"}
+
+
+@pytest.mark.parametrize("method, query, headers, cookie, refused", [
+    ("GET", {}, H, TOKEN, None),
+    ("GET", {}, {"Host": "localhost:8800"}, TOKEN, None),
+    ("GET", {}, {"Host": "evil.example:8800"}, TOKEN, "Host"),  # DNS rebinding
+    ("GET", {}, {}, TOKEN, "Host"),
+    ("GET", {}, H, None, "secret"),  # a GET needs the secret too
+    ("GET", {}, H, "guess", "secret"),
+    ("GET", {"secret": "guess"}, H, None, "wrong secret"),
+    ("POST", {}, H, TOKEN, None),
+    ("POST", {}, {**H, "Origin": "http://127.0.0.1:8800"}, TOKEN, None),
+    ("POST", {}, {**H, "Origin": "http://localhost:8800"}, TOKEN, None),
+    ("POST", {}, H, None, "secret"),
+    ("POST", {"secret": TOKEN}, H, None, "secret"),  # the URL's secret lets a GET in, never an action
+    ("POST", {}, {**H, "Origin": "http://evil.example"}, TOKEN, "Origin"),
+    ("POST", {}, {**H, "Origin": "null"}, TOKEN, "Origin"),
+    ("POST", {}, {**H, "Origin": "https://127.0.0.1:8800"}, TOKEN, "Origin"),
+    ("DELETE", {}, H, None, "secret"),
 ])
-def test_request_refusal(method, headers, refused):
-    answer = request_refusal(method, headers, TOKEN, HOSTS)
-    assert (answer is None) if refused is None else (answer is not None and refused in answer)
+def test_the_door(method, query, headers, cookie, refused):
+    answer = door(method, "/jobs", query, headers, cookie, TOKEN, HOSTS)
+    assert answer.redirect is None
+    assert (answer.refusal is None) if refused is None else (answer.refusal is not None and refused in answer.refusal)
+
+
+def test_the_printed_urls_secret_becomes_the_cookie_and_leaves_the_url():
+    entry = door("GET", "/jobs", {"secret": TOKEN, "queue": "q"}, H, None, TOKEN, HOSTS)
+    assert entry == Door(redirect="/jobs?queue=q")
+    assert door("GET", "/", {"secret": TOKEN}, H, "old", TOKEN, HOSTS) == Door(redirect="/")
+    assert door("POST", "/", {}, {**H, "Origin": "https://127.0.0.1:8800"}, TOKEN, TOKEN, HOSTS, "https") == Door()
 
 
 @given(st.text(max_size=40))
-def test_no_other_token_passes(sent):
-    answer = request_refusal("POST", {"Host": "127.0.0.1:8800", "X-Sextant-Token": sent}, TOKEN, HOSTS)
-    assert (answer is None) == (sent == TOKEN)
+def test_no_other_secret_passes(sent):
+    answer = door("GET", "/", {}, H, sent, TOKEN, HOSTS)
+    assert (answer.refusal is None) == (sent == TOKEN)
 
 
 # --- queues and the chart --------------------------------------------------------------------------------------
@@ -170,16 +263,35 @@ def test_schedule_rows_with_their_jobs_and_missed_runs():
     assert nightly.jobs == [("job_new", "<pending>"), ("job_old", "succeeded")]
     assert len(nightly.missed) == 1 and "MissedTicks ×2: 2 ticks missed" in nightly.missed[0]
     assert (often.when, often.suspended, often.jobs, often.missed) == ("every 30s", True, [], [])
+    assert nightly.invalid is None
+
+
+def test_an_invalid_schedule_is_flagged_and_offers_no_run_now():
+    schedules = [{"metadata": {"name": "broken", "namespace": "shop"}, "spec": {"cron": "61 * * * *"},
+                  "status": {"conditions": [{"type": "Invalid", "status": "True", "reason": "InvalidCron",
+                                             "message": "cron '61 * * * *': minute 61 is out of range"}]}},
+                 {"metadata": {"name": "fine", "namespace": "shop"}, "spec": {"interval": "1m"}}]
+    broken, fine = schedule_rows(schedules, [], [])
+    assert broken.invalid == "InvalidCron: cron '61 * * * *': minute 61 is out of range" and fine.invalid is None
+    html = pages.schedules_fragment([broken, fine], NOW, False)
+    assert html.count("run now") == 1 and "invalid: InvalidCron" in html
 
 
 # --- pages escape what they show -------------------------------------------------------------------------------
-def test_pages_escape_values_and_carry_the_token():
+def test_pages_escape_values_and_hold_no_secret():
     hostile = job(name="job-<script>", state="running")
     hostile["spec"]["queue"] = '"><img src=x onerror=alert(1)>'
     html = pages.jobs_fragment([hostile], None, JobFilter(), NOW, False, 1, {})
     assert "<script>" not in html and "<img" not in html and "&lt;script&gt;" in html
-    whole = pages.page("t", "jobs", "namespace shop", "tok&", "<p>x</p>")
-    assert 'content="tok&amp;"' in whole and "/static/dashboard.js" in whole
+    whole = pages.page("t", "jobs", "namespace shop", "<p>x</p>")
+    assert "/static/dashboard.js" in whole and "token" not in whole
+
+
+def test_the_job_page_offers_only_the_actions_its_state_allows():
+    running = pages.job_page_body("shop", job(state="running"), [], NOW, set(), [])
+    dead = pages.job_page_body("shop", job(state="dead"), [], NOW, set(), None)
+    assert "/cancel" in running and "/retry" not in running
+    assert "/retry" in dead and "/cancel" not in dead and "may not list events" in dead
 
 
 def test_the_forbidden_message_names_what_was_refused():
@@ -187,6 +299,6 @@ def test_the_forbidden_message_names_what_was_refused():
     assert "Forbidden" in html and "list jobs in namespace shop" in html and "User &quot;bob&quot;" in html
 
 
-def test_the_next_page_link_keeps_the_filter_and_the_token():
+def test_the_next_page_link_keeps_the_filter_and_the_cursor():
     html = pages.jobs_fragment([job()], "tok/en", JobFilter(queue="q"), NOW, False, 1, {})
     assert 'href="/jobs?queue=q&amp;continue=tok%2Fen"' in html

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from sextant.http.auth import Authorizer, HttpError
+from sextant.http.auth import Authorizer, HttpError, User
 
 
 class SlowReviews:
@@ -56,3 +56,39 @@ async def test_when_the_first_request_goes_away_a_waiting_one_reviews_the_token_
     with pytest.raises(asyncio.CancelledError):
         await first
     assert (await second).username == "alice" and kube.reviews == 2
+
+
+class Reviews:
+    """Answers SubjectAccessReviews at once: allowed unless the verb is in `denied`."""
+
+    def __init__(self, denied: set[str]) -> None:
+        self.denied, self.reviews = denied, 0
+
+    async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        self.reviews += 1
+        verb = body["spec"]["resourceAttributes"]["verb"]
+        return {"status": {"allowed": verb not in self.denied, "reason": "no RBAC rule"}}
+
+
+async def test_access_reviews_are_remembered_briefly_per_user_verb_resource_namespace_and_name():
+    now = [100.0]
+    kube = Reviews({"patch"})
+    auth = Authorizer(kube, clock=lambda: now[0], review_ttl=5)  # type: ignore[arg-type]
+    alice, bob = User("alice"), User("bob", groups=("dev",))
+    for _ in range(10):
+        await auth.authorize(alice, "list", "jobs", "shop")
+    assert kube.reviews == 1
+    await auth.authorize(bob, "list", "jobs", "shop")
+    await auth.authorize(alice, "list", "jobs", "other")
+    await auth.authorize(alice, "list", "queues", "shop")
+    await auth.authorize(alice, "get", "jobs", "shop", "job-a")
+    await auth.authorize(alice, "get", "jobs", "shop", "job-b")
+    assert kube.reviews == 6
+    for _ in range(3):  # a refusal is remembered too, with its words
+        with pytest.raises(HttpError, match='User "alice" cannot patch .*: no RBAC rule') as refused:
+            await auth.authorize(alice, "patch", "jobs", "shop", "job-a")
+        assert refused.value.status == 403
+    assert kube.reviews == 7
+    now[0] += 5  # its time is up: asked again (a revoked right takes effect within review_ttl)
+    await auth.authorize(alice, "list", "jobs", "shop")
+    assert kube.reviews == 8

@@ -191,3 +191,17 @@ def test_a_pod_event_that_changes_nothing_the_operator_reads_is_no_change():
     assert view.upsert_pod(bound) == ("shop", "job-a") and view.pods_of(("shop", "job-a"), "u-1")[1].node == "node-1"
     older = {**created, "status": {"phase": "Failed"}}  # an older version never replaces a newer one
     assert view.upsert_pod(older) is None and view.pods_of(("shop", "job-a"), "u-1")[1].phase == "Pending"
+
+
+def test_finished_jobs_are_counted_per_queue_and_state_as_they_come_and_go():
+    view = View()
+    view.upsert_job(job("running", rv="1"))
+    view.upsert_job(job("dead", rv="1", name="job-b"))
+    assert view.finished_by_queue == {("shop", "emails"): {"dead": 1}}
+    view.upsert_job(job("succeeded", rv="2"))  # the running one finished
+    view.upsert_job(job("dead", rv="3", name="job-b"))  # the same state again: counted once
+    assert view.finished_by_queue[("shop", "emails")] == {"dead": 1, "succeeded": 1}
+    view.upsert_job(job("queued", rv="4", name="job-b", generation=2))  # retried: unfinished again
+    assert view.finished_by_queue[("shop", "emails")] == {"succeeded": 1}
+    view.delete_job(job("succeeded", rv="5"))
+    assert view.finished_by_queue == {}

@@ -11,7 +11,7 @@ from typing import Any
 
 from .. import client
 from ..resources import inputs
-from ..client import refused
+from ..client import create_warnings, refused
 from ..kube.client import ApiError, Gone
 from ..resources import contract
 from ..resources.common import age, parse_time, precise_duration, time_or_none, until
@@ -167,6 +167,8 @@ def create_cmd(ctx: Context) -> int:
         made = age(parse_time(job["metadata"].get("creationTimestamp")), ctx.now())
         ctx.note(f"idempotency key {key!r} was already used {made} ago in namespace {ns}: returning job {ident} "
                  "instead of creating another")
+    for warning in create_warnings(ctx.client, ns, queue, handler):  # as kubectl prints the API server's
+        ctx.note(f"Warning: {warning}")
     if a.output:
         output.dump(job, a.output, ctx.out)
     else:

@@ -79,6 +79,11 @@ def flags(op: argparse.ArgumentParser) -> None:
                          f"{Settings.http_max_in_flight}; health, readiness and metrics are never refused)")
     op.add_argument("--http-request-timeout", type=_positive_duration, default=_seconds(Settings.http_request_timeout),
                     help="how long a /v2 API request may take before it is answered 503 (default %(default)s)")
+    op.add_argument("--http-user-rate", type=inputs.positive_int, default=int(Settings.http_user_rate),
+                    help="/v2 API requests per second per user, on average; beyond it 429 with Retry-After "
+                         f"(default {int(Settings.http_user_rate)})")
+    op.add_argument("--http-user-burst", type=inputs.positive_int, default=Settings.http_user_burst,
+                    help=f"of which this many at once (default {Settings.http_user_burst})")
     op.add_argument("--leader-elect", action="store_true",
                     help="run as one of several replicas: only the holder of a Lease acts (see docs/ha.md)")
     op.add_argument("--leader-election-namespace", help="the Lease's namespace (default: $POD_NAMESPACE, "
@@ -137,6 +142,7 @@ def settings(args: argparse.Namespace, conn: kubeconfig.Connection) -> Settings:
                     http_tls=(args.http_tls_cert, args.http_tls_key) if args.http_tls_cert else None,
                     http_max_in_flight=args.http_max_in_flight,
                     http_request_timeout=parse_duration(args.http_request_timeout).total_seconds(),
+                    http_user_rate=float(args.http_user_rate), http_user_burst=args.http_user_burst,
                     leader_election=election, kopf_watches=args.kopf_watches,
                     kopf_liveness=args.kopf_liveness)
 

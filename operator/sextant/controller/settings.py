@@ -36,6 +36,8 @@ class Settings:
     http_tls: tuple[str, str] | None = None  # (certificate, key) files: serve HTTPS
     http_max_in_flight: int = 100  # /v2 requests served at once; more are answered 429
     http_request_timeout: float = 30.0  # seconds a /v2 request may take; then 503
+    http_user_rate: float = 20.0  # /v2 requests per second per user, on average; beyond, 429 with Retry-After
+    http_user_burst: int = 100  # of which this many at once
     leader_election: ElectionSettings | None = None  # None: this replica acts alone
     kopf_watches: bool = True  # kopf's on.event handlers for Queue/Handler/Schedule, beside their informers
                                # (docs/operator.md); False: the informers alone

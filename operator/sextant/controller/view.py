@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import logging
 import sys
-from collections import OrderedDict, defaultdict
+from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -222,6 +222,8 @@ class View:
         # Unfinished jobs per queue and handler, to wake when those appear or change.
         self.unfinished_by_queue: dict[Key, set[Key]] = defaultdict(set)
         self.unfinished_by_handler: dict[Key, set[Key]] = defaultdict(set)
+        # Finished jobs per queue and state, counted as they come and go (GET /v2/queues: no scan of the jobs).
+        self.finished_by_queue: dict[Key, Counter[str]] = defaultdict(Counter)
         self.by_idempotency_key: dict[Key, dict[str, datetime]] = defaultdict(dict)  # (ns, key) → name → created
         # Worker mode (docs/workers.md): the Worker objects as believed, per namespace; when the operator last
         # observed each renew (its clock); those it found expired (after a GET); assignments by job and sequence,
@@ -267,6 +269,8 @@ class View:
             if idem and isinstance(idem, str) and created is not None:
                 self.by_idempotency_key[(key[0], idem)][key[1]] = created
         self.jobs[key] = slim(raw) if settled(raw) else raw
+        self._count_finished(key, previous, -1)
+        self._count_finished(key, raw, +1)
         self._index_schedule(key, previous, raw)
         if state_of(raw) not in FINISHED:
             ns = key[0]
@@ -283,6 +287,7 @@ class View:
         self.gone.pop(key, None)
         if previous is not None:
             self._unindex(key, previous)
+            self._count_finished(key, previous, -1)
             self._index_schedule(key, previous, None)
             idem = (previous.get("spec") or {}).get("idempotencyKey")
             holders = self.by_idempotency_key.get((key[0], idem))
@@ -305,6 +310,18 @@ class View:
             self.by_schedule[new].add(key[1])
             if old != new or (state_of(before) in FINISHED) != (state_of(after) in FINISHED):
                 self.on_schedule_jobs(new)
+
+    def _count_finished(self, key: Key, raw: dict[str, Any] | None, step: int) -> None:
+        state = state_of(raw) if raw is not None else None
+        if state not in FINISHED:
+            return
+        queue = (key[0], (raw.get("spec") or {}).get("queue", "")) if raw is not None else key
+        counts = self.finished_by_queue[queue]
+        counts[state.value] += step
+        if counts[state.value] <= 0:
+            del counts[state.value]
+            if not counts:
+                del self.finished_by_queue[queue]
 
     def _unindex(self, key: Key, raw: dict[str, Any]) -> None:
         ns, spec = key[0], raw.get("spec") or {}

@@ -10,9 +10,9 @@ from typing import Any
 from urllib.parse import urlencode
 
 from ..resources.common import age, human_duration, time_or_none, until
-from ..resources.job import job_id
+from ..resources.job import CANCELLABLE, RETRYABLE, State, job_id, sequence_of
 from ..resources.inputs import STATES
-from .views import Bar, JobFilter, QueueRow, ScheduleRow, chart_svg
+from .views import Bar, JobFilter, QueueRow, ScheduleRow, can, chart_svg, last_error, millis, waiting_reason
 
 NAV = [("queues", "/"), ("jobs", "/jobs"), ("schedules", "/schedules"), ("workers", "/workers")]
 
@@ -21,11 +21,10 @@ def e(value: Any) -> str:
     return escape("" if value is None else str(value), quote=True)
 
 
-def page(title: str, active: str, scope: str, token: str, body: str) -> str:
+def page(title: str, active: str, scope: str, body: str) -> str:
     links = "".join(f'<a href="{href}"{" class=active" if name == active else ""}>{name}</a>' for name, href in NAV)
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
-<meta name="sextant-token" content="{e(token)}">
 <title>{e(title)} · Sextant</title>
 <link rel="stylesheet" href="/static/dashboard.css">
 <script src="/static/dashboard.js" defer></script>
@@ -103,39 +102,68 @@ def job_link(namespace: str, name: str) -> str:
     return f"/jobs/{namespace}/{job_id(name)}"
 
 
+def _states(allowed: frozenset[State]) -> str:
+    names = [st.value for st in State if st in allowed]
+    return ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def bulk_buttons(flt: JobFilter, extra: dict[str, str], cancellable: int, retryable: int) -> str:
+    """Cancel or retry all that the filter selects (where the state allows it), with one confirmation."""
+    query = urlencode({**flt.query(), **extra})
+    buttons = []
+    for verb, count, allowed in (("retry", retryable, RETRYABLE), ("cancel", cancellable, CANCELLABLE)):
+        if count:
+            ask = (f"{verb.capitalize()} the {count} {_states(allowed)} job{'s' if count != 1 else ''} that match "
+                   f"({flt.words()})?")
+            buttons.append(f'<button class="bulk" data-action="/api/bulk/{verb}?{e(query)}" data-confirm="{e(ask)}">'
+                           f'{verb} all {count}</button>')
+    return f'<div class="actions bulk">{"".join(buttons)}</div>' if buttons else ""
+
+
 def jobs_fragment(items: list[dict[str, Any]], next_token: str | None, flt: JobFilter, now: datetime, wide: bool,
-                  scanned: int, extra: dict[str, str]) -> str:
-    head = (["namespace"] if wide else []) + ["id", "state", "attempt", "queue", "handler", "schedule", "age"]
+                  total: int, extra: dict[str, str], cancellable: int = 0, retryable: int = 0) -> str:
+    head = (["namespace"] if wide else []) + ["id", "state", "attempt", "sequence", "queue", "handler", "schedule",
+                                              "created", "error"]
     body = []
     for job in items:
         meta, spec, status = job["metadata"], job.get("spec") or {}, job.get("status") or {}
         state = status.get("state") or "<pending>"
         attempt = f'{status.get("attempt", 0)}/{status["maxAttempts"]}' if status.get("maxAttempts") \
             else str(status.get("attempt", 0))
+        sequence = sequence_of(status)
         cells = [e(meta.get("namespace"))] if wide else []
         cells += [f'<a href="{e(job_link(meta.get("namespace", ""), meta["name"]))}">{e(job_id(meta["name"]))}</a>',
-                  f'<span class="state {e(state)}">{e(state)}</span>', e(attempt), e(spec.get("queue")),
-                  e(spec.get("handler")), e((meta.get("labels") or {}).get("sextant.dev/schedule", "")),
-                  e(age(time_or_none(meta.get("creationTimestamp")), now))]
+                  f'<span class="state {e(state)}">{e(state)}</span>', e(attempt), e(sequence or "—"),
+                  e(spec.get("queue")), e(spec.get("handler")),
+                  e((meta.get("labels") or {}).get("sextant.dev/schedule", "")),
+                  f'<span title="{e(meta.get("creationTimestamp"))}">'
+                  f'{e(age(time_or_none(meta.get("creationTimestamp")), now))} ago</span>',
+                  f'<span class="error-text">{e(last_error(job))}</span>']
         body.append(f'<tr data-job="{e(job_id(meta["name"]))}">' + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     table = _table(head, body, "no jobs match", "jobs")
     more = ""
     if next_token:
         more = f'<a class="next" href="/jobs?{e(urlencode({**flt.query(), **extra, "continue": next_token}))}">next page →</a>'
-    note = f' (the id text looked through {scanned} jobs)' if flt.text else ""
-    return f'{table}<p class="muted">{len(items)} shown{e(note)}. {more}</p>'
+    return (f'{bulk_buttons(flt, extra, cancellable, retryable)}{table}'
+            f'<p class="muted">{len(items)} shown of {total} matching, newest first. {more}</p>')
 
 
 # --- one job -------------------------------------------------------------------------------------------------
-def job_page_body(namespace: str, job: dict[str, Any], bars: list[Bar], now: datetime, pods: set[str]) -> str:
+def job_page_body(namespace: str, job: dict[str, Any], bars: list[Bar], now: datetime, pods: set[str],
+                  events: list[dict[str, Any]] | None = None) -> str:
     meta, spec, status = job["metadata"], job.get("spec") or {}, job.get("status") or {}
     ident = job_id(meta["name"])
     state = status.get("state") or "<pending>"
-    actions = (f'<div class="actions"><button data-action="/api/jobs/{e(namespace)}/{e(ident)}/cancel" '
-               f'data-confirm="Cancel job {e(ident)}?">cancel</button>'
-               f'<button data-action="/api/jobs/{e(namespace)}/{e(ident)}/retry" '
-               f'data-confirm="Retry job {e(ident)}? Its attempts start again from 1.">retry</button></div>')
-    facts = [("namespace", namespace), ("state", state), ("queue", spec.get("queue")),
+    buttons = []
+    if can("cancel", job):
+        buttons.append(f'<button data-action="/api/jobs/{e(namespace)}/{e(ident)}/cancel" '
+                       f'data-confirm="Cancel job {e(ident)}?">cancel</button>')
+    if can("retry", job):
+        buttons.append(f'<button data-action="/api/jobs/{e(namespace)}/{e(ident)}/retry" '
+                       f'data-confirm="Retry job {e(ident)}? Its attempts start again from 1.">retry</button>')
+    actions = f'<div class="actions">{"".join(buttons)}</div>'
+    waiting = waiting_reason(job)
+    facts = [("namespace", namespace), ("state", state), ("waiting", waiting), ("queue", spec.get("queue")),
              ("handler", spec.get("handler")), ("priority", spec.get("priority", 0)),
              ("attempt", f'{status.get("attempt", 0)}' + (f' of {status["maxAttempts"]}' if status.get("maxAttempts")
                                                            else "")),
@@ -143,7 +171,8 @@ def job_page_body(namespace: str, job: dict[str, Any], bars: list[Bar], now: dat
              ("idempotency key", spec.get("idempotencyKey")), ("schedule", (meta.get("labels") or {}).get(
                  "sextant.dev/schedule")), ("message", status.get("message")),
              ("cancel requested", "yes" if spec.get("cancel") else None), ("finished", status.get("finishedAt"))]
-    dl = "".join(f"<dt>{e(k)}</dt><dd>{e(v)}</dd>" for k, v in facts if v not in (None, ""))
+    dl = "".join(f'<dt>{e(k)}</dt><dd{" id=job-waiting" if k == "waiting" else ""}>{e(v)}</dd>'
+                 for k, v in facts if v not in (None, ""))
     line = []
     for bar in bars:
         a = bar.attempt
@@ -157,22 +186,36 @@ def job_page_body(namespace: str, job: dict[str, Any], bars: list[Bar], now: dat
         if pod and pod in pods:
             where += f' <a class="log" href="/logs/{e(namespace)}/{e(pod)}">log</a>'
         start, end = time_or_none(a.get("startedAt")), time_or_none(a.get("finishedAt"))
-        took = human_duration((end or now) - start) if start else ""
+        took = millis((end or now) - start) if start else ""
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in [
-            e(a.get("attempt")), where, e(a.get("node")), e(a.get("startedAt")), e(a.get("finishedAt")), e(took),
-            f'<span class="state {e(bar.result)}">{e(bar.result)}</span>', e(a.get("reason")),
-            e(a.get("message")), e(a.get("exitCode"))]) + "</tr>")
+            e(a.get("attempt")), e(sequence_of(a) or ""), where, e(a.get("node")), e(a.get("startedAt")),
+            e(a.get("finishedAt")), e(took), f'<span class="state {e(bar.result)}">{e(bar.result)}</span>',
+            e(a.get("reason")), e(a.get("message")), e(a.get("exitCode"))]) + "</tr>")
     dropped = status.get("droppedAttempts")
     drop = f'<p class="muted">{e(dropped)} attempts between the first and the latest are not kept.</p>' \
         if dropped else ""
     timeline = (f'<div class="timeline">{"".join(line)}</div>' if bars else "") + _table(
-        ["attempt", "pod or worker", "node", "start", "end", "took", "result", "reason", "message", "exit code"],
-        rows, "no attempts yet", "attempts") + drop
+        ["attempt", "sequence", "pod or worker", "node", "start", "end", "took", "result", "reason", "message",
+         "exit code"], rows, "no attempts yet", "attempts") + drop
+    conditions = _table(["type", "status", "reason", "message", "since"], [
+        "<tr>" + "".join(f"<td>{e(c.get(k))}</td>" for k in ("type", "status", "reason", "message",
+                                                            "lastTransitionTime")) + "</tr>"
+        for c in status.get("conditions") or [] if isinstance(c, dict)], "no conditions yet", "conditions")
     payload = json.dumps(spec.get("payload") or {}, indent=2, sort_keys=True)
     spec_text = json.dumps({k: v for k, v in spec.items() if k != "payload"}, indent=2, sort_keys=True)
     return (f'<h1>job {e(ident)} <span class="state {e(state)}" id="job-state">{e(state)}</span></h1>{actions}'
-            f'<dl>{dl}</dl><h2>Attempts</h2>{timeline}'
+            f'<dl>{dl}</dl><h2>Attempts</h2>{timeline}<h2>Conditions</h2>{conditions}'
+            f'<h2>Recent events</h2>{events_table(events)}'
             f'<h2>Payload</h2><pre>{e(payload)}</pre><h2>Spec</h2><pre>{e(spec_text)}</pre>')
+
+
+def events_table(events: list[dict[str, Any]] | None) -> str:
+    if events is None:
+        return '<p class="muted">your credentials may not list events here</p>'
+    rows = ["<tr>" + "".join(f"<td>{c}</td>" for c in [
+        e(ev.get("lastTimestamp") or ev.get("eventTime") or ""), e(ev.get("type")), e(ev.get("reason")),
+        e(ev.get("message")), e(ev.get("count") or 1)]) + "</tr>" for ev in events]
+    return _table(["last seen", "type", "reason", "message", "count"], rows, "no events", "events")
 
 
 # --- schedules and workers -----------------------------------------------------------------------------------
@@ -186,11 +229,15 @@ def schedules_fragment(rows: list[ScheduleRow], now: datetime, wide: bool) -> st
                         f' <span class="state {e(state)}">{e(state)}</span><br>' for ident, state in r.jobs)
         jobs += f'<a href="/jobs?{e(urlencode({"schedule": r.name}))}">all</a>'
         missed = "<br>".join(e(m) for m in r.missed) or "none"
-        run = (f'<button data-action="/api/schedules/{e(r.namespace)}/{e(r.name)}/trigger" '
-               f'data-confirm="Create one job now from schedule {e(r.name)}?">run now</button>')
-        cells = ([e(r.namespace)] if wide else []) + [e(r.name), e(r.when), e(_ago(r.last, now)), e(nxt), missed,
+        run = "" if r.invalid else (f'<button data-action="/api/schedules/{e(r.namespace)}/{e(r.name)}/trigger" '
+                                    f'data-confirm="Create one job now from schedule {e(r.name)}?">run now</button>')
+        if r.invalid:  # it cannot fire: say why where its next fire would be
+            nxt = f'<span class="invalid warn">invalid: {e(r.invalid)}</span>'
+        else:
+            nxt = e(nxt)
+        cells = ([e(r.namespace)] if wide else []) + [e(r.name), e(r.when), e(_ago(r.last, now)), nxt, missed,
                                                      jobs, run]
-        body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+        body.append(f'<tr data-schedule="{e(r.name)}">' + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     return _table(head, body, "no schedules here", "schedules")
 
 

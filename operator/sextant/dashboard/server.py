@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import ssl
 from collections.abc import Awaitable, Callable
 from importlib import resources
 from typing import Any
@@ -22,18 +23,20 @@ from aiohttp import web
 from .. import client as requests
 from ..resources import contract, inputs
 from ..client import Client, Refused, refused
-from ..kube.client import ApiError, Gone, Kube, NotFound
+from ..kube.client import ApiError, Kube, NotFound
 from ..kube.clock import utcnow
 from ..kube.informer import Informer, key_of
 from ..kube.kubeconfig import Connection
 from ..lifecycle.worker_view import as_dict
 from ..resources.job import job_id
 from . import pages
-from .views import (PAGE_SIZE, SCAN_LIMIT, FilterError, JobFilter, allowed_hosts, finished_series, list_params,
-                    queue_rows, request_refusal, schedule_rows, timeline)
+from .views import (SECRET_PARAM, FilterError, JobFilter, allowed_hosts, bulk_targets, cookie_name, door,
+                    finished_series, is_loopback, jobs_page, queue_rows, schedule_rows, timeline)
 
 log = logging.getLogger(__name__)
-LOG_LIMIT = 512 * 1024  # the last this many bytes of a pod's log are shown
+LOG_LIMIT = 512 * 1024  # bytes of a pod's log read at most (the API server's limitBytes)
+LOG_LINES = 5000  # of its last this many lines (tailLines)
+EVENTS_SHOWN = 10  # a job page's recent Events
 
 
 def _slim(job: dict[str, Any]) -> dict[str, Any]:
@@ -93,8 +96,10 @@ class Dashboard:
         self.kube = Kube(conn, user_agent="sextant-dashboard", attempts=3)
         self.client = Client(conn, user_agent="sextant-dashboard")
         self.cache = JobCache(self.kube, namespace)
-        self.token = secrets.token_urlsafe(32)
-        self.hosts: frozenset[str] = frozenset()
+        self.secret = secrets.token_urlsafe(32)
+        self.hosts: frozenset[str] | None = frozenset()
+        self.port = 0
+        self.tls = False
         self.static = {name: (resources.files(__package__) / "static" / name).read_bytes()
                        for name in ("dashboard.js", "dashboard.css")}
 
@@ -114,6 +119,7 @@ class Dashboard:
         r.add_get("/fragment/workers", self.workers_fragment)
         r.add_get("/logs/{ns}/{pod}", self.pod_log)
         r.add_post("/api/jobs/{ns}/{id}/{verb:cancel|retry}", self.job_action)
+        r.add_post("/api/bulk/{verb:cancel|retry}", self.bulk_action)
         r.add_post("/api/schedules/{ns}/{name}/trigger", self.trigger)
         r.add_get("/static/{name}", self.static_file)
         r.add_get("/favicon.ico", lambda request: web.Response(status=204))
@@ -131,10 +137,19 @@ class Dashboard:
 
     @web.middleware
     async def _guard(self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]):
-        refusal = request_refusal(request.method, request.headers, self.token, self.hosts)
-        if refusal is not None:
-            return web.json_response({"ok": False, "message": refusal}, status=403)
-        response = await handler(request)
+        cookie = cookie_name(self.port)
+        entry = door(request.method, request.path, request.query, request.headers, request.cookies.get(cookie),
+                     self.secret, self.hosts, "https" if self.tls else "http")
+        if entry.redirect is not None:
+            response: web.StreamResponse = web.HTTPSeeOther(entry.redirect)
+            response.set_cookie(cookie, self.secret, httponly=True, samesite="Strict", secure=self.tls, path="/")
+        elif entry.refusal is not None:
+            if request.method in ("GET", "HEAD"):
+                response = web.Response(text=entry.refusal + "\n", status=entry.status)
+            else:
+                response = web.json_response({"ok": False, "message": entry.refusal}, status=entry.status)
+        else:
+            response = await handler(request)
         response.headers["Cache-Control"] = "no-store"
         response.headers["X-Frame-Options"] = "DENY"  # no clickjacking of the action buttons
         response.headers["Content-Security-Policy"] = "default-src 'self'; style-src 'self' 'unsafe-inline'"
@@ -150,7 +165,7 @@ class Dashboard:
         return "all namespaces" if self.namespace is None else f"namespace {self.namespace}"
 
     def html(self, title: str, active: str, body: str) -> web.Response:
-        return web.Response(text=pages.page(title, active, self.scope(), self.token, body), content_type="text/html")
+        return web.Response(text=pages.page(title, active, self.scope(), body), content_type="text/html")
 
     @staticmethod
     def fragment(text: str, version: int | None = None) -> web.Response:
@@ -209,30 +224,23 @@ class Dashboard:
         return self.namespace
 
     async def _jobs(self, request: web.Request) -> tuple[str, JobFilter | None]:
+        """A page of the jobs view from the cache (newest first, which the API server's lists cannot do): no list
+        call per request, whatever the filter."""
         try:
             flt = JobFilter.parse(request.query)
             ns = self._jobs_ns(request)
+            await self._wait_synced()
+            if self.cache.error is not None:
+                return self.refused(self.cache.error, f"list jobs {self.where(ns)}"), flt
+            jobs = list(self.cache.jobs.values())
+            shown, token, total = jobs_page(jobs, flt, ns, request.query.get("continue") or None)
         except (FilterError, inputs.InputError) as exc:
             return pages.error(str(exc)), None
-        token = request.query.get("continue") or None
-        path = contract.jobs_path(ns)
-        shown: list[dict[str, Any]] = []
-        scanned = 0
-        try:
-            for _ in range(SCAN_LIMIT):  # the id text filters what comes back: look further until a page is full
-                body = await self.kube.request("GET", path, params=list_params(flt, token))
-                items = body.get("items") or []
-                scanned += len(items)
-                shown.extend(j for j in items if flt.matches_text(j))
-                token = (body.get("metadata") or {}).get("continue") or None
-                if not flt.text or len(shown) >= PAGE_SIZE or not token:
-                    break
-        except Gone:
-            return pages.error("this page's continue token has expired: start again from the first page"), flt
-        except ApiError as exc:
-            return self.refused(exc, f"list jobs {self.where(ns)}"), flt
+        cancellable = len(bulk_targets(jobs, flt, ns, "cancel"))
+        retryable = len(bulk_targets(jobs, flt, ns, "retry"))
         extra = {"ns": ns} if ns and self.namespace is None else {}
-        return pages.jobs_fragment(shown, token, flt, utcnow(), self.wide, scanned, extra), flt
+        return pages.jobs_fragment(shown, token, flt, utcnow(), self.wide, total, extra,
+                                   cancellable, retryable), flt
 
     async def jobs_page(self, request: web.Request) -> web.Response:
         version = self.cache.version
@@ -264,8 +272,13 @@ class Dashboard:
             return self.refused(exc, f"get job {job_id(name)} in namespace {ns}")
         attempts = (job.get("status") or {}).get("attempts") or []
         pods = {a["pod"] for a in attempts if a.get("pod")}
-        return pages.job_page_body(ns, job, timeline(attempts, utcnow()),
-                                   utcnow(), pods)
+        try:
+            events, _ = await self.kube.list(contract.events_path(ns), {
+                "fieldSelector": f"involvedObject.kind=Job,involvedObject.name={name}"})
+            recent: list[dict[str, Any]] | None = sorted(events, key=_event_time, reverse=True)[:EVENTS_SHOWN]
+        except ApiError:
+            recent = None  # may not read Events: the page says so, the rest is shown
+        return pages.job_page_body(ns, job, timeline(attempts, utcnow()), utcnow(), pods, recent)
 
     async def job_page(self, request: web.Request) -> web.Response:
         ns, ident = request.match_info["ns"], request.match_info["id"]
@@ -287,8 +300,8 @@ class Dashboard:
         except inputs.InputError as exc:
             return web.Response(text=str(exc), status=400)
 
-        def read() -> str:
-            return "".join(self.client.pod_log(ns, pod))
+        def read() -> str:  # the API server cuts it: a huge log never passes through this process whole
+            return "".join(self.client.pod_log(ns, pod, tail_lines=LOG_LINES, limit_bytes=LOG_LIMIT))
 
         try:
             text = await asyncio.to_thread(read)
@@ -297,8 +310,9 @@ class Dashboard:
                                      f"{exc.status}: {exc.message}", status=exc.status if exc.status >= 400 else 502)
         except httpx.HTTPError as exc:
             return web.Response(text=f"cannot reach the API server at {self.conn.server}: {exc}", status=502)
-        if len(text) > LOG_LIMIT:
-            text = f"[only the last {LOG_LIMIT} characters]\n" + text[-LOG_LIMIT:]
+        if len(text.encode()) >= LOG_LIMIT:
+            text = (f"[at most the last {LOG_LINES} lines and {LOG_LIMIT // 1024} KiB of them are shown; "
+                    f"`sextant logs` shows the whole log]\n") + text
         return web.Response(text=text, content_type="text/plain")
 
     # --- schedules and workers ----------------------------------------------------------------------------
@@ -367,6 +381,33 @@ class Dashboard:
 
         return await self._act(call)
 
+    async def bulk_action(self, request: web.Request) -> web.Response:
+        """Cancel or retry every job that the jobs view's filter selects and whose state allows it (at most
+        BULK_MAX), each with the CLI's own request; one answer that counts what was done and refused."""
+        verb = request.match_info["verb"]
+        try:
+            flt = JobFilter.parse(request.query)
+            ns = self._jobs_ns(request)
+        except (FilterError, inputs.InputError) as exc:
+            return web.json_response({"ok": False, "message": f"error: {exc}"}, status=422)
+        await self._wait_synced()
+        targets = [(j["metadata"]["namespace"], j["metadata"]["name"])
+                   for j in bulk_targets(list(self.cache.jobs.values()), flt, ns, verb)]
+        ask = requests.cancel if verb == "cancel" else requests.retry
+
+        def call() -> str:
+            done, refusals = 0, []
+            for namespace, name in targets:
+                try:
+                    ask(self.client, namespace, name)
+                    done += 1
+                except Refused as exc:  # its state changed since: say so, go on with the others
+                    refusals.append(str(exc))
+            words = f"{verb} requested for {done} of {len(targets)} jobs ({flt.words()})"
+            return words + (f"; {len(refusals)} refused, e.g. {refusals[0]}" if refusals else "")
+
+        return await self._act(call)
+
     async def trigger(self, request: web.Request) -> web.Response:
         ns, name = request.match_info["ns"], request.match_info["name"]
 
@@ -385,15 +426,28 @@ class Dashboard:
         return web.Response(body=self.static[name], content_type=kind)
 
 
-async def serve(dashboard: Dashboard, address: str, port: int, say: Callable[[str], None]) -> None:
+class TlsFiles(ValueError):
+    """The certificate or key cannot be read or do not match; the message names the flags and the files."""
+
+
+def _event_time(event: dict[str, Any]) -> str:
+    return event.get("lastTimestamp") or event.get("eventTime") or (event.get("metadata") or {}).get(
+        "creationTimestamp") or ""
+
+
+async def serve(dashboard: Dashboard, address: str, port: int, say: Callable[[str], None],
+                tls: ssl.SSLContext | None = None) -> None:
     runner = web.AppRunner(dashboard.app(), access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, address, port)
+    site = web.TCPSite(runner, address, port, ssl_context=tls)
     await site.start()
     bound = site._server.sockets[0].getsockname()[1] if port == 0 else port  # type: ignore[union-attr]
     dashboard.hosts = allowed_hosts(address, bound)
+    dashboard.port, dashboard.tls = bound, tls is not None
     host = f"[{address}]" if ":" in address else address
-    say(f"Sextant dashboard for {dashboard.scope()} at http://{host}:{bound}/ (as the kubeconfig's user; "
+    scheme = "https" if tls is not None else "http"
+    say(f"Sextant dashboard for {dashboard.scope()} at {scheme}://{host}:{bound}/?{SECRET_PARAM}={dashboard.secret} "
+        "(as the kubeconfig's user; the URL carries this process's secret once: open it, do not share it; "
         "Ctrl-C stops it)")
     try:
         await asyncio.Event().wait()
@@ -402,9 +456,18 @@ async def serve(dashboard: Dashboard, address: str, port: int, say: Callable[[st
 
 
 def run(conn: Connection, namespace: str | None, address: str, port: int, say: Callable[[str], None],
-        note: Callable[[str], None]) -> None:
-    """Serve the dashboard of namespace (None: every namespace) until Ctrl-C; OSError when it cannot listen."""
+        note: Callable[[str], None], tls: tuple[str, str] | None = None) -> None:
+    """Serve the dashboard of namespace (None: every namespace) until Ctrl-C, over HTTPS with tls (certificate
+    and key files); TlsFiles when it cannot read those, OSError when it cannot listen."""
+    context = None
+    if tls is not None:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        try:
+            context.load_cert_chain(*tls)
+        except OSError as exc:  # ssl.SSLError is one
+            raise TlsFiles(f"cannot read --tls-cert {tls[0]} and --tls-key {tls[1]}: "
+                           f"{exc.strerror or exc}") from None
     dashboard = Dashboard(conn, namespace)
-    if address not in ("127.0.0.1", "localhost", "::1"):
-        note(f"warning: serving on {address}: anyone who can reach it acts with your credentials")
-    asyncio.run(serve(dashboard, address, port, say))
+    if not is_loopback(address):
+        note(f"warning: serving on {address}: anyone who can reach it and has its URL acts with your credentials")
+    asyncio.run(serve(dashboard, address, port, say, context))

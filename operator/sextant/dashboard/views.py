@@ -5,21 +5,22 @@ out; no I/O, so that every rule here is a unit test (tests/unit/test_dashboard.p
 from __future__ import annotations
 
 import hmac
+import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 from ..resources import inputs
 from ..lifecycle.queueing import QueueStats, queue_stats
 from ..resources.common import time_or_none
-from ..resources.job import is_finished, job_id
+from ..resources.job import CANCELLABLE, RETRYABLE, is_finished, job_id
 
 PAGE_SIZE = 50  # rows of the jobs view
-SCAN_PAGE = 500  # jobs per API request while the id text filters (most rows of a page are not shown)
-SCAN_LIMIT = 200  # API requests at most for one page of the jobs view (100k jobs at SCAN_PAGE)
+BULK_MAX = 1000  # jobs at most that one bulk cancel or retry acts on (the rest: click again)
 LABEL_SCHEDULE = "sextant.dev/schedule"
+LOOPBACK_NAMES = ("localhost",)
 
 
 class FilterError(ValueError):
@@ -53,14 +54,21 @@ class JobFilter:
         except inputs.InputError as exc:
             raise FilterError(str(exc)) from None
 
-    def field_selector(self) -> str | None:
-        """The Job CRD's selectableFields (spec.queue, spec.handler, status.state): the API server filters."""
-        parts = [f"{path}={value}" for path, value in (("spec.queue", self.queue), ("spec.handler", self.handler),
-                                                       ("status.state", self.state)) if value]
-        return ",".join(parts) or None
+    def matches(self, job: Mapping[str, Any], namespace: str | None = None) -> bool:
+        """Whether a (cached) job is one the filter selects, in namespace when one is given."""
+        meta, spec, status = job["metadata"], job.get("spec") or {}, job.get("status") or {}
+        return ((namespace is None or meta.get("namespace") == namespace)
+                and (self.queue is None or spec.get("queue") == self.queue)
+                and (self.handler is None or spec.get("handler") == self.handler)
+                and (self.state is None or status.get("state") == self.state)
+                and (self.schedule is None or (meta.get("labels") or {}).get(LABEL_SCHEDULE) == self.schedule)
+                and self.matches_text(job))
 
-    def label_selector(self) -> str | None:
-        return f"{LABEL_SCHEDULE}={self.schedule}" if self.schedule else None
+    def words(self) -> str:
+        """The filter for a person ("queue emails, state dead"), for the bulk actions' confirmation."""
+        parts = [f"{k} {v}" for k, v in (("queue", self.queue), ("state", self.state), ("handler", self.handler),
+                                         ("schedule", self.schedule), ("id containing", self.text)) if v]
+        return ", ".join(parts) or "no filter"
 
     def matches_text(self, job: Mapping[str, Any]) -> bool:
         """The id text: a part of the id in either spelling (job_ab12 or job-ab12), case-insensitive."""
@@ -76,23 +84,104 @@ class JobFilter:
                                   ("schedule", self.schedule), ("q", self.text)) if v}
 
 
-def list_params(flt: JobFilter, continue_token: str | None) -> dict[str, str]:
-    """The API server's list parameters for one request of the jobs view: the selectors, a limit (one page of
-    rows, or a larger scanning page when the id text filters what comes back) and the continue token."""
-    params = {"limit": str(SCAN_PAGE if flt.text else PAGE_SIZE)}
-    if (selector := flt.field_selector()) is not None:
-        params["fieldSelector"] = selector
-    if (labels := flt.label_selector()) is not None:
-        params["labelSelector"] = labels
-    if continue_token:
-        params["continue"] = continue_token
-    return params
+def newest_first(job: Mapping[str, Any]) -> tuple[str, str]:
+    """The jobs view's order key, to sort descending: creation time (RFC 3339 in UTC sorts as text), then name."""
+    meta = job["metadata"]
+    return meta.get("creationTimestamp") or "", meta["name"]
+
+
+def cursor_of(job: Mapping[str, Any]) -> str:
+    created, name = newest_first(job)
+    return f"{created}/{name}"
+
+
+def parse_cursor(text: str) -> tuple[str, str]:
+    """A `continue` value of the jobs view (the last row shown: its creation time and name)."""
+    created, sep, name = text.rpartition("/")
+    try:
+        inputs.job_name("continue", name)
+    except inputs.InputError:
+        sep = ""
+    if not sep or not created or len(text) > 300:
+        raise FilterError("continue: not the cursor of a page of this view (start again from the first page)")
+    return created, name
+
+
+def jobs_page(jobs: Iterable[Mapping[str, Any]], flt: JobFilter, namespace: str | None, after: str | None,
+              size: int = PAGE_SIZE) -> tuple[list[Mapping[str, Any]], str | None, int]:
+    """One page of the jobs view from the cached jobs: those the filter selects, newest first, after the cursor;
+    with the next page's cursor (None on the last page) and how many jobs match in all."""
+    matching = sorted((j for j in jobs if flt.matches(j, namespace)), key=newest_first, reverse=True)
+    start = 0
+    if after is not None:
+        bound = parse_cursor(after)
+        start = next((i for i, j in enumerate(matching) if newest_first(j) < bound), len(matching))
+    shown = matching[start:start + size]
+    more = start + size < len(matching)
+    return shown, cursor_of(shown[-1]) if shown and more else None, len(matching)
+
+
+def bulk_targets(jobs: Iterable[Mapping[str, Any]], flt: JobFilter, namespace: str | None,
+                 verb: str) -> list[Mapping[str, Any]]:
+    """What a bulk cancel or retry of a filter acts on: the jobs it selects whose state allows the verb
+    (resources/job.py's CANCELLABLE, RETRYABLE), oldest first, at most BULK_MAX."""
+    allowed = CANCELLABLE if verb == "cancel" else RETRYABLE
+    chosen = [j for j in jobs if flt.matches(j, namespace) and (j.get("status") or {}).get("state") in allowed
+              and not (verb == "cancel" and (j.get("spec") or {}).get("cancel"))]
+    return sorted(chosen, key=newest_first)[:BULK_MAX]
+
+
+def can(verb: str, job: Mapping[str, Any]) -> bool:
+    """Whether the job's state allows the action (the API server's CEL rules say the same)."""
+    status, spec = job.get("status") or {}, job.get("spec") or {}
+    if verb == "cancel":
+        return status.get("state") in CANCELLABLE and not spec.get("cancel")
+    return status.get("state") in RETRYABLE
+
+
+def last_error(job: Mapping[str, Any]) -> str:
+    """The jobs list's error column: the latest failed attempt's reason and message, else a Blocked condition's."""
+    status = job.get("status") or {}
+    for a in reversed(status.get("attempts") or []):
+        if a.get("result") in ("failed", "cancelled"):
+            reason, message, code = a.get("reason") or a.get("result"), a.get("message"), a.get("exitCode")
+            words = f"{reason} (exit code {code})" if code is not None else reason
+            return words + (f": {message}" if message and message != reason else "")
+    blocked = waiting_reason(job)
+    return blocked or ""
+
+
+def waiting_reason(job: Mapping[str, Any]) -> str | None:
+    """Why an unfinished job does not run: its Blocked condition (QueueNotFound, HandlerNotFound, NoWorker)."""
+    status = job.get("status") or {}
+    if is_finished(status.get("state")):
+        return None
+    for c in status.get("conditions") or []:
+        if isinstance(c, dict) and c.get("type") == "Blocked" and c.get("status") == "True":
+            return f"{c.get('reason', 'Blocked')}: {c.get('message', '')}".rstrip(": ")
+    return None
+
+
+def millis(delta: timedelta) -> str:
+    """A duration to the millisecond: 0.042 s, 3.500 s, 2m 5.250s, 1h 2m 3.000s."""
+    ms = round(delta.total_seconds() * 1000)
+    if ms < 0:
+        return "—"
+    hours, rest = divmod(ms, 3_600_000)
+    minutes, rest = divmod(rest, 60_000)
+    seconds = f"{rest / 1000:.3f}s"
+    if hours:
+        return f"{hours}h {minutes}m {seconds}"
+    return f"{minutes}m {seconds}" if minutes else seconds
 
 
 # --- cross-site requests -------------------------------------------------------------------------------------
-def allowed_hosts(address: str, port: int) -> frozenset[str]:
+def allowed_hosts(address: str, port: int) -> frozenset[str] | None:
     """The Host headers this server answers: its address and port, and localhost's names for a loopback one.
-    Anything else is a DNS-rebinding page or a mistake."""
+    Anything else is a DNS-rebinding page or a mistake. None for a wildcard address (0.0.0.0, ::): any name of the
+    machine may reach it, and the secret alone keeps others out."""
+    if address in ("0.0.0.0", "::", "[::]"):
+        return None
     hosts = {f"{address}:{port}"}
     if address in ("127.0.0.1", "::1", "localhost"):
         hosts |= {f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"}
@@ -101,24 +190,65 @@ def allowed_hosts(address: str, port: int) -> frozenset[str]:
     return frozenset(hosts)
 
 
-def request_refusal(method: str, headers: Mapping[str, str], token: str, hosts: frozenset[str]) -> str | None:
-    """Why a request is refused, or None. Every request must name one of our hosts (DNS rebinding); a request that
-    changes something (not GET/HEAD) must also come from our own page: an Origin, when sent, that is ours, and
-    the per-process token the page carries (another site cannot read it, so it cannot send it)."""
+def is_loopback(address: str) -> bool:
+    """Whether an address to listen on reaches this machine only (127.0.0.0/8, ::1, localhost)."""
+    if address in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(address.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to anything
+
+
+SECRET_PARAM = "secret"  # the query parameter of the printed URL that carries the per-process secret
+
+
+def cookie_name(port: int) -> str:
+    """The session cookie's name: one per port (cookies do not tell ports apart, so two dashboards on this machine
+    would overwrite each other's)."""
+    return f"sextant-dashboard-{port}"
+
+
+@dataclass(frozen=True)
+class Door:
+    """What the guard does with a request: refuse it (status, words), or set the session cookie and send the
+    browser to `redirect` (the URL without the secret), or let it in (all None)."""
+
+    refusal: str | None = None
+    status: int = 403
+    redirect: str | None = None
+
+
+def door(method: str, path: str, query: Mapping[str, str], headers: Mapping[str, str], cookie: str | None,
+         secret: str, hosts: frozenset[str] | None, scheme: str = "http") -> Door:
+    """Every request must name one of our hosts (DNS rebinding) and carry the per-process secret: in the session
+    cookie, or once, in the URL the dashboard printed (then the cookie is set and the browser sent on without it,
+    so that the secret stays out of the history and the address bar). A request that changes something (not
+    GET/HEAD) must also come from our own page: an Origin, when sent, that is ours. The cookie is SameSite=Strict
+    (another site's page cannot send it) and HttpOnly (no script, ours included, reads it)."""
     host = headers.get("Host", "")
-    if host not in hosts:
-        return f"unexpected Host header {host!r}"
-    if method in ("GET", "HEAD"):
-        return None
-    origin = headers.get("Origin")
-    if origin is not None:
-        parts = urlsplit(origin)
-        if parts.scheme != "http" or parts.netloc not in hosts:
-            return f"cross-site request refused (Origin {origin!r})"
-    sent = headers.get("X-Sextant-Token", "")
-    if not sent or not hmac.compare_digest(sent.encode(), token.encode()):
-        return "missing or wrong X-Sextant-Token: reload the page"
-    return None
+    if not host or (hosts is not None and host not in hosts):
+        return Door(f"unexpected Host header {host!r}")
+    if method not in ("GET", "HEAD"):
+        origin = headers.get("Origin")
+        if origin is not None:
+            parts = urlsplit(origin)
+            if parts.scheme != scheme or parts.netloc not in (hosts if hosts is not None else {host}):
+                return Door(f"cross-site request refused (Origin {origin!r})")
+    given = query.get(SECRET_PARAM)
+    if given is not None and method in ("GET", "HEAD"):
+        if not _same(given, secret):
+            return Door("wrong secret in the URL: open the URL that `sextant dashboard` printed", 401)
+        rest = urlencode([(k, v) for k, v in query.items() if k != SECRET_PARAM])
+        return Door(redirect=path + (f"?{rest}" if rest else ""))
+    if cookie is None or not _same(cookie, secret):
+        return Door("this dashboard needs its secret: open the URL that `sextant dashboard` printed (it carries "
+                    "the secret once; the browser then keeps it in a cookie until the dashboard stops)", 401)
+    return Door()
+
+
+def _same(sent: str, secret: str) -> bool:
+    return bool(sent) and hmac.compare_digest(sent.encode(), secret.encode())
 
 
 # --- queues --------------------------------------------------------------------------------------------------
@@ -241,6 +371,7 @@ class ScheduleRow:
     next: datetime | None
     missed: list[str] = field(default_factory=list)  # the Events that say a tick was missed or skipped
     jobs: list[tuple[str, str]] = field(default_factory=list)  # (job id, state), newest first
+    invalid: str | None = None  # the Invalid condition's reason and message: the schedule cannot fire
 
 
 def schedule_rows(schedules: Iterable[dict[str, Any]], jobs: Iterable[Mapping[str, Any]],
@@ -265,13 +396,16 @@ def schedule_rows(schedules: Iterable[dict[str, Any]], jobs: Iterable[Mapping[st
         key = (meta.get("namespace", ""), meta["name"])
         when = spec.get("cron") or (f"every {spec['interval']}" if spec.get("interval") else "")
         theirs = sorted(made.get(key, []), key=lambda j: j["metadata"].get("creationTimestamp", ""), reverse=True)
+        invalid = next((f"{c.get('reason', 'Invalid')}: {c.get('message', '')}" for c in status.get("conditions") or []
+                        if isinstance(c, dict) and c.get("type") == "Invalid" and c.get("status") == "True"), None)
         rows.append(ScheduleRow(
             key[0], key[1], when, bool(spec.get("suspend")), time_or_none(status.get("lastScheduleTime")),
             time_or_none(status.get("nextScheduleTime")), sorted(missed.get(key, []), reverse=True)[:recent],
             [(job_id(j["metadata"]["name"]), (j.get("status") or {}).get("state") or "<pending>")
-             for j in theirs[:recent]]))
+             for j in theirs[:recent]], invalid))
     return rows
 
 
-__all__ = ["JobFilter", "FilterError", "QueueRow", "QueueStats", "list_params", "request_refusal", "allowed_hosts",
+__all__ = ["JobFilter", "FilterError", "QueueRow", "QueueStats", "Door", "door", "allowed_hosts", "jobs_page",
+           "bulk_targets", "can", "last_error", "waiting_reason", "millis", "is_loopback", "cookie_name",
            "queue_rows", "finished_series", "chart_svg", "timeline", "schedule_rows", "finished_at"]

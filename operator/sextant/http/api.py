@@ -1,12 +1,14 @@
 """The /v2 HTTP API (README, "The HTTP API"), served by the operator process (see openapi.py for the document).
 
     POST /v2/jobs                      create (honours idempotency_key: 201 created, 200 the existing job, 409 when
-                                       that job has another queue, handler or payload)
+                                       that job has another queue, handler or payload); `warnings` and Warning
+                                       headers when its queue or handler does not exist
     GET  /v2/jobs?queue=&state=&handler=&limit=&continue=     list, a page at a time (the API server's pages)
     GET  /v2/jobs/{job_id}             one job (job_8f3k2m9q or job-8f3k2m9q)
     POST /v2/jobs/{job_id}/cancel      409 when the job's state forbids it
     POST /v2/jobs/{job_id}/retry       409 unless the job is failed or dead
-    GET  /v2/queues                    jobs per state, running vs concurrency, oldest queued job
+    GET  /v2/queues                    jobs per state, running vs concurrency, oldest queued job (the Queues'
+                                       status numbers, and the view's counts of finished jobs: no scan of jobs)
     GET  /v2/openapi.json              the OpenAPI document (no credentials needed)
 
 Every route but the document takes the query parameter `namespace` (default "default") and a bearer token
@@ -15,8 +17,10 @@ client); each request is authorized with a SubjectAccessReview for the verb it u
 jobs or queues, verb create/list/get/patch, the namespace). Errors are JSON:
 {"error": {"status", "reason", "message", "field"}}.
 
-Under load: at most `max_in_flight` /v2 requests are served at once (more: 429 with Retry-After), and each has
-`request_timeout` seconds (then 503 with Retry-After). /healthz, /readyz and /metrics are never refused.
+Under load: at most `max_in_flight` /v2 requests are served at once (more: 429 with Retry-After), each has
+`request_timeout` seconds (then 503 with Retry-After), and each user (as the TokenReview names them) may make
+`user_burst` requests at once and `user_rate` per second after that (more: 429 with Retry-After). /healthz,
+/readyz and /metrics are never refused.
 
 A job is read from the operator's in-memory view when it watches the namespace and is ready (a job not yet seen
 there is read from the API server); lists are the API server's own pages (limit and continue passed through, the
@@ -31,25 +35,28 @@ import json
 import logging
 import re
 import secrets
+import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any, Protocol
 
 from aiohttp import web
+from multidict import CIMultiDict
 from pydantic import ValidationError
 
 from ..kube.clock import utcnow
 from ..resources import inputs
 from ..kube import metrics
-from ..client import Client, KeyConflict, refusal_message
+from ..client import Client, KeyConflict, missing_warning, refusal_message
 from ..kube import jsontext
 from ..kube.client import ApiError, Gone, Kube, NotFound
-from ..lifecycle.queueing import queue_stats
+from ..lifecycle.queueing import QueueNumbers, count_unfinished, numbers_of_status
 from ..resources import contract
 from ..resources.common import json_depth
 from ..resources.job import MAX_PAYLOAD_DEPTH, job_id
 from . import models
-from .auth import Authorizer, HttpError
+from .auth import Authorizer, HttpError, User
+from .limits import TokenBuckets
 from .openapi import document
 
 log = logging.getLogger("sextant.http.api")
@@ -69,8 +76,14 @@ FIELD_SELECTORS = {"queue": "spec.queue", "handler": "spec.handler", "state": "s
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+def _json(body: Any, status: int = 200, headers: dict[str, str] | CIMultiDict[str] | None = None) -> web.Response:
     return web.Response(text=json.dumps(body), status=status, content_type="application/json", headers=headers)
+
+
+def warning_header(text: str) -> str:
+    """An RFC 7234 Warning header value, as the Kubernetes API server sends its warnings: 299 - "text"."""
+    quoted = text.replace("\\", "\\\\").replace('"', '\\"')
+    return f'299 - "{quoted}"'
 
 
 def error_response(exc: HttpError) -> web.Response:
@@ -117,6 +130,10 @@ class JobView(Protocol):
     """What the API reads of the operator's in-memory view (controller/view.View), without importing it."""
 
     jobs: dict[tuple[str, str], dict[str, Any]]
+    queues: dict[tuple[str, str], Any]  # the Queues and Handlers the operator knows (by namespace and name)
+    handlers: dict[tuple[str, str], Any]
+    unfinished_by_queue: dict[tuple[str, str], set[tuple[str, str]]]
+    finished_by_queue: dict[tuple[str, str], Any]  # (namespace, queue) → state → count
 
     def whole_job(self, key: tuple[str, str]) -> dict[str, Any] | None: ...
 
@@ -124,7 +141,8 @@ class JobView(Protocol):
 class Api:
     def __init__(self, kube: Kube, *, view: JobView | None = None, ready: Callable[[], bool] = lambda: False,
                  namespaces: list[str] | tuple[str, ...] = (), now: Callable[[], datetime] = utcnow,
-                 max_in_flight: int, request_timeout: float, auth: Authorizer | None = None) -> None:
+                 max_in_flight: int, request_timeout: float, auth: Authorizer | None = None,
+                 user_rate: float = 20.0, user_burst: int = 100, clock: Callable[[], float] = time.monotonic) -> None:
         self.kube = kube
         self.view = view
         self.ready = ready
@@ -134,6 +152,8 @@ class Api:
         self.max_in_flight = max_in_flight
         self.request_timeout = request_timeout
         self.in_flight = 0
+        self.user_limit = TokenBuckets(user_burst, user_rate)
+        self.clock = clock
         self._document = document()
 
     def install(self, app: web.Application) -> None:
@@ -230,9 +250,20 @@ class Api:
         """Authenticate, read the namespace, authorize: the namespace (the caller is in request["user"])."""
         user = await self.auth.authenticate(request.headers.get("Authorization"), request.remote or "")
         request["user"] = user
+        self._rate(user)
         ns = self._namespace(request)
         await self.auth.authorize(user, verb, resource, ns, name)
         return ns
+
+    def _rate(self, user: User) -> None:
+        """Each user's own share: one user's loop cannot take every slot (nor every review) of the API."""
+        now = self.clock()
+        if not self.user_limit.take(user.username, now):
+            metrics.HTTP_REFUSED.labels("user-rate").inc()
+            wait = self.user_limit.retry_after(user.username, now)
+            raise HttpError(429, "TooManyRequests", f"user {user.username} has made more requests than the "
+                                                    f"operator serves one user; retry in {wait} s",
+                            headers={"Retry-After": str(wait)})
 
     def _view_serves(self, ns: str) -> bool:
         return self.view is not None and self.ready() and (not self.namespaces or ns in self.namespaces)
@@ -247,16 +278,34 @@ class Api:
         except ApiError as exc:
             raise self._upstream(exc, ns, name) from None
 
-    def _view_jobs(self, ns: str) -> list[dict[str, Any]]:
-        """The namespace's jobs from the view (slim copies of finished ones: state, queue and times only)."""
+    def _watched(self, ns: str) -> JobView:
+        """The view, for a namespace it serves (404 for one the operator does not watch, 503 while it starts)."""
         if self.namespaces and ns not in self.namespaces:
             raise HttpError(404, "NotFound", f"namespace {ns} is not watched by this operator (its "
                                              f"--watch-namespace: {', '.join(sorted(self.namespaces))})")
-        if not self._view_serves(ns):
+        if self.view is None or not self._view_serves(ns):
             raise HttpError(503, "ServiceUnavailable", "the operator is still reading the cluster (its first lists "
                                                        "and watches); retry in a few seconds",
                             headers={"Retry-After": "2"})
-        return [raw for (n, _), raw in list(self.view.jobs.items()) if n == ns]
+        return self.view
+
+    async def _warnings(self, ns: str, queue: str, handler: str) -> list[str]:
+        """Why a new job will wait, when its queue or handler does not exist. The operator's view answers for what
+        it knows (what the operator itself decides by); what it lacks is asked of the API server, since a Queue
+        applied a moment ago may not have reached the view yet. [] for what cannot be known."""
+        out = []
+        for kind, name, known, path in (
+                ("queue", queue, self.view.queues if self.view else {}, contract.queues_path(ns, queue)),
+                ("handler", handler, self.view.handlers if self.view else {}, contract.handlers_path(ns, handler))):
+            if self._view_serves(ns) and (ns, name) in known:
+                continue
+            try:
+                await self.kube.get(path)
+            except NotFound:
+                out.append(missing_warning(kind, name, ns))
+            except ApiError:
+                pass  # not known: no warning rather than a wrong one
+        return out
 
     @staticmethod
     def _upstream(exc: ApiError, ns: str, name: str | None = None) -> HttpError:
@@ -301,10 +350,13 @@ class Api:
             raise HttpError(409, "Conflict", exc.words(""), field=exc.fields[0]) from None
         except ApiError as exc:
             raise self._upstream(exc, ns) from None
-        out = models.dump(models.job_out(job))
-        headers = {"Location": f"/v2/jobs/{out['id']}?namespace={ns}"}
+        warnings = await self._warnings(ns, spec.queue, spec.handler)
+        out = models.dump(models.created_job_out(job, warnings, self.now()))
+        headers: CIMultiDict[str] = CIMultiDict(Location=f"/v2/jobs/{out['id']}?namespace={ns}")
         if not created:
             headers["Idempotent-Replayed"] = "true"
+        for text in warnings:
+            headers.add("Warning", warning_header(text))
         return _json(out, 201 if created else 200, headers)
 
     async def get_job(self, request: web.Request) -> web.Response:
@@ -382,14 +434,25 @@ class Api:
 
     async def queues(self, request: web.Request) -> web.Response:
         ns = await self._allowed(request, "list", "queues")
-        jobs = self._view_jobs(ns)  # counting needs every job: from the view, never a list of the namespace
+        view = self._watched(ns)
         try:
             queue_objects, _ = await self.kube.list(contract.queues_path(ns))
         except ApiError as exc:
             raise self._upstream(exc, ns) from None
         now = self.now()
-        stats = queue_stats(queue_objects, jobs, now)
-        return _json(models.dump(models.QueueList(items=[models.queue_out(s, now) for s in stats])))
+        queues = {(ns, q["metadata"]["name"]): q for q in queue_objects}
+        numbers = {key: numbers_of_status(q.get("status")) for key, q in queues.items()}
+        # Queues that jobs name but that do not exist have no status: their (Blocked) jobs are counted here.
+        for key, members in list(view.unfinished_by_queue.items()):
+            if key[0] == ns and key not in queues and members:
+                jobs = [(raw, False) for raw in (view.jobs.get(k) for k in list(members)) if raw is not None]
+                numbers[key] = count_unfinished(jobs, now)
+        finished = {key: dict(counts) for key, counts in list(view.finished_by_queue.items()) if key[0] == ns}
+        for key in finished:
+            numbers.setdefault(key, QueueNumbers())
+        items = [models.queue_out(key, queues.get(key), numbers[key], finished.get(key, {}), now)
+                 for key in sorted(numbers)]
+        return _json(models.dump(models.QueueList(items=items)))
 
 
 def _field(job: dict[str, Any], path: str) -> Any:
@@ -404,5 +467,6 @@ def routes(operator: Any) -> Callable[[web.Application], None]:
     """extra_routes for http.server.build_app: the /v2 API of this operator process."""
     settings = operator.settings
     api = Api(operator.api_kube, view=operator.view, ready=lambda: operator.ready, namespaces=settings.namespaces,
-              max_in_flight=settings.http_max_in_flight, request_timeout=settings.http_request_timeout)
+              max_in_flight=settings.http_max_in_flight, request_timeout=settings.http_request_timeout,
+              user_rate=settings.http_user_rate, user_burst=settings.http_user_burst)
     return api.install

@@ -7,6 +7,10 @@ guessing attack, or a broken client in a loop) may cause `failed_burst` reviews 
 second after that; beyond, its requests with tokens not yet reviewed are answered 429 with Retry-After, without
 a review. "A client" is the peer address as the operator sees it (behind a proxy: the proxy's).
 
+A SubjectAccessReview's answer is remembered for `review_ttl` (a few seconds), allowed or denied, per user, verb,
+resource, namespace and object name: a client repeating one request costs one review per `review_ttl`, and a
+revoked right takes effect within it.
+
 The operator's service account needs `create` on tokenreviews (authentication.k8s.io) and
 subjectaccessreviews (authorization.k8s.io).
 """
@@ -49,9 +53,11 @@ INVALID_TOKEN = 'Bearer realm="sextant", error="invalid_token"'
 
 class Authorizer:
     def __init__(self, kube: Kube, token_ttl: float = 10.0, failed_burst: int = 10, failed_rate: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, review_ttl: float = 5.0) -> None:
         self.kube = kube
         self.clock = clock
+        # (user, verb, resource, namespace, name) → None when allowed, else the refusal's words
+        self._reviewed: ExpiringCache[tuple[User, str, str, str, str], tuple[str | None]] = ExpiringCache(review_ttl)
         self._accepted: ExpiringCache[str, User] = ExpiringCache(token_ttl)
         self._refused: ExpiringCache[str, str] = ExpiringCache(token_ttl)  # token digest → the refusal's words
         self._failures = TokenBuckets(failed_burst, failed_rate)  # per client address
@@ -121,6 +127,17 @@ class Authorizer:
         return user
 
     async def authorize(self, user: User, verb: str, resource: str, namespace: str, name: str | None = None) -> None:
+        key = (user, verb, resource, namespace, name or "")
+        remembered = self._reviewed.get(key, self.clock())
+        if remembered is None:
+            remembered = (await self._access_review(user, verb, resource, namespace, name),)
+            self._reviewed.put(key, remembered, self.clock())
+        if remembered[0] is not None:
+            raise HttpError(403, "Forbidden", remembered[0])
+
+    async def _access_review(self, user: User, verb: str, resource: str, namespace: str,
+                             name: str | None) -> str | None:
+        """One SubjectAccessReview: None when allowed, else the refusal in the API server's words."""
         attributes: dict[str, Any] = {"namespace": namespace, "verb": verb, "group": GROUP, "resource": resource}
         if name:
             attributes["name"] = name
@@ -133,12 +150,12 @@ class Authorizer:
                                                      "kind": "SubjectAccessReview", "spec": spec})
         status = review.get("status") or {}
         if status.get("allowed") and not status.get("denied"):
-            return
+            return None
         target = f'resource "{resource}" in API group "{GROUP}" in the namespace "{namespace}"'
         message = f'User "{user.username}" cannot {verb} {target}'
         if status.get("reason"):
             message += f": {status['reason']}"
-        raise HttpError(403, "Forbidden", message)
+        return message
 
     async def _review(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         try:

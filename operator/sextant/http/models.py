@@ -6,14 +6,18 @@ The API speaks the resources' words in snake_case (`idempotency_key`, `run_at`, 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..resources import inputs
-from ..lifecycle.queueing import QueueStats
+from ..kube.clock import utcnow
+from ..lifecycle.queueing import QueueNumbers, counted_state
 from ..resources import contract
 from ..resources.common import format_time
+from ..resources.queue import QueueSpec
 from ..resources.job import job_id, sequence_of
 
 DEFAULT_LIMIT, MAX_LIMIT = 100, 1000  # GET /v2/jobs: page sizes
@@ -92,7 +96,10 @@ class Job(Out):
     run_at: str | None = None
     idempotency_key: str | None = None
     priority: int = 0
-    state: StateName | None = Field(default=None, description="null until the operator has looked at the job.")
+    state: StateName | None = Field(default=None, description=(
+        "The job's state. Before the operator has written one (a job just created), its first state as its queue "
+        "counts it: queued, or scheduled while run_at is ahead. null only for a job the operator holds as "
+        "Invalid (its status says why)."))
     attempt: int = Field(default=0, description="Attempts made since creation or the last retry.")
     max_attempts: int | None = None
     cancel_requested: bool = False
@@ -106,6 +113,13 @@ class Job(Out):
     attempts: list[Attempt] = Field(default_factory=list, description="The timeline.")
 
 
+class CreatedJob(Job):
+    warnings: list[str] = Field(default_factory=list, description=(
+        "Why the job will wait, as seen at creation: its queue or its handler does not exist in the namespace "
+        "(the job is created all the same and runs once they exist). Each is also a `Warning: 299 - \"...\"` "
+        "header."))
+
+
 class JobList(Out):
     items: list[Job]
     continue_: str | None = Field(default=None, alias="continue",
@@ -113,6 +127,9 @@ class JobList(Out):
 
 
 class JobCounts(Out):
+    """Unfinished jobs as the Queue's status counts them (written by the operator every few seconds: the numbers
+    of `kubectl get squeue`); finished ones as the operator's view counts them, live."""
+
     scheduled: int = 0
     queued: int = 0
     running: int = 0
@@ -129,6 +146,7 @@ class Queue(Out):
     concurrency: int | None = None
     max_attempts: int | None = None
     running: int = Field(description="Running attempts now (compare with concurrency).")
+    starting: int = Field(default=0, description="Of the queued jobs, those whose attempt's pod is starting.")
     jobs: JobCounts = Field(description="Jobs per state.")
     oldest_queued_at: str | None = Field(default=None, description="When the longest-waiting queued job "
                                                                    "became runnable.")
@@ -156,11 +174,21 @@ def dump(model: BaseModel) -> dict[str, Any]:
     return model.model_dump(mode="json", by_alias=True)
 
 
-def job_out(raw: dict[str, Any]) -> Job:
-    """A Kubernetes Job object → the API's Job."""
+def job_out(raw: dict[str, Any], now: datetime | None = None) -> Job:
+    """A Kubernetes Job object → the API's Job (a job without a state yet: its first state, `counted_state`)."""
     meta, spec, status = raw["metadata"], raw.get("spec") or {}, raw.get("status") or {}
-    state = status.get("state") if status.get("state") in inputs.STATES else None
-    return Job(
+    state = status.get("state") if status.get("state") else counted_state(raw, now or utcnow())
+    state = state if state in inputs.STATES else None
+    return Job(**_job_fields(raw, meta, spec, status, state))
+
+
+def created_job_out(raw: dict[str, Any], warnings: list[str], now: datetime | None = None) -> CreatedJob:
+    return CreatedJob(**job_out(raw, now).model_dump(by_alias=False), warnings=warnings)
+
+
+def _job_fields(raw: dict[str, Any], meta: dict[str, Any], spec: dict[str, Any], status: dict[str, Any],
+                state: str | None) -> dict[str, Any]:
+    return dict(
         id=job_id(meta["name"]), name=meta["name"], namespace=meta.get("namespace", ""),
         queue=spec.get("queue", ""), handler=spec.get("handler", ""), payload=spec.get("payload") or {},
         run_at=spec.get("runAt"), idempotency_key=spec.get("idempotencyKey"), priority=spec.get("priority", 0),
@@ -178,9 +206,21 @@ def job_out(raw: dict[str, Any]) -> Job:
     )
 
 
-def queue_out(stats: QueueStats, now: Any) -> Queue:
-    oldest = stats.oldest_queued_at
-    return Queue(name=stats.name, namespace=stats.namespace, exists=stats.exists, concurrency=stats.concurrency,
-                 max_attempts=stats.max_attempts, running=stats.running, jobs=JobCounts(**stats.jobs),
+def queue_out(key: tuple[str, str], queue: dict[str, Any] | None, numbers: QueueNumbers,
+              finished: Mapping[str, int], now: datetime) -> Queue:
+    """One queue's entry: its Queue object's spec (None: jobs name the queue, but no Queue exists), the numbers of
+    its unfinished jobs and those of its finished ones."""
+    spec: QueueSpec | None = None
+    if queue is not None:
+        try:
+            spec = QueueSpec.model_validate(queue.get("spec") or {})
+        except ValidationError:
+            spec = None  # a Queue the operator cannot read either: listed, without its settings
+    oldest = numbers.oldest_queued_at
+    counts = JobCounts(scheduled=numbers.scheduled, queued=numbers.queued, running=numbers.running,
+                       failed=numbers.failed, **{k: finished.get(k, 0) for k in ("succeeded", "dead", "cancelled")})
+    return Queue(name=key[1], namespace=key[0], exists=queue is not None,
+                 concurrency=spec.concurrency if spec else None, max_attempts=spec.max_attempts if spec else None,
+                 running=numbers.running, starting=numbers.starting, jobs=counts,
                  oldest_queued_at=format_time(oldest, precise=False) if oldest else None,
                  oldest_queued_seconds=round((now - oldest).total_seconds(), 3) if oldest else None)

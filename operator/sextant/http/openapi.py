@@ -31,8 +31,8 @@ ERRORS = {
     409: "The job's state forbids the transition (cancel of a finished job, retry of one not failed or dead).",
     410: "The continue token has expired (a list's snapshot lasts a few minutes): list again from the start.",
     422: "Invalid input; error.field names it.",
-    429: "Too many requests: the operator serves a bounded number at once, and a client whose tokens the API server "
-         "keeps refusing is slowed down. Retry after Retry-After seconds.",
+    429: "Too many requests: the operator serves a bounded number at once and a bounded rate per user, and a client "
+         "whose tokens the API server keeps refusing is slowed down. Retry after Retry-After seconds.",
     502: "The Kubernetes API failed to do what was asked.",
     503: "Not now: the credentials could not be checked with the Kubernetes API, the operator is still starting, or "
          "the request was not done within the operator's deadline. Retry after Retry-After seconds.",
@@ -65,6 +65,17 @@ JOB_ID = {
 }
 
 
+WARNING = {"Warning": {"description": "Why the job will wait (its queue or handler does not exist), one header "
+                                      "each: `299 - \"<text>\"` (RFC 7234).", "required": False,
+                       "schema": {"type": "string", "pattern": '^299 - ".*"$'}}}
+
+
+def _created(responses: dict[str, Any]) -> dict[str, Any]:
+    for code in ("200", "201"):
+        responses[code]["headers"] = WARNING
+    return responses
+
+
 def _name_param(name: str, what: str) -> dict[str, Any]:
     return {"name": name, "in": "query", "required": False, "description": f"Only jobs of this {what}.",
             "schema": {"type": "string", "pattern": inputs.NAME_PATTERN, "minLength": 1,
@@ -82,7 +93,8 @@ def _transition(verb: str, summary: str) -> dict[str, Any]:
 
 def document() -> dict[str, Any]:
     _, schemas = models_json_schema(
-        [(models.CreateJob, "validation"), (models.Job, "serialization"), (models.JobList, "serialization"),
+        [(models.CreateJob, "validation"), (models.Job, "serialization"), (models.CreatedJob, "serialization"),
+         (models.JobList, "serialization"),
          (models.QueueList, "serialization"), (models.Error, "serialization")],
         ref_template=REF, by_alias=True)
     return {
@@ -105,15 +117,19 @@ def document() -> dict[str, Any]:
                                    "first job is answered (200, header Idempotent-Replayed: true) instead of "
                                    "creating another (201), when it has the same queue, handler and payload; "
                                    "else 409 (run_at and priority are not compared). Atomic: concurrent creates "
-                                   "with one key make one job.",
+                                   "with one key make one job. A job whose queue or handler does not exist is "
+                                   "created all the same (it waits, Blocked, until they exist), and the answer says "
+                                   "so: in `warnings`, and in one `Warning: 299 - \"...\"` header each (as the "
+                                   "Kubernetes API server sends its warnings). `state` is the job's first state: "
+                                   "queued, or scheduled when run_at is ahead.",
                     "parameters": [NAMESPACE],
                     "requestBody": {"required": True, "content": _content("CreateJob")},
-                    "responses": _responses({201: ("Job", "Created."),
-                                             200: ("Job", "The job that already holds the idempotency key.")},
+                    "responses": _created(_responses({201: ("CreatedJob", "Created."),
+                                             200: ("CreatedJob", "The job that already holds the idempotency key.")},
                                             404, 409, 422,
                                             words={409: "The idempotency_key is held by a job with another queue, "
                                                         "handler or payload; error.field names the first such "
-                                                        "field, the message all of them. Nothing is created."}),
+                                                        "field, the message all of them. Nothing is created."})),
                 },
                 "get": {
                     "operationId": "listJobs", "summary": "List jobs",
@@ -147,8 +163,11 @@ def document() -> dict[str, Any]:
             "/v2/queues": {
                 "get": {
                     "operationId": "listQueues", "summary": "Queues: jobs per state, running vs concurrency",
-                    "description": "Authorized as `list` on queues.sextant.dev. Counted from the operator's view "
-                                   "of the namespace: 404 for a namespace the operator does not watch.",
+                    "description": "Authorized as `list` on queues.sextant.dev. The unfinished jobs' numbers are "
+                                   "the Queue's status (written by the operator every few seconds: those of "
+                                   "`kubectl get squeue`), the finished jobs' are counted by the operator as they "
+                                   "finish; a queue that jobs name but that does not exist is counted from its "
+                                   "jobs. 404 for a namespace the operator does not watch.",
                     "parameters": [NAMESPACE],
                     "responses": _responses({200: ("QueueList", "Every queue of the namespace, and every queue "
                                                                 "its jobs name.")}, 404, 422),

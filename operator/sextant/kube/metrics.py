@@ -53,7 +53,8 @@ TOKEN_REVIEWS = Counter("sextant_http_token_reviews_total", "TokenReviews the /v
                         "refused, error).", ["result"], registry=REGISTRY)
 HTTP_REFUSED = Counter("sextant_http_refused_total", "/v2 requests refused to protect the operator, by reason "
                        "(in-flight: over the concurrency cap; deadline: not done in time; failed-authentication: "
-                       "the client's failed token reviews over their rate).", ["reason"], registry=REGISTRY)
+                       "the client's failed token reviews over their rate; user-rate: the user's requests over "
+                       "--http-user-rate).", ["reason"], registry=REGISTRY)
 HTTP_IN_FLIGHT = Gauge("sextant_http_in_flight", "/v2 requests being served now (at most --http-max-in-flight).",
                        registry=REGISTRY)
 

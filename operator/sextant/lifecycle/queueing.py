@@ -5,8 +5,9 @@
 - `counted_state`: the one rule of what a job counts as in a queue's numbers. A job the operator has not written a
   state for yet is new and runnable (queued is "runnable, no worker has taken it"), so it counts as
   queued (scheduled while its runAt is ahead), unless it is Invalid; the operator holds many jobs so on purpose
-  (lifecycle.transitions.hold_first_write). The Queue's status (`count_unfinished`, written by the operator), GET
-  /v2/queues and the dashboard (`queue_stats`) all count with it, so `kubectl get squeue` and /v2/queues agree.
+  (lifecycle.transitions.hold_first_write). The Queue's status (`count_unfinished`, written by the operator; GET
+  /v2/queues serves it back, `numbers_of_status`), the dashboard (`queue_stats`) and a new job's `state` in the
+  /v2 API all count with it, so `kubectl get squeue`, /v2/queues and a create's answer agree.
 
 Pure: raw Queue and Job objects in, numbers out."""
 
@@ -159,6 +160,19 @@ def status_body(numbers: QueueNumbers, generation: int | None) -> dict[str, Any]
         "failed": numbers.failed,
         "oldestQueuedAt": format_time(oldest, precise=False) if oldest is not None else None,
     }
+
+
+def numbers_of_status(status: Any) -> QueueNumbers:
+    """A Queue's status back into its numbers (what status_body wrote; absent or unreadable fields read as 0)."""
+    status = status if isinstance(status, dict) else {}
+
+    def count(key: str) -> int:
+        value = status.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+    return QueueNumbers(running=count("running"), queued=count("queued"), starting=count("starting"),
+                        scheduled=count("scheduled"), failed=count("failed"),
+                        oldest_queued_at=time_or_none(status.get("oldestQueuedAt")))
 
 
 def same_status(stored: dict[str, Any] | None, body: dict[str, Any]) -> bool:

@@ -1,7 +1,6 @@
 // Sextant dashboard: keeps the page's live regions current and sends its actions. No library, no build step.
 (function () {
   "use strict";
-  const token = document.querySelector('meta[name="sextant-token"]').content;
   const flash = document.getElementById("flash");
   const FORCE_MS = 10000; // ages and the chart move with time: ask again in full this often
 
@@ -48,7 +47,8 @@
     if (button.dataset.confirm && !window.confirm(button.dataset.confirm)) return;
     button.disabled = true;
     try {
-      const resp = await fetch(button.dataset.action, { method: "POST", headers: { "X-Sextant-Token": token } });
+      // The session cookie (SameSite=Strict, HttpOnly) goes with it: this page holds no secret of its own.
+      const resp = await fetch(button.dataset.action, { method: "POST", credentials: "same-origin" });
       const body = await resp.json();
       say(body.message, body.ok);
       regions.forEach(function (r) { r.dataset.at = "0"; refresh(r); });
