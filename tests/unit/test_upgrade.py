@@ -19,7 +19,6 @@ from sextant.resources.crds import RESOURCES, crd
 from sextant.resources.job import JobStatus, sequence_of
 from sextant.runner.env import ATTEMPT_REF, AttemptEnv
 from sextant.runner.lease import lease_body
-from sextant.worker.assignments import assignment
 
 # A status as the previous version wrote it: the third pod failed, the retry waits in the queue.
 OLD_STATUS: dict[str, Any] = {
@@ -84,12 +83,8 @@ def test_a_runner_of_this_version_reads_the_previous_operators_reference_and_lab
     assert AttemptEnv.from_environ(full).sequence == 3  # a `heartbeat: false` pod of the previous operator
 
 
-def test_a_worker_and_the_user_facing_readers_take_the_old_name_too() -> None:
-    running = {**OLD_STATUS, "state": "running", "worker": "w1",
-               "attempts": [*OLD_STATUS["attempts"][:2], {"attempt": 3, "run": 3, "worker": "w1/i1", "node": "w1",
-                                                          "result": "running", "startedAt": "2026-03-01T11:50:00Z"}]}
-    found = assignment(old_job(running), "w1", "w1/i1")
-    assert found is not None and found.sequence == 3
+def test_the_user_facing_readers_take_the_old_name_too() -> None:
+    """(A worker of protocol v2 reads its sequence from its Worker's status.assignments, never from the Job.)"""
     assert [a.sequence for a in job_out(old_job()).attempts] == [1, 2, 3]
     assert [a["sequence"] for a in timeline(old_job(), T0)] == [1, 2, 3]
 
