@@ -86,9 +86,7 @@ def assert_never_twice(seen: Versions, runs: Path) -> None:
 
 
 # ================================================================ crashes
-@pytest.mark.parametrize("worker_too", [False, pytest.param(True, marks=pytest.mark.xfail(strict=True, reason=(
-    "T2_BUGS.md 1: a SIGKILLed worker's command dies but its children (the script's `sleep`) live on: the retries "
-    "start while the first run's process still holds the job's lock")))],
+@pytest.mark.parametrize("worker_too", [False, True],
     ids=["operator", "operator-and-worker"])
 def test_an_operator_killed_between_assignment_and_its_first_job_write_loses_no_attempt(
         cluster, namespace, operator, workers, tmp_path, worker_too):
