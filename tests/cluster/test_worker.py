@@ -527,3 +527,21 @@ def test_what_the_worker_does_with_assignments_as_the_operator_writes_them(clust
     set_assignments()
     wait_for(lambda: results() == {}, 10, message="every result dropped")
     assert worker.log().count("[job-run#1] said") == 1 and worker.proc.poll() is None
+
+
+def test_a_worker_started_from_the_config_file_serves_what_it_declares(cluster, namespace, operator, workers,
+                                                                      tmp_path):
+    """README: `sextant config apply -f sextant.toml`, then `sextant worker --config sextant.toml`."""
+    from .plugin_support import ok, sextant
+
+    path = tmp_path / "sextant.toml"
+    path.write_text('[queues.emails]\nmax_attempts = 1\n\n[queues.other]\n\n'
+                    '[handlers.send-receipt]\ncommand = ["sh", "-c", "cat >/dev/null; echo sent"]\n\n'
+                    '[worker]\nconcurrency = 3\nqueues = ["emails"]\n')
+    ok(sextant(cluster, "-n", namespace, "config", "apply", "-f", str(path)))
+    apply(cluster, namespace, job("job-1", queue_name="emails", handler_name="send-receipt"))
+    worker = workers("w", "--config", str(path))
+    wait_state(cluster, namespace, "job-1", "succeeded")
+    spec = worker_object(cluster, namespace, "w")["spec"]
+    assert (spec["queues"], spec["handlers"], spec["slots"]) == (["emails"], ["send-receipt"], 3)
+    wait_for(lambda: "[job-1#1] sent" in worker.log(), 10, message="the command's output in the worker's log")

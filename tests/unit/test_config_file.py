@@ -94,9 +94,13 @@ def test_the_readmes_toml_parses_and_its_table_names_every_key():
     from pathlib import Path
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    (block,) = re.findall(r"```toml\n(.*?)```", readme, re.S)
+    block, worker = re.findall(r"```toml\n(.*?)```", readme, re.S)
     kinds = [(o["kind"], o["metadata"]["name"]) for o in config.parse(block, "shop")]
     assert kinds == [("Queue", "emails"), ("Handler", "send-receipt")]
+    found = config.worker_config(block + worker)
+    assert (found.queues, found.concurrency, found.modules) == (["emails"], 16, ["receipts.handlers"])
+    listed = re.search(r"flags: (.*)\n", worker).group(1)
+    assert listed.split(", ") == list(config.WorkerConfig.model_fields), "the README names every [worker] key"
     table = readme[readme.index("| sextant.toml |"):]
     table = table[:table.index("\n\n")]
     for name, field in QueueSpec.model_fields.items():
@@ -105,3 +109,15 @@ def test_the_readmes_toml_parses_and_its_table_names_every_key():
     for nested in ("Backoff", "Retention"):
         model = QueueSpec.model_fields[nested.lower()].annotation
         assert all(sub in table for sub in model.model_fields), nested
+
+
+def test_the_worker_section_is_the_workers_flags_and_no_object():
+    text = DOCS + "\n[worker]\nconcurrency = 4\nmodules = [\"receipts.handlers\"]\n"
+    assert [o["kind"] for o in config.parse(text)] == ["Queue", "Handler", "Handler"]
+    found = config.worker_config(text)
+    assert (found.queues, found.handlers) == (["emails"], ["send-receipt", "charge-card"])
+    assert (found.concurrency, found.modules, found.name) == (4, ["receipts.handlers"], None)
+    assert config.worker_config("[worker]\nqueues = [\"other\"]\n").queues == ["other"]
+    assert config.worker_config("").queues is None, "no queue declared: every Queue of the namespace"
+    with pytest.raises(config.ConfigError, match="worker.slots: unknown key"):
+        config.parse("[worker]\nslots = 3\n")  # config apply refuses what the worker would

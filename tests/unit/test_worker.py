@@ -5,6 +5,7 @@ input."""
 from __future__ import annotations
 
 import argparse
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -17,6 +18,7 @@ from sextant.resources import contract
 from sextant.resources.common import format_time
 from sextant.resources.handler import HandlerSpec
 from sextant.worker import main as worker_main
+from sextant.worker.main import BadInput, apply_config
 from sextant.lifecycle.attempts import DRAINED
 from sextant.resources.worker import MESSAGE_MAX_LENGTH, Assignment, WorkerResult, WorkerSpec
 from sextant.runner.execution import Ended
@@ -242,7 +244,37 @@ def test_arguments_and_their_defaults() -> None:
     defaults = parse()
     assert (defaults.queues, defaults.modules, defaults.handlers, defaults.name) == (None, None, None, None)
     assert parse("--no-events").no_events, "still accepted (it does nothing now): scripts that pass it keep working"
-    assert (defaults.concurrency, defaults.drain_grace, defaults.metrics_port) == (8, 25.0, None)
+    # Unset, so that a --config file's [worker] may set them; the worker then takes Settings' defaults (8, 25 s).
+    assert (defaults.concurrency, defaults.drain_grace, defaults.metrics_port) == (None, None, None)
+
+
+def test_a_config_file_fills_the_flags_not_given(tmp_path) -> None:
+    path = tmp_path / "sextant.toml"
+    path.write_text('[queues.emails]\n[queues.slow]\n[handlers.send]\ncommand = ["true"]\n'
+                    '[worker]\nconcurrency = 16\ndrain_grace = "1m"\nmodules = ["app.handlers"]\n')
+    args = parse("--config", str(path), "--concurrency", "4")
+    apply_config(args)
+    assert (args.concurrency, args.drain_grace, args.modules) == (4, 60.0, ["app.handlers"]), "the flag wins"
+    assert (args.queues, args.handlers) == (["emails", "slow"], ["send"]), "what the file declares, not the namespace"
+    args = parse("--config", str(path), "--queue", "emails")
+    apply_config(args)
+    assert args.queues == ["emails"]
+
+
+@pytest.mark.parametrize("text, words", [
+    ("[worker]\nconcurency = 3\n", "sextant.toml: worker.concurency: unknown key; it takes queues, handlers"),
+    ("[worker]\ndrain-grace = \"1m\"\n", "worker.drain-grace: write 'drain_grace'"),
+    ("[worker]\nconcurrency = \"3\"\n", "worker.concurrency: Input should be a valid integer"),
+    ("[worker]\nconcurrency = 0\n", "worker.concurrency: Input should be greater than or equal to 1"),
+    ("[queues.e]\nmax_attempts = 0\n", "queues.e.max_attempts"),
+])
+def test_a_bad_config_file_is_bad_input_naming_the_key(tmp_path, text: str, words: str) -> None:
+    path = tmp_path / "sextant.toml"
+    path.write_text(text)
+    with pytest.raises(BadInput, match=re.escape(words)):
+        apply_config(parse("--config", str(path)))
+    with pytest.raises(BadInput, match="--config .*missing.toml: No such file"):
+        apply_config(parse("--config", str(tmp_path / "missing.toml")))
 
 
 @pytest.mark.parametrize("argv, words", [

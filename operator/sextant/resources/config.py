@@ -9,10 +9,15 @@
     [handlers.send-receipt]              # a worker-mode Handler (spec.worker) named send-receipt
     command = ["python", "-m", "receipts.send"]
 
+    [worker]                             # `sextant worker --config sextant.toml`: its flags (no object)
+    concurrency = 16
+    modules = ["receipts.handlers"]
+
 Every key is a CRD field in snake_case, one to one (`max_attempts` is Queue `spec.maxAttempts`,
 `backoff.initial` is `spec.backoff.initial`); a handler's `command` is Handler `spec.worker.command` (none: an SDK
 function registered under the handler's name, `spec.worker: {}`). Values are checked by the same models as the
-CRDs, strictly (a TOML string is not a number). Pure: text in, objects or a ConfigError naming the key out.
+CRDs, strictly (a TOML string is not a number). The [worker] section holds `sextant worker`'s flags, by their
+names (worker_config); `config apply` leaves it alone. Pure: text in, objects or a ConfigError naming the key out.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from __future__ import annotations
 import tomllib
 from typing import Any, get_args
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from . import API_VERSION, handler, queue
 from .common import DURATION_PATTERN, parse_duration
@@ -31,7 +36,22 @@ from .queue import QueueSpec
 # A handler's keys besides `command`: HandlerSpec's own, but for the pod template (pod mode is a Kubernetes pod
 # spec, declared in YAML) and heartbeat (a pod's runner's lease; workers hold their own).
 _HANDLER_FIELDS = ("non_retryable_exit_codes",)
-SECTIONS = ("queues", "handlers")
+SECTIONS = ("queues", "handlers", "worker")
+
+
+class WorkerConfig(BaseModel):
+    """[worker]: `sextant worker`'s flags by their names (a flag given on the command line wins). Without `queues`
+    and `handlers` it serves the file's own [queues.*] and [handlers.*] (worker_config), not the whole namespace."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    queues: list[str] | None = None
+    handlers: list[str] | None = None
+    modules: list[str] | None = None
+    concurrency: int | None = Field(default=None, ge=1)
+    name: str | None = None
+    drain_grace: str | None = Field(default=None, pattern=DURATION_PATTERN)
+    metrics_port: int | None = Field(default=None, ge=1, le=65535)
 
 
 class ConfigError(ValueError):
@@ -122,7 +142,7 @@ def parse(text: str, namespace: str | None = None) -> list[dict[str, Any]]:
         raise ConfigError("sextant.toml", f"not valid TOML: {exc}") from None
     for section in doc:
         if section not in SECTIONS:
-            raise ConfigError(section, f"unknown section; the file declares {' and '.join(SECTIONS)}")
+            raise ConfigError(section, f"unknown section; the file declares [{'], ['.join(SECTIONS)}]")
     objects = []
     for name, body in _table(doc.get("queues", {}), "queues").items():
         where = f"queues.{_name(name, f'queues.{name}')}"
@@ -135,4 +155,29 @@ def parse(text: str, namespace: str | None = None) -> list[dict[str, Any]]:
         command = body.pop("command", None)
         spec = {"worker": {} if command is None else {"command": command}, **body}
         objects.append(_object(handler.KIND, name, namespace, _validated(HandlerSpec, spec, where)))
+    _worker_section(doc)  # no object, but checked: `config apply` of a file the worker would refuse fails too
     return objects
+
+
+def _worker_section(doc: dict[str, Any]) -> WorkerConfig:
+    body = _table(doc.get("worker", {}), "worker")
+    for key in body:
+        if key not in WorkerConfig.model_fields:
+            hint = key.replace("-", "_")
+            raise ConfigError(f"worker.{key}", f"write {hint!r}: keys are the flags in snake_case"
+                              if hint in WorkerConfig.model_fields else
+                              f"unknown key; it takes {', '.join(WorkerConfig.model_fields)}")
+    return _validated(WorkerConfig, body, "worker")
+
+
+def worker_config(text: str) -> WorkerConfig:
+    """sextant.toml's text → the flags of `sextant worker --config`: [worker]'s keys, and by default the queues and
+    handlers the file declares. ConfigError names the first bad key (the whole file is checked as by parse, so a
+    worker never starts on a file `config apply` would refuse)."""
+    objects = parse(text)
+    found = _worker_section(tomllib.loads(text))
+    declared = {kind: [o["metadata"]["name"] for o in objects if o["kind"] == kind]
+                for kind in (queue.KIND, handler.KIND)}
+    return found.model_copy(update={
+        "queues": found.queues if found.queues is not None else declared[queue.KIND] or None,
+        "handlers": found.handlers if found.handlers is not None else declared[handler.KIND] or None})

@@ -3,6 +3,7 @@
     sextant worker --module myapp.handlers                 every Queue of the namespace, the functions of myapp
     sextant worker --queue emails --concurrency 32         command handlers (Handler spec.worker.command) only
     sextant worker -n shop --module myapp.handlers --queue payments --queue emails --name payments-1
+    sextant worker --config sextant.toml                   the file's queues and handlers, its [worker] flags
 
 Bad input is an error at start that names it, exit code 2: a --queue or --handler that does not exist, a module
 that does not import, a handler registered twice, a function without a worker-mode Handler, nothing to serve.
@@ -54,6 +55,10 @@ def register(sub: argparse._SubParsersAction, flags: argparse.ArgumentParser) ->
                     "thread pool (def), command handlers (Handler spec.worker.command) as a subprocess per job "
                     "with the payload on stdin. It serves the Handlers of the namespace with spec.worker that it "
                     "can run.")
+    p.add_argument("--config", metavar="FILE",
+                   help="a sextant.toml: serve the queues and handlers it declares, with its [worker] section's "
+                        "flags (queues, handlers, modules, concurrency, name, drain_grace, metrics_port); a flag "
+                        "given here wins. It creates nothing: `sextant config apply -f FILE` does")
     p.add_argument("--queue", action="append", dest="queues", metavar="QUEUE",
                    help="a queue to serve (repeatable; default: every Queue of the namespace, as they come and go)")
     p.add_argument("--module", action="append", dest="modules", metavar="MODULE",
@@ -61,13 +66,13 @@ def register(sub: argparse._SubParsersAction, flags: argparse.ArgumentParser) ->
                         "the current directory on sys.path)")
     p.add_argument("--handler", action="append", dest="handlers", metavar="HANDLER",
                    help="serve only this handler (repeatable; default: every worker-mode Handler it can run)")
-    p.add_argument("--concurrency", type=positive_int, default=Settings.concurrency, metavar="N",
+    p.add_argument("--concurrency", type=positive_int, metavar="N",
                    help=f"slots: attempts run at once (default {Settings.concurrency}; also the threads for `def` "
                         "functions)")
     p.add_argument("--name", help="the worker's name, a DNS label (default: the pod's name, else <host>-<pid>)")
-    p.add_argument("--drain-grace", type=_duration, default=f"{Settings.drain_grace:g}s", metavar="DURATION",
+    p.add_argument("--drain-grace", type=_duration, metavar="DURATION",
                    help="on SIGTERM, how long running handlers may finish before they are stopped and their "
-                        "attempts recorded failed, reason Drained (default %(default)s)")
+                        f"attempts recorded failed, reason Drained (default {Settings.drain_grace:g}s)")
     p.add_argument("--metrics-port", type=port, metavar="PORT", help="serve Prometheus metrics on this port")
     p.add_argument("--metrics-host", default="0.0.0.0", help="the metrics' address (default all)")
     p.add_argument("--no-events", action="store_true",
@@ -75,6 +80,26 @@ def register(sub: argparse._SubParsersAction, flags: argparse.ArgumentParser) ->
                         "scripts that pass it still work")
     p.add_argument("--log-level", default="info", help="debug, info (default), warning or error")
     p.set_defaults(func=main)
+
+
+def apply_config(args: argparse.Namespace) -> None:
+    """--config FILE: its [worker] keys (and its queues and handlers) for the flags not given. BadInput naming the
+    file and the key."""
+    from ..resources.config import ConfigError, worker_config
+
+    if args.config is None:
+        return
+    try:
+        with open(args.config, encoding="utf-8") as f:
+            found = worker_config(f.read())
+    except OSError as exc:
+        raise BadInput(f"--config {args.config}: {exc.strerror or exc}") from None
+    except ConfigError as exc:
+        raise BadInput(f"{args.config}: {exc}") from None
+    for key, value in found.model_dump().items():
+        if value is None or getattr(args, key, None) is not None:
+            continue
+        setattr(args, key, _duration(value) if key == "drain_grace" else value)
 
 
 def import_modules(modules: list[str]) -> dict[str, Callable[..., Any]]:
@@ -94,7 +119,8 @@ async def serve(conn: kubeconfig.Connection, args: argparse.Namespace, namespace
     from .app import Stopped, Worker
     from .plan import PlanError
 
-    settings = Settings(namespace=namespace, name=name, concurrency=args.concurrency, drain_grace=args.drain_grace,
+    settings = Settings(namespace=namespace, name=name, concurrency=args.concurrency or Settings.concurrency,
+                        drain_grace=Settings.drain_grace if args.drain_grace is None else args.drain_grace,
                         want_queues=frozenset(args.queues) if args.queues else None,
                         want_handlers=frozenset(args.handlers) if args.handlers else None)
     worker = Worker.of(conn, settings, functions)
@@ -140,6 +166,7 @@ def _main(args: argparse.Namespace) -> int:
     logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
+        apply_config(args)
         if getattr(args, "all_namespaces", False):
             raise BadInput("-A/--all-namespaces cannot be used with `worker`: a worker serves one namespace "
                            "(use -n NAMESPACE)")
