@@ -102,6 +102,26 @@ def test_strays_are_pods_of_runs_the_status_does_not_know():
     assert view.has_strays(key, kept)
 
 
+def test_an_assignment_whose_removal_is_being_written_is_no_stray():
+    """A finished job's assignment stays in its Worker's status until the operator's removal lands: no reason to read
+    the whole job again (a GET per job under load) in between; one the operator is not removing is a stray."""
+    view = View()
+    view.upsert_job(job("succeeded"))
+    key = ("shop", "job-a")
+    view.upsert_worker(worker_with_assignment("job-a", view.jobs[key]["metadata"]["uid"]))
+    assert view.has_strays(key, view.jobs[key])
+    view.leaving[key] = {1}
+    assert not view.has_strays(key, view.jobs[key])
+
+
+def worker_with_assignment(name: str, uid: str) -> dict:
+    return {"apiVersion": "sextant.dev/v1alpha1", "kind": "Worker",
+            "metadata": {"name": "w1", "namespace": "shop", "uid": "w-1", "generation": 1, "resourceVersion": "5"},
+            "spec": {"incarnation": "i1", "slots": 4, "leaseDurationSeconds": 30},
+            "status": {"assignments": [{"job": name, "uid": uid, "queue": "q", "handler": "h", "sequence": 1,
+                                        "attempt": 1, "incarnation": "i1", "assignedAt": "2026-03-01T12:00:00Z"}]}}
+
+
 def test_the_idempotency_index_survives_slimming():
     view = View()
     view.upsert_job(job("succeeded", name="job-a"))

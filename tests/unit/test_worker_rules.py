@@ -199,7 +199,7 @@ def test_one_status_write_carries_every_add_stop_and_removal_and_a_renewal_alone
         {**assignment(1).wire(), "job": "j3", "uid": "u3"}
     worker = believed(assignments=[kept.wire(), done, stopping])
     box = Outbox()
-    box.removes.add(("u2", 1))
+    box.removes[("u2", 1)] = ("shop", "j2")
     box.stops[("u3", 1)] = {"stop": "Cancelled", "stopRequestedAt": format_time(at(1)), "cancelGraceSeconds": 10.0}
     new = Assignment.model_validate({**assignment(1).wire(), "job": "j4", "uid": "u4"})
     box.adds[("u4", 1)] = (("shop", "j4"), new)
@@ -273,6 +273,23 @@ def test_admission_assigns_and_writes_nothing_then_running_after_a_second_then_t
         format_time(at(0.2)), format_time(at(2.5))), "the worker's times"
     assert actions(done, T.Unassign) == [T.Unassign("w1", 1)], "acknowledged after that write"
     assert actions(job.reconcile(), T.Unassign) == [T.Unassign("w1", 1)], "idempotent: a crash in between"
+
+
+def test_the_first_second_counts_from_when_the_assignment_landed_not_from_the_decision():
+    """Under load the Worker status write that carries an assignment takes longer than a second to land: counted
+    from the decision, every attempt would be written `running` at once, a third write for a job of a few ms."""
+    job = OnWorker()
+    job.reconcile()
+    job.assign()
+    landed = at(2.5)  # the write landed 2.5 s after the decision
+    job.now = at(3)
+    job.seen = [W.observe_assignment(assignment(), "w1", believed(), True, job.now, landed_at=landed)]
+    assert job.seen[0].started_at == landed
+    held = job.reconcile()
+    assert held.status.state != State.RUNNING and held.wake_at == at(3.5), "held until its first second is over"
+    job.now = at(3.5)
+    job.seen = [W.observe_assignment(assignment(), "w1", believed(), True, job.now, landed_at=landed)]
+    assert job.reconcile().status.state == State.RUNNING
 
 
 def test_a_job_that_ends_within_its_first_second_is_recorded_once():

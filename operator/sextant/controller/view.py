@@ -170,6 +170,10 @@ class Placed:
     worker: str
     worker_uid: str
     assignment: Assignment
+    # When the operator first saw it in the Worker's status (durable): its attempt runs from then at the earliest, so
+    # the first second of lifecycle/transitions.RECORD_RUNNING_AFTER counts from here, not from the decision to assign
+    # (under load a status write takes longer than that second to land).
+    landed_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -234,6 +238,9 @@ class View:
         self.expired: dict[Key, datetime] = {}  # worker → when it was found expired
         self.assigned: dict[Key, dict[int, Placed]] = defaultdict(dict)
         self.pending: dict[Key, Placed] = {}
+        # Per job, the sequences whose assignment's removal is being written (workerstatus.py): not strays to look
+        # up again (has_strays), only on their way out.
+        self.leaving: dict[Key, set[int]] = {}
         self._worker_versions = Versions()
         # Protocol v1's registration Leases, per namespace: only to judge attempts still running on a v1 worker
         # during the upgrade. Drop with the version after next.
@@ -445,16 +452,19 @@ class View:
 
     def _index_assignments(self, key: Key, before: W.Believed | None, after: W.Believed) -> None:
         ns, name = key
+        landed: dict[tuple[str, int], datetime | None] = {}
         if before is not None and before.uid == after.uid:
             for a in before.assignments:
                 runs = self.assigned.get((ns, a.job), {})
                 placed = runs.get(a.sequence)
                 if placed is not None and placed.worker == name and placed.worker_uid == before.uid:
+                    landed[(a.job, a.sequence)] = placed.landed_at
                     del runs[a.sequence]
                     if not runs:
                         self.assigned.pop((ns, a.job), None)
+        now = self.now()
         for a in after.assignments:
-            self.assigned[(ns, a.job)][a.sequence] = Placed(name, after.uid, a)
+            self.assigned[(ns, a.job)][a.sequence] = Placed(name, after.uid, a, landed.get((a.job, a.sequence), now))
 
     def unindex_assignment(self, job: Key, sequence: int) -> Placed | None:
         """Forget an assignment whose Worker object is gone (its job has recorded it)."""
@@ -503,7 +513,7 @@ class View:
             w = self.worker((ns, placed.worker))
             believed = w if w is not None and w.uid == placed.worker_uid else None
             seen.append(W.observe_assignment(placed.assignment, placed.worker, believed,
-                                             self.live((ns, placed.worker)), now))
+                                             self.live((ns, placed.worker)), now, landed_at=placed.landed_at))
         pending = self.pending.get(key)
         if pending is not None and pending.assignment.uid == uid and pending.assignment.sequence not in runs:
             seen.append(W.observe_assignment(pending.assignment, pending.worker, None, True, now, durable=False))
@@ -618,5 +628,7 @@ class View:
         sequence = sequence_of(raw.get("status"))
         if any(r > sequence for r in self.pods_of(key)):
             return True
-        # An assignment left over (the operator stopped between recording its end and removing it).
-        return state_of(raw) in FINISHED and bool(self.assigned.get(key))
+        # An assignment left over (the operator stopped between recording its end and removing it); not one whose
+        # removal is being written.
+        leaving = self.leaving.get(key, set())
+        return state_of(raw) in FINISHED and any(s not in leaving for s in self.assigned.get(key, {}))

@@ -41,7 +41,7 @@ class Outbox:
 
     adds: dict[Attempt, tuple[Key, Assignment]] = field(default_factory=dict)  # with its job
     stops: dict[Attempt, dict[str, Any]] = field(default_factory=dict)
-    removes: set[Attempt] = field(default_factory=set)
+    removes: dict[Attempt, Key] = field(default_factory=dict)  # with its job
     jobs: set[Key] = field(default_factory=set)  # to look at again once it has landed (or failed)
     summary: bool = False  # the worker's state, slots or busy may have changed
 
@@ -141,7 +141,8 @@ class WorkerStatusWriter:
             self._drop_pending(job, attempt)
         believed = self.view.worker(worker)
         if believed is not None and any((a.uid, a.sequence) == attempt for a in believed.assignments):
-            box.removes.add(attempt)
+            box.removes[attempt] = job
+            self.view.leaving.setdefault(job, set()).add(sequence)
         box.jobs.add(job)
         self._kick(worker)
 
@@ -217,4 +218,10 @@ class WorkerStatusWriter:
         """A write landed, had nothing to say, or failed for good: its assignments are no longer on their way."""
         for attempt, (job, _) in box.adds.items():
             self._drop_pending(job, attempt)
+        for (_, sequence), job in box.removes.items():
+            leaving = self.view.leaving.get(job)
+            if leaving is not None:
+                leaving.discard(sequence)
+                if not leaving:
+                    del self.view.leaving[job]
         self.done(worker, box.jobs)

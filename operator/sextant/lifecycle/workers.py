@@ -200,7 +200,7 @@ def is_served(workers: Iterable[tuple[Believed, bool]], queue: str, handler: str
 
 
 def observe_assignment(assignment: Assignment, worker_name: str, worker: Believed | None, live: bool, now: datetime,
-                       durable: bool = True) -> PodObservation:
+                       durable: bool = True, landed_at: datetime | None = None) -> PodObservation:
     """What an assignment tells of its attempt, as a pod tells it in pod mode (lifecycle/transitions.py):
     - not durable yet (its status write has not landed): a pod being created — it holds the slot, has not started;
     - a result for it (same uid, sequence, incarnation): finished, as the result says (applied before anything the
@@ -208,7 +208,8 @@ def observe_assignment(assignment: Assignment, worker_name: str, worker: Believe
     - else lost with its worker — gone, being deleted, expired (by the operator's clock) or restarted (another
       incarnation): failed, LeaseExpired;
     - else a stop that was not reported within its cancelGrace + REPORT_AFTER_GRACE: ended (the stop decides how);
-    - else running since it was assigned (the operator's clock)."""
+    - else running since it landed (landed_at: when the operator first saw it in the Worker's status; else since it
+      was assigned), by the operator's clock."""
     assigned = parse_time(assignment.assigned_at)
     base: dict[str, Any] = dict(name=worker_name, sequence=assignment.sequence, node=worker_name,
                                 worker=contract.holder_identity(worker_name, assignment.incarnation),
@@ -231,7 +232,8 @@ def observe_assignment(assignment: Assignment, worker_name: str, worker: Believe
             REPORT_AFTER_GRACE:
         return PodObservation(**base, phase="Failed", started_at=assigned, created_at=assigned,
                               message="the worker did not report the stopped attempt in time")
-    return PodObservation(**base, phase="Running", started_at=assigned, created_at=assigned)
+    since = max(assigned, landed_at) if landed_at is not None else assigned
+    return PodObservation(**base, phase="Running", started_at=since, created_at=assigned)
 
 
 def report_deadline(assignment: Assignment) -> datetime | None:
