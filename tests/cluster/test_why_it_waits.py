@@ -4,7 +4,9 @@ message, in `kubectl get sjob -o wide` and in `sextant jobs list`; an invalid Sc
 
 from __future__ import annotations
 
-from tests.harness import wait_for
+import pytest
+
+from tests.harness import external_cluster, wait_for
 
 from .plugin_support import ok, sextant
 from .support import apply, handler, job, queue, status
@@ -69,3 +71,18 @@ def test_an_invalid_schedule_says_why_in_get_and_in_schedules_list(cluster, name
     rows = {line.split()[0]: line for line in ok(listed).splitlines()[1:]}
     assert "<invalid: InvalidTimeZone>" in rows["mars"] and "<invalid" not in rows["fine"]
     assert "schedule mars never fires: " in listed.stderr and "Mars/Olympus" in listed.stderr
+
+
+@pytest.mark.skipif(external_cluster(), reason="Sextant's own kwok Stages (a local control plane) say it")
+def test_a_pod_job_on_a_simulated_node_says_nothing_ran(cluster, namespace, operator):
+    """On the local control plane a pod that selects no `type: local` node lands on a kwok node, where nothing runs:
+    its job still succeeds (kwok plays the pod's phases), and says so in its message and its attempt's."""
+    apply(cluster, namespace, queue("q"), handler("h"), job("job-1"))
+    wait_for(lambda: status(cluster, namespace, "job-1").get("state") == "succeeded", 60, message="job-1 to succeed")
+    final = status(cluster, namespace, "job-1")
+    node = final["attempts"][-1]["node"]
+    said = f"simulated: node {node} is a kwok node, nothing ran"
+    assert final["message"].startswith("attempt 1 of ") and said in final["message"], final["message"]
+    assert said in final["attempts"][-1]["message"]
+    row = next(line for line in ok(sextant(cluster, "-n", namespace, "inspect", "job-1")).splitlines() if said in line)
+    assert row

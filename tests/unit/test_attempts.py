@@ -28,6 +28,9 @@ def test_timeline_reasons_are_the_documented_names():
     [
         pytest.param(pod("Succeeded", exit_code=0), Outcome("succeeded", None, 0, None, "node-a"), id="exit 0"),
         pytest.param(pod("Succeeded"), Outcome("succeeded", None, 0, None, "node-a"), id="succeeded, no exit code"),
+        pytest.param(pod("Succeeded", exit_code=0, message="simulated: nothing ran"),
+                     Outcome("succeeded", None, 0, "simulated: nothing ran", "node-a"),
+                     id="succeeded with a termination message: the timeline shows it"),
         pytest.param(pod("Failed", exit_code=1), Outcome("failed", "Error", 1, "exit code 1", "node-a"), id="exit 1"),
         pytest.param(pod("Failed", exit_code=137), Outcome("failed", "Error", 137, "exit code 137", "node-a"),
                      id="137 without a stop request is an Error"),
@@ -171,3 +174,23 @@ def test_a_handler_that_cannot_start_is_an_ordinary_error_in_a_pod_and_on_a_work
         Outcome("failed", "Error", 127, message, "w1")
     assert on_a_worker.finished_at == parse_time("2026-03-01T12:00:02Z"), "the worker's own times, for the timeline"
     assert outcome_of(seen, None, non_retryable=[127]).reason == A.NON_RETRYABLE
+
+
+def _pod_object(terminated: dict) -> dict:
+    return {"metadata": {"name": "job-x-1", "labels": {"sextant.dev/job": "job-x", "sextant.dev/sequence": "1"}},
+            "spec": {"nodeName": "node-a", "containers": [{"name": "handler"}]},
+            "status": {"phase": "Succeeded", "containerStatuses": [{"name": "handler",
+                                                                     "state": {"terminated": terminated}}]}}
+
+
+def test_a_succeeded_pods_message_is_its_termination_message_never_its_reason():
+    """"Completed" would only repeat `succeeded`; a termination message of its own (the local control plane's
+    kwok nodes write "simulated: … nothing ran") is what a user must read."""
+    from sextant.controller.pods import observe
+
+    assert observe(_pod_object({"exitCode": 0, "reason": "Completed"})).message is None
+    said = observe(_pod_object({"exitCode": 0, "reason": "Completed", "message": "simulated: nothing ran"}))
+    assert said.message == "simulated: nothing ran"
+    failed = _pod_object({"exitCode": 2, "reason": "Error"})
+    failed["status"]["phase"] = "Failed"
+    assert observe(failed).message == "Error"

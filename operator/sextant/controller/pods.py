@@ -136,7 +136,9 @@ def observe(pod: dict[str, Any]) -> PodObservation | None:
         state = cs.get("state") or {}
         if "terminated" in state:
             exit_code = state["terminated"].get("exitCode")
-            message = message or state["terminated"].get("message") or state["terminated"].get("reason")
+            # "Completed" says nothing a succeeded attempt does not; a termination message of its own does.
+            message = message or state["terminated"].get("message") or (
+                state["terminated"].get("reason") if exit_code != 0 else None)
             started_at = time_or_none(state["terminated"].get("startedAt"))
         elif "running" in state:
             started_at = time_or_none(state["running"].get("startedAt"))

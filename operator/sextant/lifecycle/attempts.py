@@ -125,7 +125,7 @@ def outcome_of(
     if pod.worker is not None:
         return _reported(_worker_outcome(pod, non_retryable), pod) if pod.finished else None
     if pod.phase == "Succeeded":
-        return Outcome(SUCCEEDED, None, 0 if pod.exit_code is None else pod.exit_code, None, pod.node)
+        return Outcome(SUCCEEDED, None, 0 if pod.exit_code is None else pod.exit_code, pod.message, pod.node)
     if pod.disruption is not None and (pod.phase == "Failed" or vanished):
         # The cluster took it away (node deleted, eviction, preemption): not the handler's failure, whatever its
         # exit code says (137 after the eviction's SIGKILL).

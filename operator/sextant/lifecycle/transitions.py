@@ -662,7 +662,7 @@ def _finish_attempt(s: _Step, outcome: A.Outcome) -> None:
     label = f"attempt {st.attempt} of {max_attempts}"
     s.cond(COND_RUNNING, False, "AttemptFinished", f"{label} {outcome.result}")
     if outcome.result == A.SUCCEEDED:
-        s.finish(SUCCEEDED, "Succeeded", f"{label} succeeded")
+        s.finish(SUCCEEDED, "Succeeded", f"{label} succeeded" + (f": {outcome.message}" if outcome.message else ""))
     elif outcome.result == A.CANCELLED_RESULT:
         s.finish(CANCELLED, "Cancelled", f"{label} was stopped by cancel")
     elif outcome.reason == A.NON_RETRYABLE:
