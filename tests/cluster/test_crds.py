@@ -60,10 +60,11 @@ def contains(expected: Any, actual: Any) -> bool:
     return expected == actual
 
 
-def test_the_four_crds_are_established_and_served(installed):
+def test_the_five_crds_are_established_and_served(installed):
     crds = json.loads(installed.kubectl("get", "crd", *CRD_NAMES, "-o", "json").stdout)["items"]
     assert sorted(c["metadata"]["name"] for c in crds) == [
         "handlers.sextant.dev", "jobs.sextant.dev", "queues.sextant.dev", "schedules.sextant.dev",
+        "workers.sextant.dev",
     ]  # fmt: skip
     for crd in crds:
         conditions = {c["type"]: c["status"] for c in crd["status"]["conditions"]}
@@ -72,7 +73,7 @@ def test_the_four_crds_are_established_and_served(installed):
     resources = installed.kubectl("api-resources", "--api-group=sextant.dev", "-o", "name").stdout.split()
     assert sorted(resources) == sorted(PLURALS.values())
     installed.kubectl("get", "sextant", "-A")  # the category
-    installed.kubectl("get", "sjob,squeue,shandler,ssched", "-A")  # the short names
+    installed.kubectl("get", "sjob,squeue,shandler,ssched,sworker", "-A")  # the short names
 
 
 def test_the_examples_are_accepted_as_written(installed, ns):

@@ -43,16 +43,27 @@ GRANDPARENT = """
     import asyncio, sys
     from sextant.runner.execution import CommandWork
     from sextant.runner.process import GroupReaper
+    if sys.argv[3] == "uvloop":
+        import uvloop
+        uvloop.install()
     reaper = GroupReaper()
-    command = ["sh", "-c", f"sleep 300 & echo $! > {sys.argv[1]}.tmp && mv {sys.argv[1]}.tmp {sys.argv[1]}; wait"]
+    command = ["sh", "-c", f"{sys.argv[2]}; sleep 300 & echo $! > {sys.argv[1]}.tmp && mv {sys.argv[1]}.tmp "
+               f"{sys.argv[1]}; wait"]
     asyncio.run(CommandWork(command, {"PATH": "/usr/bin:/bin"}, {}, "[job#1]", reaper).run())
 """
 
 
 @linux_only
-def test_what_a_command_started_dies_with_its_sigkilled_worker_too(tmp_path: Path):
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+@pytest.mark.parametrize("killed", ["later", "at-once"])
+def test_what_a_command_started_dies_with_its_sigkilled_worker_too(tmp_path: Path, killed: str, loop: str):
+    """"at-once": the command stops its worker as it starts (SIGSTOP), before the worker's loop has run again
+    after the spawn: the command's group is known to the reaper from before its exec, not from the worker after."""
     pidfile = tmp_path / "pid"
-    parent = python(GRANDPARENT, str(pidfile))
+    if loop == "uvloop":
+        pytest.importorskip("uvloop")
+    parent = python(GRANDPARENT, str(pidfile), "kill -STOP $PPID" if killed == "at-once" else "true", loop,
+                    start_new_session=True)  # were the reaper to kill the wrong group, not this one
     try:
         wait_for(pidfile.exists, 20, interval=0.02, message="the command's child to start")
         child = int(pidfile.read_text())

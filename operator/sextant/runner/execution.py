@@ -158,12 +158,10 @@ class CommandWork:
         try:
             self.proc = await asyncio.create_subprocess_exec(
                 *self.command, stdin=pipe, stdout=pipe, stderr=asyncio.subprocess.STDOUT if self.prefix else pipe,
-                env=self.env, start_new_session=True, preexec_fn=die_with_parent())
+                env=self.env, start_new_session=True, preexec_fn=die_with_parent(self.reaper))
         except OSError as exc:  # not found, not executable
             print(f"{self.note}cannot start {self.command[0]!r}: {exc}", file=sys.stderr, flush=True)
             return Ended(COMMAND_NOT_FOUND, f"cannot start {self.command[0]!r}: {exc.strerror or exc}")
-        if self.reaper is not None:
-            self.reaper.add(self.proc.pid)
         assert self.proc.stdin is not None and self.proc.stdout is not None
         streams = [(self.proc.stdout, sys.stdout.buffer)]
         if self.proc.stderr is not None:

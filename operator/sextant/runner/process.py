@@ -37,17 +37,27 @@ def _prctl() -> Callable[..., int] | None:
 PRCTL = _prctl()
 
 
-def die_with_parent() -> Callable[[], None] | None:
+def die_with_parent(reaper: GroupReaper | None = None) -> Callable[[], None] | None:
     """A preexec_fn for a child that must get SIGKILL when its parent dies (PR_SET_PDEATHSIG); None where the kernel
-    has no such thing. The signal comes when the *thread* that forked exits: asyncio forks on the loop's thread,
-    which lives as long as the process."""
-    prctl = PRCTL
-    if prctl is None:
+    has no such thing and there is no reaper to tell. The signal comes when the *thread* that forked exits: asyncio
+    forks on the loop's thread, which lives as long as the process.
+
+    With a reaper, the child tells it its own process group before it execs: told by the parent after the spawn,
+    a worker killed in between would leave a command's children running that no one knows of."""
+    prctl, announce = PRCTL, (reaper.fd if reaper is not None else None)
+    if prctl is None and announce is None:
         return None
     parent = os.getpid()
 
     def preexec() -> None:
-        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if announce is not None:
+            try:  # one write of less than PIPE_BUF bytes: atomic, whatever the parent writes meanwhile
+                # its pid, the group it leads: uvloop may call this before the setsid of start_new_session
+                os.write(announce, f"+{os.getpid()}\n".encode())
+            except OSError:
+                pass  # the reaper is gone
         if os.getppid() != parent:  # the parent died before the prctl: the signal will never come
             os.kill(os.getpid(), signal.SIGKILL)
 
@@ -170,8 +180,11 @@ class GroupReaper:
         except (BrokenPipeError, OSError):
             pass  # the reaper is gone: PR_SET_PDEATHSIG still covers each command itself
 
-    def add(self, group: int) -> None:
-        self._say(f"+{group}")
+    @property
+    def fd(self) -> int | None:
+        """Where a command announces its group ("+PGID\\n"), from between fork and exec (die_with_parent)."""
+        stdin = self._proc.stdin
+        return None if stdin is None or stdin.closed else stdin.fileno()
 
     def discard(self, group: int) -> None:
         self._say(f"-{group}")
