@@ -23,7 +23,7 @@ EXAMPLES = repo_root() / "examples"
 CRD_NAMES = sorted(p.name.removesuffix(".yaml") for p in CRDS.glob("*.yaml"))
 MODELS = {"Job": Job, "Queue": Queue, "Handler": Handler, "Schedule": Schedule}
 PLURALS = {"Job": "jobs.sextant.dev", "Queue": "queues.sextant.dev", "Handler": "handlers.sextant.dev",
-           "Schedule": "schedules.sextant.dev"}  # fmt: skip
+           "Schedule": "schedules.sextant.dev", "Worker": "workers.sextant.dev"}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
