@@ -217,6 +217,11 @@ class Client:
     def list_queues(self, namespace: str | None) -> list[dict[str, Any]]:
         return self.list_all(contract.queues_path(namespace))[0]
 
+    def pause_queue(self, namespace: str, queue: str, paused: bool = True) -> dict[str, Any]:
+        """Pause (spec.paused=true) or resume a queue: running attempts finish, nothing new starts while paused."""
+        return self.request("PATCH", contract.queues_path(namespace, queue), json={"spec": {"paused": paused}},
+                            headers={"Content-Type": "application/merge-patch+json"})
+
     def list_schedules(self, namespace: str | None) -> list[dict[str, Any]]:
         return self.list_all(contract.schedules_path(namespace))[0]
 
@@ -363,6 +368,20 @@ def retry(client: Client, namespace: str, name: str) -> str:
     job = _job_request(lambda: client.retry_job(namespace, name), namespace, name)
     state = (job.get("status") or {}).get("state")
     return f"job {job_id(name)}: retry requested (it was {state}); its attempts start again from 1"
+
+
+def pause(client: Client, namespace: str, name: str, paused: bool = True) -> str:
+    """Pause or resume a queue; what it did, in words. Refused when the queue does not exist."""
+    try:
+        queue = client.pause_queue(namespace, name, paused)
+    except NotFound as exc:
+        raise refused(exc, kind="queue", name=name, namespace=namespace) from None
+    queued = (queue.get("status") or {}).get("queued")
+    waiting = f" ({queued} queued)" if isinstance(queued, int) and queued > 0 else ""
+    if paused:
+        return (f"queue {name} paused{waiting}: running attempts finish, nothing new starts until it is resumed "
+                f"(sextant queues resume {name})")
+    return f"queue {name} resumed{waiting}: its queued jobs start again, in order"
 
 
 def trigger(client: Client, namespace: str, name: str) -> tuple[str, str | None]:

@@ -147,7 +147,7 @@ LIVE = {"observedGeneration": 1, "running": 2, "queued": 5, "starting": 1, "sche
 def test_queues_list_reads_each_queues_status_and_says_which_cannot_be_believed():
     rows = Q.read_queues([
         squeue("live", LIVE, concurrency=4),
-        squeue("edited", LIVE, generation=2),  # its spec changed after the operator last counted
+        squeue("edited", LIVE, generation=2, paused=True),  # its spec changed after the operator last counted
         squeue("new"),  # never counted: no operator, or one that does not watch this namespace
         squeue("odd", {"running": True, "queued": -1, "observedGeneration": "1"}, concurrency=0),
     ])
@@ -157,9 +157,12 @@ def test_queues_list_reads_each_queues_status_and_says_which_cannot_be_believed(
                                                             "odd": Q.ABSENT}
     assert by_name["odd"].concurrency is None  # a spec the API server would refuse: no number rather than a guess
     table = [line.split() for line in Q.render(rows, T0, all_namespaces=False).splitlines()]
-    assert table[0] == ["NAME", "RUNNING", "QUEUED", "STARTING", "SCHEDULED", "FAILED", "OLDEST-QUEUED", "AGE"]
-    assert table[2] == ["live", "2/4", "5", "1", "3", "0", "30s", "60m"]
-    assert table[3] == ["new", "-/10", "-", "-", "-", "-", "-", "60m"]  # no zeros for numbers nobody counted
+    assert table[0] == ["NAME", "RUNNING", "QUEUED", "STARTING", "SCHEDULED", "FAILED", "OLDEST-QUEUED", "PAUSED",
+                        "AGE"]
+    assert table[1] == ["edited", "2/10", "5", "1", "3", "0", "30s", "yes", "60m"]
+    assert table[2] == ["live", "2/4", "5", "1", "3", "0", "30s", "no", "60m"]
+    assert table[3] == ["new", "-/10", "-", "-", "-", "-", "-", "no", "60m"]  # no zeros for numbers nobody counted
+    assert table[4][-2] == "-"  # a spec nobody can read: paused or not is not known
     assert Q.warnings(rows, all_namespaces=False) == [
         "No numbers for new, odd: the operator has not written this queue's status yet (is the operator running, "
         "and does it watch this namespace?).",
@@ -172,7 +175,8 @@ def test_queues_list_reads_each_queues_status_and_says_which_cannot_be_believed(
     assert Q.as_dict(by_name["live"], T0) == {
         "namespace": "ns", "name": "live", "concurrency": 4, "maxAttempts": 5, "running": 2, "queued": 5,
         "starting": 1, "scheduled": 3, "failed": 0, "oldestQueuedAt": "2026-05-01T09:59:30Z",
-        "oldestQueuedSeconds": 30.0, "generation": 1, "observedGeneration": 1, "status": "current"}
+        "oldestQueuedSeconds": 30.0, "generation": 1, "observedGeneration": 1, "status": "current",
+        "paused": False}
     assert Q.as_dict(by_name["new"], T0)["status"] == "absent" and Q.as_dict(by_name["new"], T0)["running"] is None
 
 
@@ -261,7 +265,8 @@ def test_openapi_document_covers_every_route_and_error():
     assert doc["openapi"].startswith("3.")
     ops = {(path, method) for path, item in doc["paths"].items() for method in item}
     assert ops == {("/v2/jobs", "post"), ("/v2/jobs", "get"), ("/v2/jobs/{job_id}", "get"),
-                   ("/v2/jobs/{job_id}/cancel", "post"), ("/v2/jobs/{job_id}/retry", "post"), ("/v2/queues", "get")}
+                   ("/v2/jobs/{job_id}/cancel", "post"), ("/v2/jobs/{job_id}/retry", "post"), ("/v2/queues", "get"),
+                   ("/v2/queues/{queue}/pause", "post"), ("/v2/queues/{queue}/resume", "post")}
     create = doc["paths"]["/v2/jobs"]["post"]["responses"]
     assert {"201", "200", "401", "403", "409", "422"} <= set(create)
     assert "idempotency_key is held by a job with another queue" in create["409"]["description"]
@@ -273,6 +278,8 @@ def test_openapi_document_covers_every_route_and_error():
                 assert operation["responses"][code]["headers"]["Retry-After"]["required"] is True, (path, method)
     for verb in ("cancel", "retry"):
         assert "Authorized as `patch`" in doc["paths"][f"/v2/jobs/{{job_id}}/{verb}"]["post"]["description"]
+    for verb in ("pause", "resume"):
+        assert "Authorized as `patch` on queues" in doc["paths"][f"/v2/queues/{{queue}}/{verb}"]["post"]["description"]
     refs = json.dumps(doc).split('"$ref": "#/components/schemas/')[1:]
     assert {r.split('"')[0] for r in refs} <= set(doc["components"]["schemas"])
     assert doc["components"]["schemas"]["CreateJob"]["additionalProperties"] is False

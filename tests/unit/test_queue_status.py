@@ -57,8 +57,19 @@ def test_the_queue_status_and_the_v2_api_count_a_new_job_alike():
 
 def test_an_empty_queue_has_zeros_and_no_oldest():
     body = status_body(count_unfinished([], NOW), 3)
-    assert body == {"observedGeneration": 3, "running": 0, "queued": 0, "starting": 0, "scheduled": 0, "failed": 0,
-                    "oldestQueuedAt": None}
+    assert body == {"observedGeneration": 3, "paused": False, "running": 0, "queued": 0, "starting": 0,
+                    "scheduled": 0, "failed": 0, "oldestQueuedAt": None}
+
+
+def test_a_paused_queue_says_so_and_starts_nothing():
+    from sextant.lifecycle.queueing import may_start
+    from sextant.resources.queue import QueueSpec
+
+    assert status_body(count_unfinished([], NOW), 3, paused=True)["paused"] is True
+    for concurrency in (1, 3):
+        for holders in range(5):
+            assert may_start(QueueSpec(concurrency=concurrency), holders) is (holders < concurrency)
+            assert may_start(QueueSpec(concurrency=concurrency, paused=True), holders) is False
 
 
 def test_only_a_change_is_written():

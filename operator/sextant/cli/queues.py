@@ -17,12 +17,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from .. import client as requests
+from ..resources import inputs
 from ..resources.common import age, format_time, time_or_none
 from ..resources.queue import QueueSpec
 from . import output
 from .context import Context
 
-COLUMNS = ["NAME", "RUNNING", "QUEUED", "STARTING", "SCHEDULED", "FAILED", "OLDEST-QUEUED", "AGE"]
+COLUMNS = ["NAME", "RUNNING", "QUEUED", "STARTING", "SCHEDULED", "FAILED", "OLDEST-QUEUED", "PAUSED", "AGE"]
 COUNTS = ("running", "queued", "starting", "scheduled", "failed")
 CURRENT, STALE, ABSENT = "current", "stale", "absent"  # how far the status can be believed
 
@@ -41,6 +43,15 @@ def register(sub: argparse._SubParsersAction, flags: argparse.ArgumentParser) ->
                                       "named on stderr (is the operator running?).")
     lst.add_argument("-o", "--output", choices=output.FORMATS, help="json or yaml instead of a table")
     lst.set_defaults(func=list_cmd, cli=True)
+    for verb, paused, what in (("pause", True, "running attempts finish; nothing new starts; jobs still arrive "
+                                "queued and keep their place in line"),
+                               ("resume", False, "the queue starts its queued jobs again, in order")):
+        cmd = cmds.add_parser(verb, parents=[flags], help=f"{verb} a queue: {what}",
+                              description=f"{verb.capitalize()} a queue (spec.paused={str(paused).lower()}): {what}. "
+                                          "Under GitOps, set spec.paused in the repository instead: a pause made "
+                                          "here is drift there.")
+        cmd.add_argument("queue", metavar="QUEUE", help="the queue's name")
+        cmd.set_defaults(func=pause_cmd, paused=paused, cli=True)
 
 
 def _count(value: object) -> int | None:
@@ -60,6 +71,7 @@ class QueueRow:
     counts: dict[str, int | None]
     oldest_queued_at: datetime | None
     freshness: str  # CURRENT, STALE (counted for an older spec) or ABSENT (never counted)
+    paused: bool | None = None  # spec.paused; None: a spec the operator cannot read either
 
 
 def read_queue(raw: dict[str, Any]) -> QueueRow:
@@ -80,7 +92,8 @@ def read_queue(raw: dict[str, Any]) -> QueueRow:
         freshness = CURRENT
     return QueueRow(meta.get("namespace", ""), meta.get("name", ""), spec.concurrency if spec else None,
                     spec.max_attempts if spec else None, time_or_none(meta.get("creationTimestamp")), generation,
-                    observed, counts, time_or_none(status.get("oldestQueuedAt")), freshness)
+                    observed, counts, time_or_none(status.get("oldestQueuedAt")), freshness,
+                    spec.paused if spec else None)
 
 
 def read_queues(raws: Iterable[dict[str, Any]]) -> list[QueueRow]:
@@ -95,6 +108,7 @@ def as_dict(row: QueueRow, now: datetime) -> dict[str, Any]:
         "oldestQueuedAt": format_time(oldest, precise=False) if oldest else None,
         "oldestQueuedSeconds": round((now - oldest).total_seconds(), 3) if oldest else None,
         "generation": row.generation, "observedGeneration": row.observed_generation, "status": row.freshness,
+        "paused": row.paused,
     }
 
 
@@ -108,7 +122,8 @@ def render(rows: Sequence[QueueRow], now: datetime, all_namespaces: bool) -> str
         c = q.counts
         cells = [q.name, f"{_cell(c['running'])}/{_cell(q.concurrency)}", _cell(c["queued"]), _cell(c["starting"]),
                  _cell(c["scheduled"]), _cell(c["failed"]),
-                 age(q.oldest_queued_at, now) if q.oldest_queued_at else "-", age(q.created_at, now)]
+                 age(q.oldest_queued_at, now) if q.oldest_queued_at else "-",
+                 "-" if q.paused is None else ("yes" if q.paused else "no"), age(q.created_at, now)]
         lines.append([q.namespace, *cells] if all_namespaces else cells)
     return output.table(["NAMESPACE", *COLUMNS] if all_namespaces else COLUMNS, lines)
 
@@ -142,4 +157,10 @@ def list_cmd(ctx: Context) -> int:
     ctx.say(render(rows, now, ns is None))
     for line in warnings(rows, ns is None):
         ctx.note(line)
+    return 0
+
+
+def pause_cmd(ctx: Context) -> int:
+    name = inputs.object_name("QUEUE", ctx.args.queue, "queue name")
+    ctx.say(requests.pause(ctx.client, ctx.namespace(), name, ctx.args.paused))
     return 0

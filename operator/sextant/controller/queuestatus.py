@@ -98,7 +98,9 @@ class QueueStatusWriter:
             starting = any(p.sequence > sequence and p.alive and not p.started for p in pods.values()) or \
                 job_key in self.view.pending
             jobs.append((raw, starting))
-        return status_body(count_unfinished(jobs, self.now()), self.generation.get(key))
+        spec = self.view.queues.get(key)
+        return status_body(count_unfinished(jobs, self.now()), self.generation.get(key),
+                           paused=spec is not None and spec.paused)
 
     async def write(self, key: Key) -> bool:
         """Write the queue's numbers when they changed; True when a write was made."""

@@ -33,7 +33,7 @@ from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from ..lifecycle import workers as W
-from ..lifecycle.queueing import line_position
+from ..lifecycle.queueing import line_position, may_start
 from ..lifecycle.attempts import PodObservation
 from ..resources.job import State
 from ..kube.informer import Key
@@ -322,7 +322,7 @@ class Slots:
         granted: list[Key] = []
         skipped: list[Entry] = []
         holders = self._holders[queue]
-        while line and len(holders) < spec.concurrency and not self.full(queue):
+        while line and may_start(spec, len(holders)) and not self.full(queue):
             entry = heapq.heappop(line)
             job = entry[3]
             if self._entry.get(job) is not entry:

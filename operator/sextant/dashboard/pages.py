@@ -59,17 +59,25 @@ def _ago(moment: datetime | None, now: datetime) -> str:
 def queues_fragment(rows: list[QueueRow], series: list[int], now: datetime, wide: bool) -> str:
     head = ["namespace"] if wide else []
     head += ["queue", "concurrency", "running", "queued", "scheduled", "failed (retrying)", "dead",
-             "finished/min", "oldest queued"]
+             "finished/min", "oldest queued", ""]
     body = []
     for r in rows:
         name = e(r.name) + ("" if r.exists else ' <span class="warn" title="no Queue object">missing</span>')
+        if r.paused:
+            name += ' <span class="warn paused" title="nothing new starts until it is resumed">paused</span>'
+        verb = "resume" if r.paused else "pause"
+        what = ("its queued jobs start again, in order" if r.paused else
+                "running attempts finish, nothing new starts")
+        action = "" if not r.exists else (
+            f'<button data-action="/api/queues/{e(r.namespace)}/{e(r.name)}/{verb}" '
+            f'data-confirm="{e(verb.capitalize())} queue {e(r.name)}? {e(what)}.">{verb}</button>')
         link = f'/jobs?{urlencode({"queue": r.name, **({"ns": r.namespace} if wide else {})})}'
         cells = [e(r.namespace)] if wide else []
         cells += [f'<a href="{e(link)}">{name}</a>', e("—" if r.concurrency is None else r.concurrency),
                   f'{r.running}', f'{r.queued}', f'{r.scheduled}', f'{r.failed}', f'{r.dead}',
                   f'{r.finished_last_minute}',
-                  "—" if r.oldest_queued_age is None else e(human_duration(r.oldest_queued_age))]
-        body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+                  "—" if r.oldest_queued_age is None else e(human_duration(r.oldest_queued_age)), action]
+        body.append(f'<tr data-queue="{e(r.name)}">' + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     table = _table(head, body, "no queues and no jobs here yet", "queues")
     return (f'<h2>Jobs finished per 10 s, last 5 minutes</h2>{chart_svg(series)}'
             f'<h2>Queues</h2>{table}<p class="muted">as of {e(now.strftime("%H:%M:%S"))} UTC</p>')

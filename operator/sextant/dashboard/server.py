@@ -121,6 +121,7 @@ class Dashboard:
         r.add_post("/api/jobs/{ns}/{id}/{verb:cancel|retry}", self.job_action)
         r.add_post("/api/bulk/{verb:cancel|retry}", self.bulk_action)
         r.add_post("/api/schedules/{ns}/{name}/trigger", self.trigger)
+        r.add_post("/api/queues/{ns}/{name}/{verb:pause|resume}", self.queue_action)
         r.add_get("/static/{name}", self.static_file)
         r.add_get("/favicon.ico", lambda request: web.Response(status=204))
         app.on_startup.append(self._start)
@@ -415,6 +416,15 @@ class Dashboard:
             schedule = inputs.object_name("NAME", name, "schedule name")
             ident, note = requests.trigger(self.client, inputs.namespace("--namespace", ns), schedule)
             return f"{ident} {note}" if note else ident  # as the CLI prints them: stdout, then stderr
+
+        return await self._act(call)
+
+    async def queue_action(self, request: web.Request) -> web.Response:
+        ns, name, paused = request.match_info["ns"], request.match_info["name"], request.match_info["verb"] == "pause"
+
+        def call() -> str:
+            queue = inputs.object_name("NAME", name, "queue name")
+            return requests.pause(self.client, inputs.namespace("--namespace", ns), queue, paused)
 
         return await self._act(call)
 

@@ -265,6 +265,7 @@ class QueueRow:
     dead: int
     finished_last_minute: int
     oldest_queued_age: timedelta | None
+    paused: bool = False
 
 
 def finished_at(job: Mapping[str, Any]) -> datetime | None:
@@ -291,7 +292,7 @@ def queue_rows(queues: Iterable[dict[str, Any]], jobs: Iterable[dict[str, Any]],
         rows.append(QueueRow(
             s.namespace, s.name, s.exists, s.concurrency, s.jobs["running"], s.jobs["queued"], s.jobs["scheduled"],
             s.jobs["failed"], s.jobs["dead"], per_queue.get((s.namespace, s.name), 0),
-            now - s.oldest_queued_at if s.oldest_queued_at else None))
+            now - s.oldest_queued_at if s.oldest_queued_at else None, s.paused))
     return rows
 
 

@@ -9,6 +9,8 @@
     POST /v2/jobs/{job_id}/retry       409 unless the job is failed or dead
     GET  /v2/queues                    jobs per state, running vs concurrency, oldest queued job (the Queues'
                                        status numbers, and the view's counts of finished jobs: no scan of jobs)
+    POST /v2/queues/{queue}/pause      pause a queue (spec.paused): running attempts finish, nothing new starts
+    POST /v2/queues/{queue}/resume     resume it: its queued jobs start again, in order
     GET  /v2/openapi.json              the OpenAPI document (no credentials needed)
 
 Every route but the document takes the query parameter `namespace` (default "default") and a bearer token
@@ -166,6 +168,8 @@ class Api:
         app.router.add_post("/v2/jobs/{job_id}/cancel", self.cancel)
         app.router.add_post("/v2/jobs/{job_id}/retry", self.retry)
         app.router.add_get("/v2/queues", self.queues)
+        app.router.add_post("/v2/queues/{queue}/pause", self.pause)
+        app.router.add_post("/v2/queues/{queue}/resume", self.resume)
 
     def caller(self, request: web.Request) -> Client:
         """A client that acts with the caller's own token: the API server applies the caller's RBAC to the
@@ -453,6 +457,28 @@ class Api:
         items = [models.queue_out(key, queues.get(key), numbers[key], finished.get(key, {}), now)
                  for key in sorted(numbers)]
         return _json(models.dump(models.QueueList(items=items)))
+
+
+    async def _pause(self, request: web.Request, paused: bool) -> web.Response:
+        try:
+            name = inputs.object_name("queue", request.match_info["queue"], "queue name")
+        except inputs.InputError as exc:
+            raise _from_input_error(exc) from None
+        ns = await self._allowed(request, "patch", "queues", name)  # the verb of the write below
+        try:
+            raw = await self.as_caller(request, lambda client: client.pause_queue(ns, name, paused))
+        except ApiError as exc:
+            if isinstance(exc, NotFound):
+                raise HttpError(404, "NotFound", f"queue {name} not found in namespace {ns}") from None
+            raise self._upstream(exc, ns) from None
+        return _json(models.dump(models.queue_out((ns, name), raw, numbers_of_status(raw.get("status")), {},
+                                                  self.now())))
+
+    async def pause(self, request: web.Request) -> web.Response:
+        return await self._pause(request, True)
+
+    async def resume(self, request: web.Request) -> web.Response:
+        return await self._pause(request, False)
 
 
 def _field(job: dict[str, Any], path: str) -> Any:

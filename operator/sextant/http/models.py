@@ -145,6 +145,8 @@ class Queue(Out):
     exists: bool = Field(description="false: jobs name this queue but no Queue exists (they wait, Blocked).")
     concurrency: int | None = None
     max_attempts: int | None = None
+    paused: bool = Field(default=False, description="Paused (spec.paused): running attempts finish, nothing new "
+                                                    "starts (POST /v2/queues/{queue}/pause, /resume).")
     running: int = Field(description="Running attempts now (compare with concurrency).")
     starting: int = Field(default=0, description="Of the queued jobs, those whose attempt's pod is starting.")
     jobs: JobCounts = Field(description="Jobs per state.")
@@ -221,6 +223,6 @@ def queue_out(key: tuple[str, str], queue: dict[str, Any] | None, numbers: Queue
                        failed=numbers.failed, **{k: finished.get(k, 0) for k in ("succeeded", "dead", "cancelled")})
     return Queue(name=key[1], namespace=key[0], exists=queue is not None,
                  concurrency=spec.concurrency if spec else None, max_attempts=spec.max_attempts if spec else None,
-                 running=numbers.running, starting=numbers.starting, jobs=counts,
+                 paused=bool(spec and spec.paused), running=numbers.running, starting=numbers.starting, jobs=counts,
                  oldest_queued_at=format_time(oldest, precise=False) if oldest else None,
                  oldest_queued_seconds=round((now - oldest).total_seconds(), 3) if oldest else None)

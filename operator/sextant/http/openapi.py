@@ -91,11 +91,26 @@ def _transition(verb: str, summary: str) -> dict[str, Any]:
     }}
 
 
+QUEUE = {
+    "name": "queue", "in": "path", "required": True, "description": "The queue's name.",
+    "schema": {"type": "string", "pattern": inputs.NAME_PATTERN, "minLength": 1, "maxLength": inputs.NAME_MAX},
+}
+
+
+def _pause(verb: str, summary: str) -> dict[str, Any]:
+    return {"post": {
+        "operationId": f"{verb}Queue", "summary": summary, "parameters": [QUEUE, NAMESPACE],
+        "description": "Authorized as `patch` on queues.sextant.dev (the request sets the Queue's spec.paused). "
+                       "Answers the queue right after the request; its numbers are its status as last written.",
+        "responses": _responses({200: ("Queue", f"The {verb} was made.")}, 404, 422),
+    }}
+
+
 def document() -> dict[str, Any]:
     _, schemas = models_json_schema(
         [(models.CreateJob, "validation"), (models.Job, "serialization"), (models.CreatedJob, "serialization"),
          (models.JobList, "serialization"),
-         (models.QueueList, "serialization"), (models.Error, "serialization")],
+         (models.QueueList, "serialization"), (models.Queue, "serialization"), (models.Error, "serialization")],
         ref_template=REF, by_alias=True)
     return {
         "openapi": "3.1.0",
@@ -105,7 +120,7 @@ def document() -> dict[str, Any]:
                            "bearer token (`Authorization: Bearer $(kubectl create token SA)`); choose the "
                            "namespace with the query parameter `namespace` (default: default). Every request is "
                            "authorized against the cluster's RBAC for the API group sextant.dev: create/list/get "
-                           "jobs, patch jobs for cancel and retry, list queues.",
+                           "jobs, patch jobs for cancel and retry, list queues, patch queues for pause and resume.",
         },
         "servers": [{"url": "/"}],
         "security": [{"bearer": []}],
@@ -160,6 +175,10 @@ def document() -> dict[str, Any]:
                 "cancel", "Cancel a scheduled, queued, running or failed job"),
             "/v2/jobs/{job_id}/retry": _transition(
                 "retry", "Retry a failed or dead job (its attempt counter starts again)"),
+            "/v2/queues/{queue}/pause": _pause(
+                "pause", "Pause a queue: running attempts finish, nothing new starts"),
+            "/v2/queues/{queue}/resume": _pause(
+                "resume", "Resume a queue: its queued jobs start again, in order"),
             "/v2/queues": {
                 "get": {
                     "operationId": "listQueues", "summary": "Queues: jobs per state, running vs concurrency",

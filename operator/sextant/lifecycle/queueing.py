@@ -38,6 +38,7 @@ class QueueStats:
     created_at: datetime | None = None
     jobs: dict[str, int] = field(default_factory=lambda: {s: 0 for s in STATES})
     oldest_queued_at: datetime | None = None
+    paused: bool = False
 
     @property
     def running(self) -> int:
@@ -98,7 +99,8 @@ def queue_stats(queues: Iterable[dict[str, Any]], jobs: Iterable[dict[str, Any]]
             spec = None  # a Queue the operator cannot read either: listed, without its numbers
         out[(meta.get("namespace", ""), meta["name"])] = QueueStats(
             meta.get("namespace", ""), meta["name"], True, spec.concurrency if spec else None,
-            spec.max_attempts if spec else None, time_or_none(meta.get("creationTimestamp")))
+            spec.max_attempts if spec else None, time_or_none(meta.get("creationTimestamp")),
+            paused=bool(spec and spec.paused))
     for job in jobs:
         ns, queue = job["metadata"].get("namespace", ""), (job.get("spec") or {}).get("queue", "")
         stats = out.get((ns, queue))
@@ -146,13 +148,20 @@ def count_unfinished(jobs: Iterable[tuple[dict[str, Any], bool]], now: datetime)
     return QueueNumbers(**counts, oldest_queued_at=oldest)
 
 
-def status_body(numbers: QueueNumbers, generation: int | None) -> dict[str, Any]:
+def may_start(spec: QueueSpec, holders: int) -> bool:
+    """Whether the queue starts one more attempt now, holding `holders` slots: not while it is paused, and never
+    past its concurrency (pod and worker mode alike: admission is one line per queue)."""
+    return not spec.paused and holders < spec.concurrency
+
+
+def status_body(numbers: QueueNumbers, generation: int | None, paused: bool = False) -> dict[str, Any]:
     """A Queue's status as a JSON merge patch body (oldestQueuedAt null removes it when nothing is queued)."""
     from ..resources.common import format_time
 
     oldest = numbers.oldest_queued_at
     return {
         "observedGeneration": generation,
+        "paused": paused,
         "running": numbers.running,
         "queued": numbers.queued,
         "starting": numbers.starting,

@@ -158,6 +158,7 @@ RESOURCES: list[dict[str, Any]] = [
             {"name": "Running", "type": "integer", "jsonPath": ".status.running"},
             {"name": "Queued", "type": "integer", "jsonPath": ".status.queued"},
             {"name": "Oldest-Queued", "type": "date", "jsonPath": ".status.oldestQueuedAt"},
+            {"name": "Paused", "type": "boolean", "jsonPath": ".status.paused"},
             {"name": "Scheduled", "type": "integer", "priority": 1, "jsonPath": ".status.scheduled"},
             {"name": "Failed", "type": "integer", "priority": 1, "jsonPath": ".status.failed"},
             {"name": "Starting", "type": "integer", "priority": 1, "jsonPath": ".status.starting"},

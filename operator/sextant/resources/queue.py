@@ -95,7 +95,11 @@ class QueueSpec(Model):
         description="How long finished jobs stay visible.",
         json_schema_extra={"default": Retention().wire()},  # so that `kubectl get -o yaml` shows them
     )
-
+    paused: bool = Field(
+        default=False,
+        description="No attempt starts while true: running attempts finish, new jobs arrive queued and keep their "
+        "place in line; set back to false (resume), the queue starts them in order. `sextant queues pause|resume`.",
+    )
 
     model_config = Model.model_config | {
         "json_schema_extra": validations(
@@ -142,6 +146,9 @@ class QueueStatus(Model):
     failed: int | None = Field(default=None, description="Jobs whose last attempt failed, waiting for their backoff.")
     oldest_queued_at: Timestamp | None = Field(
         default=None, description="When the longest-waiting queued job became runnable (RFC 3339)."
+    )
+    paused: bool | None = Field(
+        default=None, description="The operator starts no attempt of the queue (it saw spec.paused)."
     )
 
 
