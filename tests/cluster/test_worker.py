@@ -265,7 +265,8 @@ def test_cancel_stops_a_running_handler_sigterm_then_sigkill_after_the_grace(clu
     apply(cluster, namespace, queue("q", cancelGrace="2s", leaseDuration="3s"), worker_handler("stubborn", stubborn),
           worker_handler("nap"), job("job-cmd", handler_name="stubborn"),
           job("job-sdk", handler_name="nap", payload={"seconds": 120, "dir": str(tmp_path)}))
-    workers("w", "--module", "napping", "--handler", "nap", "--handler", "stubborn", "--concurrency", "2")
+    workers("w", "--module", "napping", "--handler", "nap", "--handler", "stubborn", "--concurrency", "2",
+            "--allow-command", "stubborn")
     wait_for(lambda: started.exists() and marks(tmp_path, "job-sdk.1.started"), 60, message="both handlers to run")
     asked = time.time()
     for name in ("job-cmd", "job-sdk"):
@@ -312,7 +313,7 @@ def test_a_command_handler_gets_the_payload_on_stdin_and_the_sextant_environment
           worker_handler("h", ["sh", "-c", script]),
           worker_handler("fails", ["sh", "-c", "cat >/dev/null; echo 'no such order' >&2; exit 4"]),
           job("job-stdin", handler_name="h", payload=payload), job("job-exit4", handler_name="fails"))
-    worker = workers("w")  # command handlers need no --module
+    worker = workers("w", "--allow-commands")  # command handlers need no --module, but the opt-in
     assert timeline_of(wait_state(cluster, namespace, "job-stdin", "succeeded")) == [("succeeded", None)]
     assert json.loads(out.read_text()) == payload
     seen = dict(line.split("=", 1) for line in env.read_text().splitlines())
@@ -494,7 +495,7 @@ def test_what_the_worker_does_with_assignments_as_the_operator_writes_them(clust
     apply(cluster, namespace, queue("q", leaseDuration="3s"),
           worker_handler("say", ["sh", "-c", "cat >/dev/null; echo said"]),
           job("job-run", handler_name="say"), job("job-other", handler_name="say"))
-    worker = workers("w")
+    worker = workers("w", "--allow-commands")
     wait_for(lambda: worker_object(cluster, namespace, "w"), 30, message="the worker to register")
     mine = worker_object(cluster, namespace, "w")["spec"]["incarnation"]
     uid = {n: get_json(cluster, namespace, "jobs.sextant.dev", n)["metadata"]["uid"] for n in ("job-run", "job-other")}
@@ -537,7 +538,7 @@ def test_a_worker_started_from_the_config_file_serves_what_it_declares(cluster, 
     path = tmp_path / "sextant.toml"
     path.write_text('[queues.emails]\nmax_attempts = 1\n\n[queues.other]\n\n'
                     '[handlers.send-receipt]\ncommand = ["sh", "-c", "cat >/dev/null; echo sent"]\n\n'
-                    '[worker]\nconcurrency = 3\nqueues = ["emails"]\n')
+                    '[worker]\nconcurrency = 3\nqueues = ["emails"]\nallow_commands = ["send-receipt"]\n')
     ok(sextant(cluster, "-n", namespace, "config", "apply", "-f", str(path)))
     apply(cluster, namespace, job("job-1", queue_name="emails", handler_name="send-receipt"))
     worker = workers("w", "--config", str(path))
