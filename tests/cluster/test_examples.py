@@ -15,6 +15,7 @@ payments.handlers --allow-command send-invoice`).
 
 from __future__ import annotations
 
+import os
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -111,7 +112,8 @@ def test_the_examples_run_as_written(cluster, namespace, operator, local_node, t
 
     # The worker-mode Handlers, on a worker serving the example's module. charge-card chains the receipt with the
     # key receipt-42, which the example Job holds: the SDK returns that job and creates none.
-    monkeypatch.setenv("PYTHONPATH", str(code))
+    # The example's code first, then whatever already chose this tree's sextant (a worktree's PYTHONPATH).
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(code), os.environ.get("PYTHONPATH", "")) if p))
     worker = WorkerProcess(cluster.kubeconfig, namespace, "payments", tmp_path, "--module", "payments.handlers",
                            "--allow-command", "send-invoice", "--command-env", "PYTHONPATH")
     request.node._sextant_workers = [worker]
