@@ -6,14 +6,16 @@ Two things stand in for what a real cluster would have, and nothing else changes
   and toleration (on a real cluster the pods go wherever the scheduler puts them);
 - the image: the local node ignores images and runs the command on this machine, so the code the image would
   hold (`receipts.send`, `payments.handlers`, `payments.invoice`) is a tiny package written by the test and put
-  on PYTHONPATH (one variable added to the container's env; the worker gets it from its own environment).
+  on PYTHONPATH (one variable added to the container's env; the worker gets it from its own environment, and
+  passes it to its command with --command-env PYTHONPATH, as an image's ENV would have to be).
 The commands themselves are exactly the examples': `sextant run -- python -m receipts.send` in the pod,
 `python -m payments.invoice` and the SDK function `charge-card` on a worker (`sextant worker --module
-payments.handlers`).
+payments.handlers --allow-command send-invoice`).
 """
 
 from __future__ import annotations
 
+import os
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -110,8 +112,10 @@ def test_the_examples_run_as_written(cluster, namespace, operator, local_node, t
 
     # The worker-mode Handlers, on a worker serving the example's module. charge-card chains the receipt with the
     # key receipt-42, which the example Job holds: the SDK returns that job and creates none.
-    monkeypatch.setenv("PYTHONPATH", str(code))
-    worker = WorkerProcess(cluster.kubeconfig, namespace, "payments", tmp_path, "--module", "payments.handlers")
+    # The example's code first, then whatever already chose this tree's sextant (a worktree's PYTHONPATH).
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(code), os.environ.get("PYTHONPATH", "")) if p))
+    worker = WorkerProcess(cluster.kubeconfig, namespace, "payments", tmp_path, "--module", "payments.handlers",
+                           "--allow-command", "send-invoice", "--command-env", "PYTHONPATH")
     request.node._sextant_workers = [worker]
     worker.start()
     try:

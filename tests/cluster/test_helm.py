@@ -69,7 +69,8 @@ WORKERS = [
     {"name": "payments", "namespace": "shop", "image": "registry.example/payments:2.3", "queues": ["emails"],
      "modules": ["payments.handlers"], "concurrency": 16, "replicas": 2, "metricsPort": 9090,
      "env": [{"name": "SMTP_HOST", "value": "smtp.example"}]},
-    {"name": "images", "namespace": "billing", "events": False, "drainGrace": "1m", "handlers": ["resize-image"]},
+    {"name": "images", "namespace": "billing", "events": False, "drainGrace": "1m", "handlers": ["resize-image"],
+     "allowCommands": ["resize-image"], "commandEnv": ["IMAGES_BUCKET", "MODE=prod"]},
 ]
 WITH_WORKERS = {**CUSTOM, "handlers": CUSTOM["handlers"] + WORKER_HANDLERS, "workers": WORKERS}
 EXAMPLE_VALUES = repo_root() / "examples" / "helm" / "workers-values.yaml"
@@ -614,7 +615,9 @@ def test_workers_render_a_deployment_each_with_exactly_a_workers_rights(helm):
     # false` is still accepted and changes nothing: since protocol v2 a worker posts no Events.
     _, pod, args = worker_parts(docs, "images", "billing")
     assert pod["containers"][0]["image"] == f"ghcr.io/sextant-dev/sextant-runner:{APP_VERSION}"
-    assert args == ["--name=$(POD_NAME)", "--namespace=billing", "--handler=resize-image", "--drain-grace=1m"]
+    assert args == ["--name=$(POD_NAME)", "--namespace=billing", "--handler=resize-image",
+                    "--allow-command=resize-image", "--command-env=IMAGES_BUCKET", "--command-env=MODE=prod",
+                    "--drain-grace=1m"]
     assert pod["terminationGracePeriodSeconds"] == 60 + 15
     assert "affinity" not in pod and not find(docs, "PodDisruptionBudget", "sx-sextant-worker-images")
     assert rules_of(one(docs, "Role", "sx-sextant-worker-images", "billing")) == WORKER_RULES
@@ -626,6 +629,20 @@ def test_workers_render_a_deployment_each_with_exactly_a_workers_rights(helm):
     assert_least_privilege(docs)
     assert_every_rule_commented(helm("template", "sx", str(CHART), "--namespace", "sextant-system",
                                      values=WITH_WORKERS).stdout)
+
+
+def test_a_workers_pods_run_a_handlers_command_only_when_its_values_allow_it(helm):
+    """Issue 28: by default a chart worker runs no Handler's command (whoever may write a Handler could run any in
+    its pods); allowCommands true or a list of Handlers opts in, commandEnv passes variables to those commands."""
+    def args_of(**worker: Any) -> list[str]:
+        return worker_parts(helm.template({"workers": [{"name": "w", **worker}]}), "w", "sextant-system")[2]
+
+    assert not [a for a in args_of() if a.startswith(("--allow-command", "--command-env"))]
+    assert not [a for a in args_of(allowCommands=False) if a.startswith("--allow-command")]
+    assert "--allow-commands" in args_of(allowCommands=True)
+    assert [a for a in args_of(allowCommands=["a", "b"], commandEnv=["SMTP_PASSWORD"])
+            if a.startswith(("--allow-command", "--command-env"))] == [
+        "--allow-command=a", "--allow-command=b", "--command-env=SMTP_PASSWORD"]
 
 
 def test_a_worker_can_use_an_existing_service_account_and_a_narrower_network_policy(helm):
@@ -661,6 +678,9 @@ def test_a_worker_can_use_an_existing_service_account_and_a_narrower_network_pol
     ({"handlers": [{"name": "h", "spec": {"nonRetryableExitCodes": [2]}}]},
      "handlers[h].spec: set exactly one of template (a pod per attempt) and worker"),
     ({"handlers": [{"name": "h", "spec": {"worker": {"command": []}}}]}, "command"),
+    ({"workers": [{"name": "w", "allowCommands": "yes"}]}, "allowCommands"),
+    ({"workers": [{"name": "w", "allowCommands": ["Not_A_Handler"]}]}, "allowCommands"),
+    ({"workers": [{"name": "w", "commandEnv": ["2BAD"]}]}, "commandEnv"),
 ])  # fmt: skip
 def test_worker_values_are_checked(helm, values, words):
     bad = helm("template", "sx", str(CHART), values=values, check=False)
@@ -885,7 +905,7 @@ def test_install_watching_two_namespaces_then_uninstall(cluster, helm, tools, re
     worker_token = cluster.kubectl("create", "token", "sxns-sextant-worker-payments", "-n", shop,
                                    "--bound-object-kind=Pod", f"--bound-object-name={worker_name}").stdout.strip()
     worker = WorkerProcess(token_kubeconfig(cluster, worker_token, tmp_path / "worker-kubeconfig"), shop,
-                           worker_name, tmp_path, "--queue", "q")
+                           worker_name, tmp_path, "--queue", "q", "--allow-command", "echo")
     apply(cluster, shop, {"apiVersion": "sextant.dev/v1alpha1", "kind": "Handler", "metadata": {"name": "echo"},
                           "spec": {"worker": {"command": ["cat"]}}},
           job("job-on-the-chart-worker", "q", "echo", payload={"orderId": 7}))
@@ -1087,6 +1107,71 @@ def test_no_token_but_the_operators_writes_the_leader_lease_and_a_worker_writes_
                         "validatingadmissionpolicybinding,flowschema,prioritylevelconfiguration", "-l",
                         f"app.kubernetes.io/instance={release}", check=False)
         cluster.delete_namespace(home)
+
+
+def test_the_restricting_policy_admits_worker_mode_handlers_and_still_checks_pod_templates(cluster, tools,
+                                                                                          release_namespaces,
+                                                                                          tmp_path):
+    """Issue 28: handlerAdmission.restrict read object.spec.template.spec with failurePolicy Fail, so once enabled it
+    refused every worker-mode Handler. A worker-mode Handler makes no pod: it passes (from an author who may not
+    create pods too, with or without a command, in a namespace enforcing "restricted" without a warning), while a
+    pod template is still held to the policy's rules."""
+    ns = release_namespaces
+    on_cluster = Helm(tools, tmp_path, cluster.kubeconfig)
+    release = "sxwpol"
+    values = {**ON_KWOK, "replicas": 1, "watchNamespaces": [ns["shop"]], "flowControl": {"enabled": False},
+              "handlerAdmission": {"restrict": {"enabled": True}}}
+    handlers = cluster.create_namespace(namespace_name("helm-worker-handlers"))
+    cluster.kubectl("label", "namespace", handlers, "pod-security.kubernetes.io/enforce=restricted")
+    on_cluster("install", release, str(CHART), "--namespace", ns["release"], values=values)
+    try:
+        cluster.kubectl("create", "serviceaccount", "-n", handlers, "no-pods")
+        cluster.kubectl("create", "role", "-n", handlers, "no-pods", "--verb=create,get,update,patch",
+                        "--resource=handlers.sextant.dev")
+        cluster.kubectl("create", "rolebinding", "-n", handlers, "no-pods", "--role=no-pods",
+                        f"--serviceaccount={handlers}:no-pods")
+        no_pods = f"system:serviceaccount:{handlers}:no-pods"
+        wait_for(lambda: can_i(cluster, no_pods, "create", "handlers.sextant.dev", handlers), 30,
+                 message=f"{no_pods} to be allowed to create Handlers")
+
+        def handler_of(name: str, spec: dict[str, Any]) -> str:
+            return yaml.safe_dump({"apiVersion": "sextant.dev/v1alpha1", "kind": "Handler",
+                                   "metadata": {"name": name}, "spec": spec})
+
+        def create(text: str, who: str | None = None, dry_run: bool = False) -> subprocess.CompletedProcess[str]:
+            return cluster.kubectl("create", "-n", handlers, "-f", "-", *(["--as", who] if who else []),
+                                   *(["--dry-run=server"] if dry_run else []), input=text, check=False)
+
+        pod_mode = handler_of("pod-mode", {"template": {"spec": {"containers": [
+            {"name": "handler", "image": "registry.example/h:1", "securityContext": {"privileged": True}}]}}})
+        # The policy is in force: a pod template from an author who may not create pods is refused ...
+        refused = wait_for(lambda: "ValidatingAdmissionPolicy" in (p := create(pod_mode, no_pods, True)).stderr
+                           and p, 30, message="the restricting policy to take effect")
+        assert refused.returncode != 0 and f"{no_pods} may not create pods in namespace {handlers}" in refused.stderr
+        warned = create(pod_mode, dry_run=True)  # ... and a privileged one warned about, from an admin
+        assert warned.returncode == 0 and "PodSecurity" in warned.stderr, warned.stderr
+        # ... while worker-mode Handlers pass, whoever writes them, and warn of nothing.
+        by_admin = create(handler_of("by-admin", {"worker": {"command": ["true"]}}), dry_run=True)
+        assert by_admin.returncode == 0 and "Warning" not in by_admin.stderr, by_admin.stderr
+        for name, worker in (("sdk-function", {}), ("a-command", {"command": ["python", "-m", "images.resize"]})):
+            made = create(handler_of(name, {"worker": worker}), no_pods)
+            assert made.returncode == 0, made.stderr
+            assert "Warning" not in made.stderr and "ValidatingAdmissionPolicy" not in made.stderr, made.stderr
+        changed = cluster.kubectl("patch", "-n", handlers, "handlers.sextant.dev", "sdk-function", "--as", no_pods,
+                                  "--type=merge", "-p", '{"spec":{"worker":{"command":["true"]}}}', check=False)
+        assert changed.returncode == 0, changed.stderr
+        # A worker Handler turned into a pod template is a pod template: refused for this author.
+        to_pods = cluster.kubectl("patch", "-n", handlers, "handlers.sextant.dev", "a-command", "--as", no_pods,
+                                  "--type=json", "-p", json.dumps([
+                                      {"op": "remove", "path": "/spec/worker"},
+                                      {"op": "add", "path": "/spec/template", "value": {"spec": {"containers": [
+                                          {"name": "handler", "image": "registry.example/h:1"}]}}}]), check=False)
+        assert to_pods.returncode != 0 and "may not create pods" in to_pods.stderr, to_pods.stderr
+        names = cluster.kubectl("get", "-n", handlers, "handlers.sextant.dev", "-o", "name").stdout.split()
+        assert sorted(n.rsplit("/", 1)[1] for n in names) == ["a-command", "sdk-function"]
+    finally:
+        on_cluster("uninstall", release, "--namespace", ns["release"], check=False)
+        cluster.delete_namespace(handlers)
 
 
 def test_handler_admission_policies_and_a_certificate_kept_across_upgrades(cluster, tools, release_namespaces,

@@ -265,7 +265,8 @@ def test_cancel_stops_a_running_handler_sigterm_then_sigkill_after_the_grace(clu
     apply(cluster, namespace, queue("q", cancelGrace="2s", leaseDuration="3s"), worker_handler("stubborn", stubborn),
           worker_handler("nap"), job("job-cmd", handler_name="stubborn"),
           job("job-sdk", handler_name="nap", payload={"seconds": 120, "dir": str(tmp_path)}))
-    workers("w", "--module", "napping", "--handler", "nap", "--handler", "stubborn", "--concurrency", "2")
+    workers("w", "--module", "napping", "--handler", "nap", "--handler", "stubborn", "--concurrency", "2",
+            "--allow-command", "stubborn")
     wait_for(lambda: started.exists() and marks(tmp_path, "job-sdk.1.started"), 60, message="both handlers to run")
     asked = time.time()
     for name in ("job-cmd", "job-sdk"):
@@ -312,7 +313,7 @@ def test_a_command_handler_gets_the_payload_on_stdin_and_the_sextant_environment
           worker_handler("h", ["sh", "-c", script]),
           worker_handler("fails", ["sh", "-c", "cat >/dev/null; echo 'no such order' >&2; exit 4"]),
           job("job-stdin", handler_name="h", payload=payload), job("job-exit4", handler_name="fails"))
-    worker = workers("w")  # command handlers need no --module
+    worker = workers("w", "--allow-commands")  # command handlers need no --module, but the opt-in
     assert timeline_of(wait_state(cluster, namespace, "job-stdin", "succeeded")) == [("succeeded", None)]
     assert json.loads(out.read_text()) == payload
     seen = dict(line.split("=", 1) for line in env.read_text().splitlines())
@@ -330,6 +331,74 @@ def test_a_command_handler_gets_the_payload_on_stdin_and_the_sextant_environment
     final = wait_state(cluster, namespace, "job-exit4", "dead")
     assert [(a["reason"], a["exitCode"], a["message"]) for a in final["attempts"]] == [("Error", 4, "no such order")]
     wait_for(lambda: "[job-stdin#1] attempt 1 of job_stdin" in worker.log(), 10, message="the output in its log")
+
+
+def test_a_worker_not_told_to_run_commands_runs_no_handlers_command(cluster, namespace, operator, workers, tmp_path):
+    """Issue 28: creating a Handler must not run its command in every worker. A worker without --allow-commands /
+    --allow-command does not offer a command handler (its jobs wait, Blocked NoWorker), drops a Handler that becomes a
+    command later, refuses a --handler naming one at start (exit 2, naming the handler and the flag); SDK functions
+    of its --module run as before; a worker told to runs the command."""
+    ran, later = tmp_path / "evil-ran", tmp_path / "later-ran"
+    apply(cluster, namespace, queue("q", maxAttempts=1, **FAST), worker_handler("nap"), worker_handler("nap-sync"),
+          worker_handler("evil", ["sh", "-c", f"cat >/dev/null; touch {ran}"]),
+          job("job-evil", handler_name="evil"), job("job-nap", handler_name="nap", payload={"seconds": 0.1}))
+    worker = workers("w", "--module", "napping")  # every Handler it can run: nap, nap-sync; evil is a command
+    wait_state(cluster, namespace, "job-nap", "succeeded")
+    wait_registered(cluster, namespace, "w")
+    assert worker_object(cluster, namespace, "w")["spec"]["handlers"] == ["nap", "nap-sync"]
+    wait_for(lambda: conditions(status(cluster, namespace, "job-evil")).get("Blocked") == ("True", "NoWorker"), 30,
+             message="the command handler's job to wait for a worker that may run it")
+    assert not ran.exists()
+    wait_for(lambda: "does not serve the command handlers evil" in worker.log(), 10, message="the worker to say so")
+
+    # A Handler that becomes a command later: no longer offered, its jobs wait; the command never runs here.
+    apply(cluster, namespace, worker_handler("nap-sync", ["sh", "-c", f"cat >/dev/null; touch {later}"]))
+    wait_for(lambda: worker_object(cluster, namespace, "w")["spec"]["handlers"] == ["nap"], 30,
+             message="the worker to stop offering the Handler that became a command")
+    apply(cluster, namespace, job("job-later", handler_name="nap-sync"))
+    wait_for(lambda: conditions(status(cluster, namespace, "job-later")).get("Blocked") == ("True", "NoWorker"), 30,
+             message="the new command handler's job to wait")
+    assert not later.exists() and not ran.exists()
+
+    # Asked by name without the opt-in: an error at start that names the handler and the flag.
+    proc = WorkerProcess(cluster.kubeconfig, namespace, "bad", tmp_path, "--handler", "evil")
+    result = subprocess.run(proc.command(), capture_output=True, text=True, timeout=60, env=proc_env())
+    assert result.returncode == 2, result.stderr
+    assert "--handler evil: Handler 'evil' runs the command" in result.stderr
+    assert "--allow-command evil" in result.stderr and "--allow-commands" in result.stderr
+
+    # A worker told to run it does.
+    workers("w-commands", "--allow-command", "evil")
+    wait_state(cluster, namespace, "job-evil", "succeeded")
+    assert ran.exists() and not later.exists(), "only the command it was told to run"
+    assert status(cluster, namespace, "job-evil")["attempts"][0]["node"] == "w-commands"
+
+
+def test_a_command_gets_the_sextant_variables_a_base_and_what_is_passed_never_the_workers_secrets(
+        cluster, namespace, operator, workers, tmp_path, monkeypatch):
+    """Issue 28: a command's environment is SEXTANT_*, PATH/HOME/LANG-like base variables and what --command-env
+    passes: not a Secret the worker has in its environment (envFrom in a pod), not its KUBECONFIG, not the pod's
+    Kubernetes variables."""
+    out = tmp_path / "env"
+    monkeypatch.setenv("DB_PASSWORD", "s3cret-from-a-secret")
+    monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    monkeypatch.setenv("SMTP_HOST", "smtp.example")
+    monkeypatch.setenv("LANG", "C.UTF-8")
+    apply(cluster, namespace, queue("q", maxAttempts=1), worker_handler("show-env", ["sh", "-c", f"env > {out}"]),
+          job("job-env", handler_name="show-env"))
+    workers("w", "--allow-command", "show-env", "--command-env", "SMTP_HOST", "--command-env", "MODE=prod")
+    wait_state(cluster, namespace, "job-env", "succeeded")
+    seen = dict(line.split("=", 1) for line in out.read_text().splitlines() if "=" in line)
+    assert "s3cret-from-a-secret" not in out.read_text()
+    assert not {"DB_PASSWORD", "KUBECONFIG", "KUBERNETES_SERVICE_HOST", "PYTHONPATH"} & set(seen), sorted(seen)
+    assert (seen["SMTP_HOST"], seen["MODE"], seen["LANG"]) == ("smtp.example", "prod", "C.UTF-8")
+    assert seen["PATH"] == os.environ["PATH"] and seen["SEXTANT_JOB_NAME"] == "job-env"
+    from sextant.worker.environment import BASE_VARIABLES
+
+    shell = {"PWD", "SHLVL", "_", "OLDPWD"}  # what sh itself adds
+    others = {k for k in seen if not k.startswith(("SEXTANT_", "LC_"))} - set(BASE_VARIABLES) - shell
+    assert others == {"SMTP_HOST", "MODE"}, sorted(others)
 
 
 def test_sdk_chaining_makes_one_child_even_when_the_attempt_runs_twice(cluster, namespace, operator, workers):
@@ -494,7 +563,7 @@ def test_what_the_worker_does_with_assignments_as_the_operator_writes_them(clust
     apply(cluster, namespace, queue("q", leaseDuration="3s"),
           worker_handler("say", ["sh", "-c", "cat >/dev/null; echo said"]),
           job("job-run", handler_name="say"), job("job-other", handler_name="say"))
-    worker = workers("w")
+    worker = workers("w", "--allow-commands")
     wait_for(lambda: worker_object(cluster, namespace, "w"), 30, message="the worker to register")
     mine = worker_object(cluster, namespace, "w")["spec"]["incarnation"]
     uid = {n: get_json(cluster, namespace, "jobs.sextant.dev", n)["metadata"]["uid"] for n in ("job-run", "job-other")}
@@ -537,7 +606,7 @@ def test_a_worker_started_from_the_config_file_serves_what_it_declares(cluster, 
     path = tmp_path / "sextant.toml"
     path.write_text('[queues.emails]\nmax_attempts = 1\n\n[queues.other]\n\n'
                     '[handlers.send-receipt]\ncommand = ["sh", "-c", "cat >/dev/null; echo sent"]\n\n'
-                    '[worker]\nconcurrency = 3\nqueues = ["emails"]\n')
+                    '[worker]\nconcurrency = 3\nqueues = ["emails"]\nallow_commands = ["send-receipt"]\n')
     ok(sextant(cluster, "-n", namespace, "config", "apply", "-f", str(path)))
     apply(cluster, namespace, job("job-1", queue_name="emails", handler_name="send-receipt"))
     worker = workers("w", "--config", str(path))

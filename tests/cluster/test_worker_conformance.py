@@ -60,7 +60,7 @@ class Implementation:
 
 def python_argv(a: WorkerArgs) -> list[str]:
     return [sys.executable, "-m", "sextant", "--kubeconfig", str(a.kubeconfig), "worker", "-n", a.namespace,
-            "--name", a.name, "--concurrency", str(a.slots), "--drain-grace", "10s",
+            "--name", a.name, "--concurrency", str(a.slots), "--drain-grace", "10s", "--allow-commands",
             *(f"--queue={q}" for q in a.queues), *(f"--handler={h}" for h in a.handlers)]
 
 

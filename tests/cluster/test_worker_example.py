@@ -1,7 +1,7 @@
 """The README's local worker example (examples/local/worker/), run as a user runs it: the objects applied with
-kubectl, `.venv/bin/sextant worker --module examples.local.worker.handlers` started from the repository's root in
-another process (its kubeconfig from KUBECONFIG), `kubectl sextant workers` to see it, Ctrl-C to stop it. The
-operator runs as in `make run`; no pod is created for any of the example's jobs."""
+kubectl, `.venv/bin/sextant worker --module examples.local.worker.handlers --allow-command shout` started from the
+repository's root in another process (its kubeconfig from KUBECONFIG), `kubectl sextant workers` to see it, Ctrl-C
+to stop it. The operator runs as in `make run`; no pod is created for any of the example's jobs."""
 
 from __future__ import annotations
 
@@ -33,7 +33,8 @@ def test_the_local_worker_example_runs_as_the_readme_says(cluster, namespace, op
                          for n in ("job-welcome", "job-shout")), 30,
              message=lambda: f"both jobs Blocked with reason NoWorker: {jobs(cluster, namespace)}")
 
-    command = [str(Path(sys.executable).parent / "sextant"), "worker", "-n", namespace, "--module", MODULE]
+    command = [str(Path(sys.executable).parent / "sextant"), "worker", "-n", namespace, "--module", MODULE,
+               "--allow-command", "shout"]
     worker = subprocess.Popen(command, cwd=repo_root(), env=cluster.env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
     output: list[str] = []

@@ -60,7 +60,8 @@ def workers(cluster, namespace, tmp_path_factory, request) -> Iterator[Any]:
     logs = tmp_path_factory.mktemp("workers")
 
     def start(name: str, *args: str, config: Path | None = None) -> WorkerProcess:
-        worker = WorkerProcess(config or cluster.kubeconfig, namespace, name, logs, *args).start()
+        # Every scenario's handlers are commands: the worker must be told to run them.
+        worker = WorkerProcess(config or cluster.kubeconfig, namespace, name, logs, "--allow-commands", *args).start()
         made.append(worker)
         return worker
 

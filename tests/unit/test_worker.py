@@ -49,8 +49,8 @@ HANDLERS = {"charge": sdk_handler(), "send": command_handler("python", "-m", "se
             "unclaimed": sdk_handler()}
 
 
-def test_serves_registered_functions_and_commands_on_every_queue_by_default() -> None:
-    served = plan(NS, {"emails", "payments"}, HANDLERS, {"charge"})
+def test_serves_registered_functions_and_allowed_commands_on_every_queue_by_default() -> None:
+    served = plan(NS, {"emails", "payments"}, HANDLERS, {"charge"}, allow_commands=True)
     assert served.queues == {"emails", "payments"}
     assert served.functions == {"charge"} and dict(served.commands) == {"send": ("python", "-m", "send")}
     assert served.handlers == {"charge", "send"}  # never the pod-mode one, nor an SDK Handler nobody registered
@@ -58,8 +58,25 @@ def test_serves_registered_functions_and_commands_on_every_queue_by_default() ->
 
 
 def test_chosen_queues_and_handlers_narrow_what_it_serves() -> None:
-    served = plan(NS, {"emails", "payments"}, HANDLERS, {"charge"}, want_queues={"emails"}, want_handlers={"send"})
+    served = plan(NS, {"emails", "payments"}, HANDLERS, {"charge"}, want_queues={"emails"}, want_handlers={"send"},
+                  allow_commands={"send"})
     assert served.queues == {"emails"} and served.handlers == {"send"}
+
+
+def test_a_handlers_command_runs_only_on_a_worker_told_to_run_it() -> None:
+    """Issue 28: whoever may write a Handler must not thereby run any command on every worker. Without
+    --allow-commands / --allow-command a command handler is not served (not offered to the operator), only named."""
+    served = plan(NS, {"emails"}, HANDLERS, {"charge"})
+    assert served.handlers == {"charge"} and not served.commands and served.how("send") is None
+    assert served.refused == {"send"}
+    named = plan(NS, {"emails"}, {**HANDLERS, "other": command_handler("rm", "-rf", "/")}, {"charge"},
+                 allow_commands={"send"})
+    assert named.handlers == {"charge", "send"} and named.refused == {"other"}
+    # A Handler that becomes a command later is dropped from what the worker offers, not run.
+    later = serving({"emails"}, {"charge": command_handler("charge-cli")}, {"charge"})
+    assert later.handlers == frozenset() and later.refused == {"charge"}
+    # Module handlers registered in-process are unaffected.
+    assert serving({"emails"}, {"charge": sdk_handler()}, {"charge"}).handlers == {"charge"}
 
 
 @pytest.mark.parametrize("kwargs, words", [
@@ -72,6 +89,11 @@ def test_chosen_queues_and_handlers_narrow_what_it_serves() -> None:
     ({"want_handlers": {"resize"}}, ["--handler resize", "pods"]),
     ({"want_handlers": {"unclaimed"}}, ["--handler unclaimed", "no --module registers it"]),
     ({"handlers": {"charge": sdk_handler()}, "functions": set()}, ["nothing to serve"]),
+    ({"want_handlers": {"send"}}, ["--handler send", "Handler 'send' runs the command ['python', '-m', 'send']",
+                                   "--allow-command send", "--allow-commands"]),
+    ({"functions": set()}, ["nothing to serve", "(send) run commands", "--allow-command NAME"]),
+    ({"allow_commands": {"nope"}}, ["--allow-command nope: there is no Handler 'nope' in namespace shop"]),
+    ({"allow_commands": {"resize"}}, ["--allow-command resize", "runs its jobs in pods"]),
 ])
 def test_bad_input_at_start_names_what_is_wrong(kwargs: dict[str, Any], words: list[str]) -> None:
     args = {"namespace": NS, "queues": {"emails"}, "handlers": HANDLERS, "functions": {"charge"}, **kwargs}
@@ -83,7 +105,8 @@ def test_bad_input_at_start_names_what_is_wrong(kwargs: dict[str, Any], words: l
 
 def test_later_changes_are_served_without_complaint() -> None:
     """After start the same rules apply to Handlers and Queues as they change, and a Handler's command wins."""
-    served = serving({"emails"}, {"charge": command_handler("charge-cli"), "resize": pod_handler()}, {"charge"})
+    served = serving({"emails"}, {"charge": command_handler("charge-cli"), "resize": pod_handler()}, {"charge"},
+                     allow_commands=True)
     assert served.handlers == {"charge"} and served.how("charge") == ("charge-cli",)
 
 
@@ -275,6 +298,64 @@ def test_a_bad_config_file_is_bad_input_naming_the_key(tmp_path, text: str, word
         apply_config(parse("--config", str(path)))
     with pytest.raises(BadInput, match="--config .*missing.toml: No such file"):
         apply_config(parse("--config", str(tmp_path / "missing.toml")))
+
+
+def test_commands_are_allowed_and_given_variables_by_flag_or_by_the_config_file(tmp_path) -> None:
+    args = parse()
+    assert worker_main.allowed_commands(args) == frozenset() and worker_main.command_env(args, {}) == ()
+    assert worker_main.allowed_commands(parse("--allow-commands")) is True
+    assert worker_main.allowed_commands(parse("--allow-command", "a", "--allow-command", "b")) == {"a", "b"}
+    environ = {"SMTP_PASSWORD": "s3cret", "OTHER": "x"}
+    assert worker_main.command_env(parse("--command-env", "SMTP_PASSWORD", "--command-env", "MODE=prod=1"),
+                                   environ) == (("SMTP_PASSWORD", "s3cret"), ("MODE", "prod=1"))
+    path = tmp_path / "sextant.toml"
+    path.write_text('[handlers.send]\ncommand = ["true"]\n'
+                    '[worker]\nallow_commands = ["send"]\ncommand_env = ["SMTP_PASSWORD", "MODE=prod"]\n')
+    args = parse("--config", str(path))
+    apply_config(args)
+    assert worker_main.allowed_commands(args) == {"send"}
+    assert worker_main.command_env(args, environ) == (("SMTP_PASSWORD", "s3cret"), ("MODE", "prod"))
+    args = parse("--config", str(path), "--allow-commands")
+    apply_config(args)
+    assert worker_main.allowed_commands(args) is True, "the flag wins"
+    path.write_text('[worker]\nallow_commands = true\n')
+    args = parse("--config", str(path))
+    apply_config(args)
+    assert worker_main.allowed_commands(args) is True
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--allow-commands", "--allow-command", "send"], "--allow-commands runs every command handler; "
+                                                      "--allow-command send names some: give one of the two"),
+    (["--allow-command", "Not_A_Name"], "--allow-command: 'Not_A_Name' is not a valid handler name"),
+    (["--command-env", "NO_SUCH_VARIABLE_HERE"], "--command-env NO_SUCH_VARIABLE_HERE: the worker's environment "
+                                                 "has no NO_SUCH_VARIABLE_HERE (give NO_SUCH_VARIABLE_HERE=VALUE"),
+    (["--command-env", "2X=1"], "--command-env: '2X=1' is not NAME or NAME=VALUE"),
+    (["--command-env", "SEXTANT_JOB_ID=x"], "--command-env: SEXTANT_JOB_ID: the SEXTANT_* variables are the "
+                                            "attempt's own"),
+    (["--command-env", "KUBECONFIG"], "--command-env: KUBECONFIG: the worker's own credentials are never passed"),
+])
+def test_bad_command_flags_exit_2_naming_the_flag(argv: list[str], words: str, monkeypatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("KUBECONFIG", "/nowhere/config")
+    assert worker_main.main(parse(*argv)) == 2
+    assert words in capsys.readouterr().err
+
+
+def test_a_commands_environment_is_the_base_what_is_passed_and_sextant_never_the_workers() -> None:
+    """Issue 28: never the worker's whole environment (its envFrom Secrets, KUBECONFIG, the pod's Kubernetes
+    variables); the SEXTANT_* variables win over anything passed."""
+    from sextant.worker.environment import DEFAULT_PATH, command_environment
+
+    worker_env = {"PATH": "/opt/sextant/bin:/usr/bin", "HOME": "/home/w", "LANG": "C.UTF-8", "LC_TIME": "de_DE",
+                  "TZ": "UTC", "DB_PASSWORD": "s3cret", "KUBECONFIG": "/home/w/.kube/config",
+                  "KUBERNETES_SERVICE_HOST": "10.0.0.1", "POD_NAME": "w-1", "SMTP_HOST": "smtp.example"}
+    env = command_environment(worker_env, {"SMTP_HOST": "smtp.example"}, {"SEXTANT_JOB_ID": "job_a"})
+    assert env == {"PATH": "/opt/sextant/bin:/usr/bin", "HOME": "/home/w", "LANG": "C.UTF-8", "LC_TIME": "de_DE",
+                   "TZ": "UTC", "SMTP_HOST": "smtp.example", "SEXTANT_JOB_ID": "job_a"}
+    assert command_environment({}, {}, {})["PATH"] == DEFAULT_PATH
+    assert command_environment({}, {"SEXTANT_JOB_ID": "forged"}, {"SEXTANT_JOB_ID": "job_a"})["SEXTANT_JOB_ID"] == \
+        "job_a"
 
 
 @pytest.mark.parametrize("argv, words", [

@@ -130,7 +130,7 @@ async def test_a_worker_whose_writes_hang_kills_its_command_before_it_can_expire
     queue = {"metadata": {"name": "q"}, "spec": {"leaseDuration": f"{LEASE_SECONDS}s", "cancelGrace": "30s"}}
     handler = {"metadata": {"name": "h"}, "spec": {"worker": {"command": stubborn}}}
     settings = Settings(namespace=NS, name="w", concurrency=1, drain_grace=1.0, want_queues=None,
-                        want_handlers=None)
+                        want_handlers=None, allow_commands=True)
     worker: Worker | None = None
     job = {"apiVersion": "sextant.dev/v1alpha1", "kind": "Job",
            "metadata": {"name": "job-a", "namespace": NS, "uid": "u-1", "resourceVersion": "1",

@@ -23,20 +23,28 @@ names (worker_config); `config apply` leaves it alone. Pure: text in, objects or
 from __future__ import annotations
 
 import tomllib
-from typing import Any, get_args
+from typing import Annotated, Any, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from . import API_VERSION, handler, queue
 from .common import DURATION_PATTERN, parse_duration
 from .handler import HandlerSpec
-from .inputs import InputError, object_name
+from .inputs import InputError, command_env, object_name
 from .queue import QueueSpec
 
 # A handler's keys besides `command`: HandlerSpec's own, but for the pod template (pod mode is a Kubernetes pod
 # spec, declared in YAML) and heartbeat (a pod's runner's lease; workers hold their own).
 _HANDLER_FIELDS = ("non_retryable_exit_codes",)
 SECTIONS = ("queues", "handlers", "worker")
+
+
+def _command_env_entry(text: str) -> str:
+    try:
+        command_env("command_env", text)
+    except InputError as exc:
+        raise ValueError(exc.message) from None
+    return text
 
 
 class WorkerConfig(BaseModel):
@@ -52,6 +60,23 @@ class WorkerConfig(BaseModel):
     name: str | None = None
     drain_grace: str | None = Field(default=None, pattern=DURATION_PATTERN)
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
+    # true: --allow-commands (every Handler's command); a list of handler names: --allow-command for each.
+    allow_commands: Any = None
+    command_env: list[Annotated[str, AfterValidator(_command_env_entry)]] | None = None  # --command-env
+
+    @field_validator("allow_commands")
+    @classmethod
+    def _allow_commands(cls, value: Any) -> bool | list[str] | None:
+        if value is None or isinstance(value, bool):
+            return value
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ValueError("must be true, false or a list of handler names")
+        for name in value:
+            try:
+                object_name("allow_commands", name, "handler name")
+            except InputError as exc:
+                raise ValueError(exc.message) from None
+        return value
 
 
 class ConfigError(ValueError):

@@ -163,6 +163,27 @@ def selector_value(text: str) -> str:
     return text.replace("\\", "\\\\").replace(",", "\\,").replace("=", "\\=")
 
 
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def command_env(field: str, text: str) -> tuple[str, str | None]:
+    """`sextant worker --command-env`: NAME (passed from the worker's own environment) or NAME=VALUE (set) →
+    (NAME, VALUE or None). The SEXTANT_* variables are the attempt's own, and the worker's KUBECONFIG is never
+    passed on (docs/workers.md, "A command's environment")."""
+    if not isinstance(text, str):
+        raise InputError(field, f"{text!r} is not NAME or NAME=VALUE")
+    name, equals, value = text.partition("=")
+    if not _ENV_NAME_RE.match(name):
+        raise InputError(field, f"{text!r} is not NAME or NAME=VALUE: a variable's name is letters, digits and '_', "
+                                "not starting with a digit")
+    if name.startswith("SEXTANT_"):
+        raise InputError(field, f"{name}: the SEXTANT_* variables are the attempt's own, set by the worker")
+    if name == "KUBECONFIG" and not equals:
+        raise InputError(field, "KUBECONFIG: the worker's own credentials are never passed to a command (give "
+                                "KUBECONFIG=PATH for a kubeconfig of the command's own)")
+    return name, (value if equals else None)
+
+
 # --- argparse types ---------------------------------------------------------------------------------------------
 def positive_int(text: str) -> int:
     try:

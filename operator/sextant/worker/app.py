@@ -117,7 +117,7 @@ class Worker:
         queues = _read(QueueSpec, await _listed(kube, contract.path(API_VERSION, "queues", self.namespace)))
         handlers = _read(HandlerSpec, await _listed(kube, contract.path(API_VERSION, "handlers", self.namespace)))
         s = self.settings
-        plan(self.namespace, queues, handlers, self.functions, s.want_queues, s.want_handlers)
+        plan(self.namespace, queues, handlers, self.functions, s.want_queues, s.want_handlers, s.allow_commands)
         owner = pod_owner()
         self._service = Service(kube, s, self.functions, queues, handlers, self._jobs_client, self.metrics,
                                 owner=owner, user=None if owner else await _user(kube))

@@ -1,12 +1,15 @@
 """`sextant worker` (and `kubectl sextant worker`): serve queues with SDK functions and command handlers.
 
     sextant worker --module myapp.handlers                 every Queue of the namespace, the functions of myapp
-    sextant worker --queue emails --concurrency 32         command handlers (Handler spec.worker.command) only
+    sextant worker --queue emails --allow-commands         command handlers (Handler spec.worker.command) only
     sextant worker -n shop --module myapp.handlers --queue payments --queue emails --name payments-1
     sextant worker --config sextant.toml                   the file's queues and handlers, its [worker] flags
 
 Bad input is an error at start that names it, exit code 2: a --queue or --handler that does not exist, a module
-that does not import, a handler registered twice, a function without a worker-mode Handler, nothing to serve.
+that does not import, a handler registered twice, a function without a worker-mode Handler, a --handler whose
+command it is not allowed to run, a --command-env its environment lacks, nothing to serve. It runs a Handler's
+command only when told to (--allow-commands, --allow-command NAME), with the SEXTANT_* variables, a minimal base
+and what --command-env passes: never its own environment (docs/workers.md).
 SIGTERM or Ctrl-C drains (docs/workers.md); a second one skips what is left of the drain grace. Exit code 0 after a
 drain, 1 when another process took its name over (its Worker object names another incarnation). An API outage never
 makes it exit: past its renew deadline it stops its handlers and registers again.
@@ -21,7 +24,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..resources import inputs
@@ -57,8 +60,9 @@ def register(sub: argparse._SubParsersAction, flags: argparse.ArgumentParser) ->
                     "can run.")
     p.add_argument("--config", metavar="FILE",
                    help="a sextant.toml: serve the queues and handlers it declares, with its [worker] section's "
-                        "flags (queues, handlers, modules, concurrency, name, drain_grace, metrics_port); a flag "
-                        "given here wins. It creates nothing: `sextant config apply -f FILE` does")
+                        "flags (queues, handlers, modules, concurrency, name, drain_grace, metrics_port, "
+                        "allow_commands, command_env); a flag given here wins. It creates nothing: `sextant config "
+                        "apply -f FILE` does")
     p.add_argument("--queue", action="append", dest="queues", metavar="QUEUE",
                    help="a queue to serve (repeatable; default: every Queue of the namespace, as they come and go)")
     p.add_argument("--module", action="append", dest="modules", metavar="MODULE",
@@ -66,6 +70,15 @@ def register(sub: argparse._SubParsersAction, flags: argparse.ArgumentParser) ->
                         "the current directory on sys.path)")
     p.add_argument("--handler", action="append", dest="handlers", metavar="HANDLER",
                    help="serve only this handler (repeatable; default: every worker-mode Handler it can run)")
+    p.add_argument("--allow-commands", action="store_true", default=None,
+                   help="run the command of every command handler it serves (Handler spec.worker.command). "
+                        "Default: none — whoever may write a Handler would otherwise run any command here")
+    p.add_argument("--allow-command", action="append", dest="allow_command", metavar="HANDLER",
+                   help="run this Handler's command (repeatable); the other command handlers are not served")
+    p.add_argument("--command-env", action="append", dest="command_env", metavar="NAME[=VALUE]",
+                   help="pass NAME from the worker's environment (or set NAME=VALUE) to the commands it runs "
+                        "(repeatable). They get only the SEXTANT_* variables, PATH, HOME, USER, LOGNAME, LANG, "
+                        "LANGUAGE, LC_*, TZ, TMPDIR and these: never the worker's other variables")
     p.add_argument("--concurrency", type=positive_int, metavar="N",
                    help=f"slots: attempts run at once (default {Settings.concurrency}; also the threads for `def` "
                         "functions)")
@@ -97,9 +110,42 @@ def apply_config(args: argparse.Namespace) -> None:
     except ConfigError as exc:
         raise BadInput(f"{args.config}: {exc}") from None
     for key, value in found.model_dump().items():
+        if key == "allow_commands":  # true: --allow-commands; a list: --allow-command for each
+            if value is None or args.allow_commands is not None or args.allow_command is not None:
+                continue
+            if value is True:
+                args.allow_commands = True
+            elif value is not False:
+                args.allow_command = list(value)
+            continue
         if value is None or getattr(args, key, None) is not None:
             continue
         setattr(args, key, _duration(value) if key == "drain_grace" else value)
+
+
+def allowed_commands(args: argparse.Namespace) -> bool | frozenset[str]:
+    """--allow-commands (True) or --allow-command's names; BadInput when both are given."""
+    if args.allow_commands and args.allow_command:
+        raise BadInput(f"--allow-commands runs every command handler; --allow-command {args.allow_command[0]} "
+                       "names some: give one of the two")
+    if args.allow_commands:
+        return True
+    for name in args.allow_command or ():
+        inputs.object_name("--allow-command", name, "handler name")
+    return frozenset(args.allow_command or ())
+
+
+def command_env(args: argparse.Namespace, environ: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """--command-env's variables, their values resolved now; BadInput naming the entry that is wrong."""
+    from .environment import resolve
+
+    entries = [inputs.command_env("--command-env", text) for text in args.command_env or ()]
+    try:
+        return tuple(resolve(entries, environ).items())
+    except KeyError as exc:
+        name = exc.args[0]
+        raise BadInput(f"--command-env {name}: the worker's environment has no {name} (give {name}=VALUE to set "
+                       "it)") from None
 
 
 def import_modules(modules: list[str]) -> dict[str, Callable[..., Any]]:
@@ -122,7 +168,8 @@ async def serve(conn: kubeconfig.Connection, args: argparse.Namespace, namespace
     settings = Settings(namespace=namespace, name=name, concurrency=args.concurrency or Settings.concurrency,
                         drain_grace=Settings.drain_grace if args.drain_grace is None else args.drain_grace,
                         want_queues=frozenset(args.queues) if args.queues else None,
-                        want_handlers=frozenset(args.handlers) if args.handlers else None)
+                        want_handlers=frozenset(args.handlers) if args.handlers else None,
+                        allow_commands=allowed_commands(args), command_env=command_env(args, os.environ))
     worker = Worker.of(conn, settings, functions)
     try:
         try:
@@ -175,6 +222,7 @@ def _main(args: argparse.Namespace) -> int:
         namespace_given = getattr(args, "namespace", None)
         if namespace_given is not None:
             inputs.namespace("--namespace", namespace_given)
+        allowed_commands(args), command_env(args, os.environ)  # bad input: before anything starts
         functions = import_modules(args.modules or [])
     except (BadInput, inputs.InputError) as exc:
         _error(str(exc))

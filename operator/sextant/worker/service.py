@@ -39,6 +39,7 @@ from ..runner.env import attempt_variables, scheduled_at_of
 from ..runner.execution import CommandWork, Ended, Execution, FunctionWork, Work
 from ..runner.process import GroupReaper
 from .metrics import WorkerMetrics
+from .environment import command_environment
 from .plan import Served, serving
 from .registration import Offer, Registration, workers_path
 from .results import NOT_FOUND, Key, Results, key_of, result_of
@@ -147,7 +148,7 @@ class Worker:
     # --- what it offers ------------------------------------------------------------------------------------
     def _serving(self) -> Served:
         return serving(self.queues, self.handlers, self.functions, self.settings.want_queues,
-                       self.settings.want_handlers)
+                       self.settings.want_handlers, self.settings.allow_commands)
 
     def offer(self) -> Offer:
         durations = [parse_duration(q.lease_duration) for name, q in self.queues.items() if name in self.served.queues]
@@ -161,11 +162,19 @@ class Worker:
     def _reconsider(self) -> None:
         served = self._serving()
         before = self.offer()
+        if served.refused - self.served.refused:
+            self._say_refused(served.refused - self.served.refused)
         self.served = served
         if self.offer() != before:
             log.info("worker %s now serves queues %s, handlers %s", self.name, ",".join(sorted(served.queues)),
                      ",".join(sorted(served.handlers)))
             self.registration.changed()
+
+    def _say_refused(self, names: frozenset[str]) -> None:
+        """Command handlers it will not serve, named once as they appear (their jobs wait for another worker)."""
+        log.warning("worker %s does not serve the command handlers %s: it runs a Handler's command only when told "
+                    "to (--allow-commands, or --allow-command NAME); their jobs wait (Blocked, NoWorker) for a "
+                    "worker that does", self.name, ", ".join(sorted(names)))
 
     def _on_queue(self, kind: str, obj: dict[str, Any]) -> None:
         name = obj["metadata"]["name"]
@@ -257,7 +266,7 @@ class Worker:
         command = self.served.how(assignment.handler)
         if command is not None:
             queue = self.queues.get(assignment.queue) or QueueSpec()
-            env = {**os.environ, **attempt_variables(
+            variables = {**attempt_variables(
                 job_name=assignment.job, job_uid=assignment.uid, namespace=self.namespace, queue=assignment.queue,
                 handler=assignment.handler, attempt=assignment.attempt, sequence=assignment.sequence,
                 scheduled_at=scheduled_at_of(raw), payload=payload, lease_name=self.name,
@@ -265,10 +274,16 @@ class Worker:
                 heartbeat=False),  # the worker's own renewals cover it
                 "SEXTANT_NODE_NAME": self.name, "SEXTANT_POD_NAME": os.environ.get("POD_NAME") or self.name,
                 "SEXTANT_WORKER": self.holder}
+            # Never the worker's whole environment (its Secrets, KUBECONFIG): docs/workers.md.
+            env = command_environment(os.environ, dict(self.settings.command_env), variables)
             if self.reaper is None:
                 self.reaper = GroupReaper()
             return CommandWork(list(command), env, payload, label, self.reaper)
         fn = self.functions.get(assignment.handler) if assignment.handler in self.served.functions else None
+        if fn is None and assignment.handler in self.served.refused:  # assigned as its Handler became a command
+            return Ended(1, f"worker {self.name} does not run Handler {assignment.handler!r}: it is a command, and "
+                            "this worker runs a Handler's command only when told to (--allow-commands or "
+                            f"--allow-command {assignment.handler}); retried on a worker that does")
         if fn is None:
             return Ended(1, f"worker {self.name} does not serve handler {assignment.handler!r} (any more): its "
                             "Handler is not a worker-mode one this worker can run")
@@ -429,6 +444,8 @@ class Worker:
         log.info("worker %s (%s) serves queues %s, handlers %s with %d slots", self.name, self.holder,
                  ",".join(sorted(self.served.queues)) or "-", ",".join(sorted(self.served.handlers)) or "-",
                  self.settings.concurrency)
+        if self.served.refused:
+            self._say_refused(self.served.refused)
         background = [asyncio.create_task(i.run(), name=f"informer {i.name}") for i in self.informers]
         renewing = asyncio.create_task(self.registration.run(), name="renewals")
         drained = asyncio.create_task(self._drained.wait())

@@ -14,3 +14,8 @@ class Settings:
     drain_grace: float = 25.0  # seconds; below a pod's default terminationGracePeriodSeconds (30 s)
     want_queues: frozenset[str] | None = None  # None: every Queue of the namespace
     want_handlers: frozenset[str] | None = None  # None: every worker-mode Handler it can run
+    # Which Handlers' commands it may run (docs/workers.md, "Commands run only where allowed"): True for every one
+    # (--allow-commands), else these names (--allow-command); none by default.
+    allow_commands: bool | frozenset[str] = frozenset()
+    # What a command gets besides the base and SEXTANT_* (--command-env), resolved at start.
+    command_env: tuple[tuple[str, str], ...] = ()
