@@ -12,7 +12,7 @@ CACHE := $(HOME)/.cache/sextant
 export PIP_CACHE_DIR := $(CACHE)/pip
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup controlplane tools browser test unit run crds bench clean
+.PHONY: setup controlplane tools browser test unit run crds lock bench clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -54,6 +54,17 @@ bench: $(VENV)/.installed controlplane
 
 crds: $(VENV)/.installed
 	$(PY) -m sextant.resources.crds
+
+# requirements.lock, the images' dependencies (Dockerfile, Dockerfile.runner install it with pip --require-hashes):
+# pyproject.toml's dependencies and its build backend (hack/lock-build.in), each pinned with the hashes of every file
+# PyPI has for it, for Python 3.11 on any platform. uv resolves against PyPI as it was at LOCK_DATE, so running this
+# again gives the same file; to take newer releases, raise LOCK_DATE (and UV_VERSION, if you like) and run it.
+UV_VERSION ?= 0.13.9
+LOCK_DATE ?= 2026-12-01T00:00:00Z
+lock: $(VENV)/.installed
+	$(PY) -m pip install -q uv==$(UV_VERSION)
+	$(VENV)/bin/uv pip compile --quiet pyproject.toml hack/lock-build.in --universal --python-version 3.11 \
+	  --generate-hashes --exclude-newer $(LOCK_DATE) --custom-compile-command 'make lock' -o requirements.lock
 
 clean:
 	rm -rf $(VENV) .pytest_cache

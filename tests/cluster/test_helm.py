@@ -410,6 +410,95 @@ def test_a_tls_secret_of_ones_own_cert_manager_or_plain_http_only_when_asked_for
     assert "scheme" not in container["livenessProbe"]["httpGet"]
 
 
+def test_tls_under_gitops_an_existing_secret_or_cert_manager_renders_the_same_every_time(helm):
+    """`helm template` (Argo CD) cannot look a Secret up: the self-signed certificate is new at every render. With
+    operator.tls.existingSecret (a Secret the user, cert-manager or secrets tooling keeps) or cert-manager, the output
+    is the same at every render and every consumer of the certificate names the one Secret."""
+    def render(values: dict[str, Any], *args: str) -> str:
+        return helm("template", "sx", str(CHART), "--namespace", "sextant-system", *args, values=values).stdout
+
+    ca = {"ca": {"secret": {"name": "corp-tls", "key": "ca.crt"}}, "serverName": "sx-sextant.sextant-system.svc"}
+    existing = {"operator": {"tls": {"existingSecret": "corp-tls"}},
+                "serviceMonitor": {"enabled": True, "tlsConfig": ca}}
+    first = render(existing)
+    assert render(existing) == first
+    docs = [d for d in yaml.safe_load_all(first) if d]
+    container, flags, secret_name = tls_of(docs)
+    assert flags == TLS_ARGS and secret_name == "corp-tls"
+    assert container["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    assert not find(docs, "Secret") and not find(docs, "Certificate") and not find(docs, "Issuer")
+    [endpoint] = one(docs, "ServiceMonitor")["spec"]["endpoints"]
+    assert endpoint["scheme"] == "https" and endpoint["tlsConfig"] == ca
+    # It wins over mode (cert-manager need not be there), and over the older name of the same value.
+    both = {"operator": {"tls": {"existingSecret": "corp-tls", "mode": "cert-manager"}, "tlsSecretName": "old"}}
+    docs = helm.template(both)
+    assert tls_of(docs)[1:] == (TLS_ARGS, "corp-tls") and not find(docs, "Certificate")
+    assert tls_of(helm.template({"operator": {"tlsSecretName": "old"}}))[2] == "old"
+
+    # cert-manager: the Certificate writes the Secret the pods mount and the ServiceMonitor trusts; nothing random.
+    manager = {"operator": {"tls": {"mode": "cert-manager"}}, "serviceMonitor": {"enabled": True}}
+    first = render(manager, "--api-versions", "cert-manager.io/v1")
+    assert render(manager, "--api-versions", "cert-manager.io/v1") == first
+    docs = [d for d in yaml.safe_load_all(first) if d]
+    certificate = one(docs, "Certificate", "sx-sextant")["spec"]
+    [endpoint] = one(docs, "ServiceMonitor")["spec"]["endpoints"]
+    assert certificate["secretName"] == tls_of(docs)[2] == endpoint["tlsConfig"]["ca"]["secret"]["name"]
+    assert not find(docs, "Secret")
+    missing = helm("template", "sx", str(CHART), values=manager, check=False)
+    assert missing.returncode != 0 and "--api-versions cert-manager.io/v1" in missing.stderr
+
+    # The default, self-signed: a new CA at every render without a cluster, and the rendered Secret says so.
+    default = render({})
+    assert render({}) != default
+    assert "# Rendered without a cluster (helm template, Argo CD): a new CA and certificate at every render" in default
+    assert "operator.tls.existingSecret" in default
+
+
+def test_images_are_pinned_by_digest_in_every_template_that_renders_one(helm):
+    operator, runner = "sha256:" + "b" * 64, "sha256:" + "a" * 64
+    values = {**WITH_WORKERS, "image": {"digest": operator}, "runner": {"image": {"digest": runner}}}
+    docs = helm.template(values)
+    images: dict[str, str] = {}
+    for d in docs:
+        pod = {"Deployment": lambda: d["spec"]["template"]["spec"],
+               "Handler": lambda: d["spec"].get("template", {}).get("spec")}.get(d["kind"], lambda: None)()
+        for c in (pod or {}).get("containers", []) + (pod or {}).get("initContainers", []):
+            images[f"{d['kind']}/{d['metadata']['name']}/{c['name']}"] = c["image"]
+    assert images == {
+        "Deployment/sx-sextant/operator": f"ghcr.io/sextant-dev/sextant@{operator}",
+        "Handler/send-receipt/handler": f"ghcr.io/sextant-dev/sextant-runner@{runner}",  # the runner's, defaulted
+        "Handler/custom/handler": "registry.example/r:2",  # as written
+        "Deployment/sx-sextant-worker-payments/worker": "registry.example/payments:2.3",  # as written
+        "Deployment/sx-sextant-worker-images/worker": f"ghcr.io/sextant-dev/sextant-runner@{runner}",
+    }, images
+    assert f"ghcr.io/sextant-dev/sextant-runner:{APP_VERSION}" in helm("template", "sx", str(CHART),
+                                                                       values=WITH_WORKERS).stdout  # unpinned: the tag
+    bad = helm("template", "sx", str(CHART), values={"runner": {"image": {"digest": "latest"}}}, check=False)
+    assert bad.returncode != 0 and "/runner/image/digest" in bad.stderr
+
+
+API_PORTS = [{"port": p, "protocol": "TCP"} for p in (443, 6443, 8443)]
+
+
+def test_the_operators_network_policy_lets_it_reach_the_api_server_alone(helm):
+    # Rendered without a cluster and without the API server's addresses: its ports only, no DNS, nothing else.
+    policy = one(helm.template(), "NetworkPolicy", "sx-sextant")["spec"]
+    assert policy["egress"] == [{"ports": API_PORTS}]
+    assert policy["ingress"] == [{"ports": [{"port": "http", "protocol": "TCP"}]}]
+    # The API server's addresses given (GitOps): those, on its ports, and nothing else.
+    values = {"networkPolicy": {"apiServerCIDRs": ["10.0.0.0/28", "fd00:10::/120"], "apiServerPorts": [6443]}}
+    policy = one(helm.template(values), "NetworkPolicy", "sx-sextant")["spec"]
+    assert policy["egress"] == [{"to": [{"ipBlock": {"cidr": "10.0.0.0/28"}}, {"ipBlock": {"cidr": "fd00:10::/120"}}],
+                                 "ports": [{"port": 6443, "protocol": "TCP"}]}]
+    # DNS only when asked for (a kubeconfig naming the API server by host name); in a pod the operator resolves none.
+    values["networkPolicy"]["dns"] = True
+    policy = one(helm.template(values), "NetworkPolicy", "sx-sextant")["spec"]
+    assert policy["egress"][1:] == [{"ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]}]
+    bad = helm("template", "sx", str(CHART), values={"networkPolicy": {"apiServerCIDRs": ["kubernetes.default"]}},
+               check=False)
+    assert bad.returncode != 0 and "/networkPolicy/apiServerCIDRs/0" in bad.stderr
+
+
 def test_values_are_checked(helm):
     bad = helm("template", "sx", str(CHART), values={**CUSTOM, "queues": [{"name": "q", "namespace": "elsewhere"}]},
                check=False)
@@ -573,7 +662,7 @@ def test_workers_render_a_deployment_each_with_exactly_a_workers_rights(helm):
     assert deployment["spec"]["replicas"] == 2
     assert container["image"] == "registry.example/payments:2.3" and container["command"] == ["sextant", "worker"]
     assert args == ["--name=$(POD_NAME)", "--namespace=shop", "--queue=emails", "--module=payments.handlers",
-                    "--concurrency=16", "--drain-grace=25s", "--metrics-port=9090"]
+                    "--concurrency=16", "--drain-grace=25s", "--metrics-port=9090", "--metrics-host=0.0.0.0"]
     env = {e["name"]: e for e in container["env"]}
     assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}  # the worker's name
     assert env["POD_UID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.uid"}}  # its Worker's ownerReference
@@ -951,6 +1040,17 @@ def test_install_watching_every_namespace(cluster, helm, tools, release_namespac
     on_cluster("install", release, str(CHART), "--namespace", ns["release"], values=ON_KWOK)
     try:
         assert "It watches every namespace" in on_cluster("get", "notes", release, "-n", ns["release"]).stdout
+        # The NetworkPolicy's egress, looked up at install: the kubernetes Service's endpoints and its own address,
+        # on their ports; nothing else (no DNS, no other address).
+        out = cluster.kubectl("get", "endpointslice", "-n", "default", "kubernetes", "-o", "json").stdout
+        endpoints = json.loads(out)
+        service = json.loads(cluster.kubectl("get", "service", "-n", "default", "kubernetes", "-o", "json").stdout)
+        addresses = [a for e in endpoints["endpoints"] for a in e["addresses"]] + [service["spec"]["clusterIP"]]
+        ports = [p["port"] for p in endpoints["ports"]] + [p["port"] for p in service["spec"]["ports"]]
+        policy = json.loads(cluster.kubectl("get", "networkpolicy", "-n", ns["release"], "sxall-sextant", "-o",
+                                            "json").stdout)["spec"]
+        assert policy["egress"] == [{"to": [{"ipBlock": {"cidr": f"{a}/32"}} for a in dict.fromkeys(addresses)],
+                                     "ports": [{"port": p, "protocol": "TCP"} for p in dict.fromkeys(ports)]}], policy
         check_matrix(cluster, sa, [
             (True, "list", "jobs.sextant.dev", None),
             (True, "watch", "pods", None),

@@ -44,8 +44,13 @@ app.kubernetes.io/part-of: sextant
 {{- end -}}
 {{- end -}}
 
+{{/* The runner image: pinned by runner.image.digest when set (every Handler and worker that defaults to it). */}}
 {{- define "sextant.runnerImage" -}}
+{{- if .Values.runner.image.digest -}}
+{{- printf "%s@%s" .Values.runner.image.repository .Values.runner.image.digest -}}
+{{- else -}}
 {{- printf "%s:%s" .Values.runner.image.repository (.Values.runner.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The namespaces that get the runner's ServiceAccount, as JSON: watched ones, those of declared pod-mode Handlers,
@@ -216,11 +221,12 @@ attempt), no Leases, no Events, no pods, no Secrets, never a Job's spec.
 {{- end -}}
 
 {{/*
-How the HTTP port is served: "secret" (operator.tlsSecretName), "self-signed", "cert-manager", or "" for plain HTTP,
+How the HTTP port is served: "secret" (operator.tls.existingSecret, or its older name operator.tlsSecretName),
+"self-signed", "cert-manager", or "" for plain HTTP,
 which must be asked for in so many words: the port carries the /v2 API's bearer tokens.
 */}}
 {{- define "sextant.tlsMode" -}}
-{{- if .Values.operator.tlsSecretName -}}
+{{- if or .Values.operator.tls.existingSecret .Values.operator.tlsSecretName -}}
 secret
 {{- else if eq .Values.operator.tls.mode "none" -}}
 {{- if not .Values.operator.tls.allowPlainHTTP -}}
@@ -232,7 +238,7 @@ secret
 {{- end -}}
 
 {{- define "sextant.tlsSecretName" -}}
-{{- .Values.operator.tlsSecretName | default (printf "%s-tls" (include "sextant.fullname" .)) -}}
+{{- .Values.operator.tls.existingSecret | default .Values.operator.tlsSecretName | default (printf "%s-tls" (include "sextant.fullname" .)) -}}
 {{- end -}}
 
 {{/* The names the serving certificate is for, as JSON: the Service's DNS names, and localhost for port-forwarding. */}}

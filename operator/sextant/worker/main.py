@@ -87,7 +87,9 @@ def register(sub: argparse._SubParsersAction, flags: argparse.ArgumentParser) ->
                    help="on SIGTERM, how long running handlers may finish before they are stopped and their "
                         f"attempts recorded failed, reason Drained (default {Settings.drain_grace:g}s)")
     p.add_argument("--metrics-port", type=port, metavar="PORT", help="serve Prometheus metrics on this port")
-    p.add_argument("--metrics-host", default="0.0.0.0", help="the metrics' address (default all)")
+    p.add_argument("--metrics-host", default="127.0.0.1",
+                   help="the metrics' address (default 127.0.0.1: this host only; 0.0.0.0 for a scraper elsewhere, "
+                        "as the chart's metricsPort does). Plain HTTP, no authentication")
     p.add_argument("--no-events", action="store_true",
                    help="no effect: a worker posts no Events any more (the operator posts them); kept so that "
                         "scripts that pass it still work")

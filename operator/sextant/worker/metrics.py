@@ -27,7 +27,8 @@ class WorkerMetrics:
                                         ["worker"], buckets=_LATENCY_BUCKETS, registry=self.registry)
         self.registry.register(_Slots(worker, slots))
 
-    def serve(self, port: int, host: str = "0.0.0.0") -> None:
+    def serve(self, port: int, host: str = "127.0.0.1") -> None:
+        """Plain HTTP, no authentication: loopback unless an address is asked for (`--metrics-host`)."""
         start_http_server(port, addr=host, registry=self.registry)
 
 
