@@ -466,7 +466,7 @@ class ScriptedKube:
         self.lists, self.watches = lists, watches
         self.watched_from: list[str] = []
 
-    async def pages(self, path: str, params: dict[str, Any], page: int = 500):
+    async def pages(self, path: str, params: dict[str, Any], page: int = 500, page_bytes: int | None = None):
         step = self.lists.pop(0) if self.lists else ([], "1")
         if isinstance(step, Exception):
             raise step

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -21,7 +22,7 @@ from ..lifecycle import transitions as T
 from ..lifecycle import workers as W
 from ..lifecycle.states import FINISHED
 from ..resources import API_VERSION, contract
-from ..resources.job import JobStatus
+from ..resources.job import PAYLOAD_ENV_MAX_BYTES, JobStatus
 from ..resources.queue import QueueSpec
 from ..resources.worker import FINALIZER, Assignment
 from ..lifecycle.states import State
@@ -35,7 +36,7 @@ from .queuestatus import QueueStatusWriter
 from .workerstatus import WorkerStatusWriter
 from .slots import Slots
 from .timers import Timers
-from ..lifecycle.reading import InvalidJob
+from ..lifecycle.reading import InvalidJob, payload_left_out
 from .view import View, WorkerChange, is_slim, settled, state_of
 from .runtime import Runtime
 
@@ -424,7 +425,7 @@ class JobController:
             granted = self.slots.request(key, queue, job.spec.priority, parse_time(decision.status.queued_at) or now)
             worker = self.slots.worker_of(key) if obs.handler.on_workers else None
             if granted and (worker is not None or not obs.handler.on_workers):
-                snapshot = T.JobSnapshot(job.name, job.uid, job.generation, job.created_at, job.spec, decision.status)
+                snapshot = replace(job, status=decision.status)
                 started = T.admit(snapshot, obs, now, worker=worker)
                 started.events[:0] = decision.events
                 # A job first seen now is not written queued while its pod starts, or while its assignment lands and
@@ -586,6 +587,14 @@ class JobController:
         queue = self.view.queues.get((ns, job.spec.queue))
         if handler is None or queue is None:
             return "its Queue or Handler is gone"
+        left_out = payload_left_out(raw)
+        if not handler.heartbeat and left_out is not None and left_out <= PAYLOAD_ENV_MAX_BYTES:
+            # A pod without the runner gets a small payload in SEXTANT_PAYLOAD, and the view keeps none: read it.
+            # (The runner of any other pod reads it from the Job itself: runner/payload.py.)
+            payload = await self._payload(key, job)
+            if payload is None:
+                return "the job is gone (deleted, or created again under its name)"
+            job = replace(job, spec=job.spec.model_copy(update={"payload": payload}))
         try:
             created = await self.kube.create(contract.pods_path(ns), build_pod(raw, job, handler, queue, action))
         except Conflict:
@@ -607,6 +616,18 @@ class JobController:
             return f"cannot create pod {action.name}: {exc.message or exc}"
         self.view.upsert_pod(created)
         return ""
+
+    async def _payload(self, key: Key, job: T.JobSnapshot) -> dict[str, Any] | None:
+        """The job's payload, from the API server (immutable: any version of this job has it); None when the job
+        of that name is gone or another one."""
+        try:
+            full = await self.kube.get(contract.jobs_path(*key))
+        except NotFound:
+            return None
+        if full["metadata"].get("uid") != job.uid:
+            return None
+        payload = (full.get("spec") or {}).get("payload") or {}
+        return payload if isinstance(payload, dict) else {}
 
     async def _write_status(self, key: Key, raw: dict[str, Any], status: JobStatus) -> bool:
         updated = await self.kube.replace_status(contract.jobs_path(*key),

@@ -16,7 +16,7 @@ from ..lifecycle.idempotency import WINDOW, claimant, undecided
 from ..lifecycle.attempts import PodObservation
 from ..lifecycle.states import FINISHED
 from ..lifecycle import workers as W
-from ..lifecycle.reading import read_job
+from ..lifecycle.reading import PAYLOAD_NOTE, lean_job, read_job
 from ..lifecycle.transitions import JobSnapshot, Observations, pod_name
 from ..resources import contract
 from ..resources.contract import LABEL_JOB, sequence_label
@@ -262,11 +262,14 @@ class View:
         return bool(rv) and stored is not None and stored["metadata"].get("resourceVersion") == rv
 
     def upsert_job(self, raw: dict[str, Any]) -> bool:
-        """Store a job, unless the view already has a newer version; False then."""
+        """Store a job, unless the view already has a newer version; False then. What is stored is the job without its
+        payload (lifecycle/reading.lean_job: a payload that is not empty is read where it is needed, by a GET), or a
+        slim copy once it settled."""
         key = key_of(raw)
         if not self._job_versions.newer(key, _rv(raw)):
             return False
         previous = self.jobs.get(key)
+        raw = lean_job(raw, previous)  # never a payload in the view: its size and validity only
         if previous is not None:
             self._unindex(key, previous)
         else:
@@ -534,9 +537,10 @@ class View:
 
     # --- reading -------------------------------------------------------------------------------------------
     def whole_job(self, key: Key) -> dict[str, Any] | None:
-        """The job as last seen, when the view holds all of it (a slim copy of a finished job has no timeline)."""
+        """The job as last seen, when the view holds all of it: not a slim copy of a finished job (no timeline), nor
+        one whose payload was left out (any payload but {}: whoever shows it GETs the job)."""
         raw = self.jobs.get(key)
-        return None if raw is None or is_slim(raw) else raw
+        return None if raw is None or is_slim(raw) or PAYLOAD_NOTE in raw else raw
 
     @staticmethod
     def snapshot(key: Key, raw: dict[str, Any]) -> JobSnapshot:

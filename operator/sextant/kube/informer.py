@@ -37,10 +37,15 @@ OnError = Callable[[dict[str, Any], str], None]  # (the object, what went wrong)
 RETRY_INITIAL = 0.2  # seconds before the first retry of a failed list or watch
 RETRY_MAX = 2.0  # the longest wait between retries (× 0.5–1.5 jitter): ready within seconds of a comeback
 RELIST_FLOOR = 1.0  # a 410 this soon after a list waits its backoff instead of listing again at once
-# Items per list page. Each page is a fresh read at the list's revision, so the API server's cost grows with the
-# number of pages: 100k jobs listed alone took 15-23 s and 17-39 API-server CPU-s in pages of 500, and 11 s and
+# Items per list page at most. Each page is a fresh read at the list's revision, so the API server's cost grows with
+# the number of pages: 100k jobs listed alone took 15-23 s and 17-39 API-server CPU-s in pages of 500, and 11 s and
 # 9 CPU-s in pages of 5000 (a page of jobs is then ~15 MB of JSON, digested one at a time).
 LIST_PAGE = 5000
+# JSON per list page, about (Kube.pages sizes each page by the one before; one over 3 times this is asked for again
+# smaller). Parsed, JSON weighs up to ~11 times as much (a job whose legal 256 KiB payload is small keys: ~2.9 MiB),
+# so 5000 such jobs in one page would be ~14 GB; at 8 MiB a page holds ~30 of them (~90 MB while it is
+# digested, each freed once the view took its lean copy) and ~3000 jobs without a payload.
+LIST_PAGE_BYTES = 8 * 1024 * 1024
 
 
 def key_of(obj: dict[str, Any]) -> Key:
@@ -68,8 +73,9 @@ class Informer:
     def __init__(self, kube: Kube, path: str, on_change: OnChange, *, label_selector: str | None = None,
                  field_selector: str | None = None, name: str | None = None, on_error: OnError | None = None,
                  on_reconnect: Callable[[], None] | None = None, on_failure: Callable[[Exception], None] | None = None,
-                 backoff: Backoff | None = None) -> None:
+                 backoff: Backoff | None = None, page_bytes: int | None = LIST_PAGE_BYTES) -> None:
         self.kube = kube
+        self.page_bytes = page_bytes
         self.path = path
         self.on_change = on_change
         self.on_error = on_error
@@ -143,14 +149,10 @@ class Informer:
     async def _relist(self) -> None:
         seen: dict[Key, str] = {}
         resource_version = ""
-        async for items, version in self.kube.pages(self.path, self.params, LIST_PAGE):
-            for obj in items:
-                key = self._key(obj)
-                if key is None:
-                    continue
-                seen[key] = _version_of(obj)
-                if self._versions.get(key) != seen[key]:
-                    self._deliver("upsert", trim(obj), key)
+        async for items, version in self.kube.pages(self.path, self.params, LIST_PAGE, self.page_bytes):
+            items.reverse()
+            while items:  # each object dropped once digested: the callback keeps what it needs (the view, no payload)
+                self._listed(items.pop(), seen)
             resource_version = version or resource_version
         for key in self._versions.keys() - seen.keys():
             namespace, name = key
@@ -159,6 +161,14 @@ class Informer:
         self.resource_version = resource_version
         self._set_healthy()
         self.synced.set()
+
+    def _listed(self, obj: dict[str, Any], seen: dict[Key, str]) -> None:
+        key = self._key(obj)
+        if key is None:
+            return
+        seen[key] = _version_of(obj)
+        if self._versions.get(key) != seen[key]:
+            self._deliver("upsert", trim(obj), key)
 
     async def _watch(self) -> bool:
         """Watch from self.resource_version until the server ends the watch; True when it delivered anything or

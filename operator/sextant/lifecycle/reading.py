@@ -11,9 +11,21 @@ from pydantic import ValidationError
 
 from .health import COND_INVALID, invalid_health
 from .transitions import JobSnapshot
-from ..resources.common import format_time, parse_time, problems
+from ..resources.common import format_time, json_depth, parse_time, problems
 from ..resources.contract import ANNOTATION_SCHEDULED_AT
-from ..resources.job import JobSpec, JobStatus
+from ..resources.job import MAX_PAYLOAD_DEPTH, JobSpec, JobStatus, payload_size
+
+# The operator's view keeps no payload: a legal payload (256 KiB of small keys) is ~3 MiB as Python objects, so a
+# backlog of a few hundred such jobs would fill the operator's memory. A job read into the view carries instead, at
+# its top level, what the rules read of its payload: {"bytes": its size as compact JSON} (lean_job).
+PAYLOAD_NOTE = "sextant.dev/payload"
+# A payload nested too deep, as read_job refuses it (check_payload), in a few hundred bytes.
+_TOO_DEEP: dict[str, Any] = {}
+_node = _TOO_DEEP
+for _ in range(MAX_PAYLOAD_DEPTH):
+    _node["x"] = {}
+    _node = _node["x"]
+del _node
 
 class InvalidJob(ValueError):
     """A job object the lifecycle cannot read (a field out of range, malformed, or of the wrong type); the
@@ -38,8 +50,50 @@ def read_job(raw: dict[str, Any]) -> JobSnapshot:
         raise InvalidJob(f"metadata.creationTimestamp: {exc}") from None
     if created_at is None:
         raise InvalidJob("metadata.creationTimestamp is missing")
+    note = raw.get(PAYLOAD_NOTE)
     return JobSnapshot(name=meta["name"], uid=meta.get("uid", ""), generation=meta.get("generation", 1),
-                       created_at=created_at, spec=spec, status=status)
+                       created_at=created_at, spec=spec, status=status,
+                       payload_bytes=note["bytes"] if isinstance(note, dict) else None)
+
+
+def lean_job(raw: dict[str, Any], previous: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The job as the operator's view keeps it: all of it but spec.payload (a shallow copy; raw is not changed).
+
+    A payload that read_job accepts is left out and its size noted (PAYLOAD_NOTE), which is all the rules read of
+    it (PayloadTooLarge). One it refuses is replaced by a small stand-in it refuses in the same words (nested too
+    deep; not a JSON object), so the job's Invalid condition says what it says today. An empty payload stays: it
+    costs nothing, and such a job is still whole in the view. `previous`, the view's copy before, lends its note
+    while uid and generation are the same (the spec changes only with the generation, and the payload not at all):
+    a job's payload is measured once, not on each of its watch events."""
+    spec = raw.get("spec")
+    if not isinstance(spec, dict) or "payload" not in spec:
+        return raw
+    payload = spec["payload"]
+    if isinstance(payload, dict) and not payload:
+        return raw
+    lean = {**raw, "spec": {k: v for k, v in spec.items() if k != "payload"}}
+    note = previous.get(PAYLOAD_NOTE) if previous is not None and _same_spec(raw, previous) else None
+    if note is not None:
+        lean[PAYLOAD_NOTE] = note
+    elif json_depth(payload, MAX_PAYLOAD_DEPTH) > MAX_PAYLOAD_DEPTH:
+        lean["spec"]["payload"] = _TOO_DEEP
+    elif not isinstance(payload, dict):
+        lean["spec"]["payload"] = [] if isinstance(payload, list) else "" if isinstance(payload, str) else payload
+    else:
+        lean[PAYLOAD_NOTE] = {"bytes": payload_size(payload)}
+    return lean
+
+
+def _same_spec(raw: dict[str, Any], previous: dict[str, Any]) -> bool:
+    meta, before = raw["metadata"], previous["metadata"]
+    return bool(meta.get("uid")) and meta.get("uid") == before.get("uid") and \
+        meta.get("generation") == before.get("generation")
+
+
+def payload_left_out(raw: dict[str, Any]) -> int | None:
+    """The size of the payload lean_job left out of this copy (None: the copy has the payload, or an empty one)."""
+    note = raw.get(PAYLOAD_NOTE)
+    return note["bytes"] if isinstance(note, dict) else None
 
 
 def scheduled_at(annotations: Mapping[str, str], run_at: datetime | None, created_at: datetime) -> str:

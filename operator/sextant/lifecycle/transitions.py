@@ -40,7 +40,7 @@ from datetime import datetime, timedelta, timezone
 
 from ..resources.common import Condition, format_time, parse_duration, parse_time
 from ..resources.handler import HandlerSpec
-from ..resources.job import Attempt, JobSpec, JobStatus, State, cancel_wanted, payload_refusal
+from ..resources.job import Attempt, JobSpec, JobStatus, State, cancel_wanted, payload_refusal, size_refusal
 from ..resources.queue import QueueSpec
 from . import attempts as A
 from .health import health
@@ -80,6 +80,9 @@ class JobSnapshot:
     created_at: datetime
     spec: JobSpec
     status: JobStatus
+    # The payload's size as compact JSON when the payload itself was left out (the operator's view keeps none:
+    # lifecycle/reading.lean_job); spec.payload is then {}. None: spec.payload is the payload.
+    payload_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -359,7 +362,8 @@ def _first_sight(s: _Step) -> None:
     if run_at is not None and run_at.tzinfo is None:
         run_at = run_at.replace(tzinfo=timezone.utc)  # "2026-12-01T10:00:00" without an offset: read as UTC
     st.retry_token = job.spec.retry_token  # a token present at creation is not a request to retry
-    too_large = payload_refusal(job.spec.payload)
+    too_large = (size_refusal(job.payload_bytes) if job.payload_bytes is not None
+                 else payload_refusal(job.spec.payload))
     if too_large:  # a job applied with kubectl past the checks of the CLI, the HTTP API and the SDK: never run it
         s.finish(DEAD, "PayloadTooLarge", f"spec.payload: {too_large}; this job does not run", warning=True)
     elif s.obs.duplicate_of:

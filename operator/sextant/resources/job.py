@@ -63,7 +63,11 @@ def payload_size(payload: Any) -> int:
 
 def payload_refusal(payload: Any) -> str | None:
     """Why a payload is refused (over the cap), or None. Every create path and the operator share this check."""
-    size = payload_size(payload)
+    return size_refusal(payload_size(payload))
+
+
+def size_refusal(size: int) -> str | None:
+    """payload_refusal of a payload measured already (the operator's view keeps the size, not the payload)."""
     if size <= PAYLOAD_MAX_BYTES:
         return None
     return (f"the payload is {size} bytes as JSON, over the limit of {PAYLOAD_MAX_BYTES} bytes (256 KiB); "

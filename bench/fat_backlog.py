@@ -1,0 +1,247 @@
+"""Fat backlog (issue 28): N queued jobs with ~256 KiB payloads of small keys, then the operator starts; its peak RSS
+and its time to "view complete", on a local control plane.
+
+    PYTHONPATH=operator .venv/bin/python -m bench.fat_backlog --jobs 1000,2000 [--operator-tree /tmp/base-p]
+        [--payload-bytes 262144] [--restarts 1] [--address-space-gb 8] [--out bench/results]
+
+The jobs' Handler is a worker-mode one (`spec.worker: {}`) and no worker runs, so every job stays queued (it waits
+for a worker) and unfinished: the view holds each one. The jobs are created before the operator starts (the start
+is a relist of a backlog, as after an OOM kill); each start is measured by itself:
+
+- start_to_view_complete_s: from the process's start to its log line "view complete: N jobs";
+- peak_rss_mb: the kernel's high-water mark of its resident memory (VmHWM), read at "view complete" and again
+  `--settle` seconds later (the operator meanwhile writes each new job `queued`: each write's answer and its watch
+  event carry the whole payload); rss_mb at both times (VmRSS).
+
+Then the operator is stopped and started again `--restarts` times (the relist of jobs it has written). Each
+`--operator-tree` given (default: this checkout) is measured in turn on the same backlog, its `operator/` first on
+the path, e.g. a baseline: `git worktree add /tmp/base-p b958706`; only the first tree's first start sees jobs
+that no operator has written yet. `--address-space-gb` caps the operator's address space (prlimit) so that
+an operator that would take the machine's memory fails instead (reported as `died`).
+
+Writes <out>/<stamp>-fat-backlog.json and .md (no logs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "operator"))
+
+from sextant.dev.localcluster import LocalCluster, new_name  # noqa: E402
+from sextant.kube import kubeconfig  # noqa: E402
+from sextant.kube.client import Kube  # noqa: E402
+from sextant.resources import contract  # noqa: E402
+from sextant.resources.job import PAYLOAD_MAX_BYTES, payload_size  # noqa: E402
+
+API = "sextant.dev/v1alpha1"
+
+
+def fat_payload(size: int) -> dict[str, int]:
+    """A payload of small keys ("k000000": 0, ...) of at most `size` bytes as compact JSON: the worst case for a
+    parsed object's weight (each key a str object, each value an int, one dict slot each)."""
+    per_key = len('"k000000":0,')
+    payload = {f"k{i:06d}": i % 10 for i in range(max(1, (size - 2) // per_key))}
+    while payload_size(payload) > size:
+        payload.popitem()
+    return payload
+
+
+async def create_jobs(kube: Kube, namespace: str, count: int, payload: dict[str, Any], in_flight: int) -> float:
+    path = contract.jobs_path(namespace)
+    names = iter(range(count))
+
+    async def worker() -> None:
+        for i in names:
+            body = {"apiVersion": API, "kind": "Job", "metadata": {"name": f"fat-{i:06d}"},
+                    "spec": {"queue": "held", "handler": "nobody", "payload": payload}}
+            await kube.request("POST", path, body=body, timeout=120)
+
+    started = time.monotonic()
+    await asyncio.gather(*(worker() for _ in range(in_flight)))
+    return time.monotonic() - started
+
+
+def status_mb(pid: int) -> dict[str, float]:
+    out = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                key, value = line.split(":", 1)
+                out[key] = round(int(value.split()[0]) / 1024, 1)
+    return out
+
+
+def start_once(cluster: LocalCluster, tree: Path, namespace: str, jobs: int, log_path: Path, settle: float,
+               address_space_gb: float, timeout: float) -> dict[str, Any]:
+    """One start of the operator: time to "view complete", its peak and current RSS then and after `settle` s."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(tree / "operator")}
+    limit = int(address_space_gb * 1024**3)
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    log = open(log_path, "ab")
+    log.write(b"--- start\n")
+    log.flush()
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sextant", "--kubeconfig", str(cluster.kubeconfig), "operator", "--watch-namespace",
+         namespace, "--log-level", "info", "--http-port", "-1", "--no-kopf-watches"],
+        stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=cap if limit > 0 else None, cwd=str(tree))
+    pattern = re.compile(r"view complete: (\d+) jobs")
+    result: dict[str, Any] = {"jobs": jobs}
+    try:
+        seen = None
+        peak = 0.0
+        while time.monotonic() - started < timeout and proc.poll() is None:
+            peak = max(peak, status_mb(proc.pid).get("VmHWM", 0.0))
+            text = log_path.read_text(errors="replace")
+            match = pattern.search(text.rsplit("--- start", 1)[-1])
+            if match:
+                seen = int(match.group(1))
+                break
+            time.sleep(0.05)
+        if seen is None:
+            result["died" if proc.poll() is not None else "timed_out"] = True
+            result["exit_code"] = proc.poll()
+            result["peak_rss_mb"] = peak
+            result["seconds_until_then"] = round(time.monotonic() - started, 1)
+            return result
+        result["start_to_view_complete_s"] = round(time.monotonic() - started, 2)
+        result["view_jobs"] = seen
+        at_view = status_mb(proc.pid)
+        result["at_view_complete"] = {"peak_rss_mb": at_view["VmHWM"], "rss_mb": at_view["VmRSS"]}
+        deadline = time.monotonic() + settle
+        while time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.5)
+        if proc.poll() is not None:
+            result["died"], result["exit_code"] = True, proc.poll()
+            return result
+        later = status_mb(proc.pid)
+        result[f"after_{int(settle)}s"] = {"peak_rss_mb": later["VmHWM"], "rss_mb": later["VmRSS"]}
+        return result
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+        log.close()
+
+
+def git_head(tree: Path) -> str:
+    try:
+        return subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "?"
+
+
+def markdown(report: dict[str, Any]) -> str:
+    lines = [f"# Fat backlog (issue 28) — {report['stamp']}", "",
+             f"`{report['command']}`", "",
+             f"Operator trees: {', '.join(f'`{t}` at {c}' for t, c in report['operator_trees'].items())}; payload "
+             f"{report['payload_bytes']} bytes of small keys per job ({report['payload_keys']} keys); "
+             f"{report['cpus']} CPUs, load average {report['loadavg']} at the end.", "",
+             "| jobs | operator | start | to view complete (s) | peak RSS at view complete (MB) | RSS then | "
+             f"peak RSS +{report['settle_s']} s | RSS then | note |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for run in report["runs"]:
+        for i, start in enumerate(run["starts"]):
+            at = start.get("at_view_complete", {})
+            later = start.get(f"after_{int(report['settle_s'])}s", {})
+            note = ("died (exit %s) after %s s, peak %s MB" % (start.get("exit_code"), start.get("seconds_until_then"),
+                                                                start.get("peak_rss_mb"))
+                    if start.get("died") else "timed out" if start.get("timed_out") else "")
+            lines.append(f"| {run['jobs']} | {run['commit']} | {'first' if i == 0 else f'restart {i}'} | "
+                         f"{start.get('start_to_view_complete_s', '–')} | {at.get('peak_rss_mb', '–')} | "
+                         f"{at.get('rss_mb', '–')} | {later.get('peak_rss_mb', '–')} | {later.get('rss_mb', '–')} | "
+                         f"{note} |")
+    lines += ["", "Backlogs created in: " + ", ".join(f"{r['jobs']} jobs {r['create_s']} s" for r in report["runs"]
+                                                   if r["tree"] == report["runs"][0]["tree"])]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--jobs", default="1000", help="comma-separated backlog sizes, each on a fresh namespace")
+    parser.add_argument("--payload-bytes", type=int, default=PAYLOAD_MAX_BYTES)
+    parser.add_argument("--operator-tree", type=Path, action="append", default=None,
+                        help="a checkout whose operator runs (repeat to compare; default: this one)")
+    parser.add_argument("--restarts", type=int, default=1)
+    parser.add_argument("--settle", type=float, default=20.0, help="seconds measured after view complete")
+    parser.add_argument("--in-flight", type=int, default=8, help="creates at once")
+    parser.add_argument("--address-space-gb", type=float, default=8.0, help="the operator's RLIMIT_AS; 0: none")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for view complete")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    args = parser.parse_args()
+    sizes = [int(n) for n in args.jobs.split(",")]
+    trees = [t.resolve() for t in (args.operator_tree or [ROOT])]
+    payload = fat_payload(args.payload_bytes)
+    # etcd's default quota is 2 GiB: 10,000 jobs of 256 KiB are 2.5 GB (and each first write is a revision more).
+    cluster = LocalCluster(name=new_name("sextant-fat"), nodes=1,
+                           extra_args={"etcd": ["--quota-backend-bytes=17179869184"]})
+    cluster.up()
+    work = Path(tempfile.mkdtemp(prefix="sextant-fat-"))
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    report: dict[str, Any] = {
+        "stamp": stamp, "command": " ".join(["python -m bench.fat_backlog", *sys.argv[1:]]),
+        "operator_trees": {str(t): git_head(t) for t in trees}, "payload_bytes": payload_size(payload),
+        "payload_keys": len(payload), "settle_s": args.settle, "cpus": os.cpu_count(), "runs": []}
+    try:
+        cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
+        cluster.kubectl("wait", "--for=condition=Established", "crd/jobs.sextant.dev", "--timeout=60s")
+        for n in sizes:
+            ns = f"fat-{n}-" + new_name("x").rsplit("-", 1)[1]
+            cluster.kubectl("create", "namespace", ns)
+            cluster.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps({
+                "apiVersion": "v1", "kind": "List", "items": [
+                    {"apiVersion": API, "kind": "Queue", "metadata": {"name": "held"}, "spec": {"concurrency": 10}},
+                    {"apiVersion": API, "kind": "Handler", "metadata": {"name": "nobody"}, "spec": {"worker": {}}}]}))
+
+            async def load() -> float:
+                async with Kube(kubeconfig.load(str(cluster.kubeconfig))) as kube:
+                    return await create_jobs(kube, ns, n, payload, args.in_flight)
+
+            created = asyncio.run(load())
+            print(f"{n} jobs created in {created:.0f} s", file=sys.stderr)
+            for t, tree in enumerate(trees):
+                starts = []
+                for i in range(1 + args.restarts):
+                    start = start_once(cluster, tree, ns, n, work / f"operator-{n}-{t}.log", args.settle,
+                                       args.address_space_gb, args.timeout)
+                    print(json.dumps({"tree": str(tree), **start}), file=sys.stderr)
+                    starts.append(start)
+                report["runs"].append({"jobs": n, "tree": str(tree), "commit": git_head(tree),
+                                       "create_s": round(created, 1), "starts": starts})
+            cluster.kubectl("delete", "namespace", ns, "--wait=false")
+        report["loadavg"] = [round(x, 2) for x in os.getloadavg()]
+        args.out.mkdir(parents=True, exist_ok=True)
+        base = args.out / f"{stamp}-fat-backlog"
+        base.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+        base.with_suffix(".md").write_text(markdown(report))
+        print(markdown(report))
+        print(f"wrote {base}.json and .md; operator logs in {work}", file=sys.stderr)
+        return 0
+    finally:
+        cluster.down()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
