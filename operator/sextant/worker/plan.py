@@ -91,21 +91,22 @@ def plan(namespace: str, queues: Collection[str], handlers: Mapping[str, Handler
         if spec.worker.command:
             raise PlanError(f"handler {name!r} is registered by --module, but Handler {name!r} says to run the "
                             f"command {list(spec.worker.command)}: keep one of the two")
-    if not isinstance(allow_commands, bool):
-        for name in sorted(set(allow_commands)):
-            spec = handlers.get(name)
-            if spec is None:
-                raise PlanError(f"--allow-command {name}: there is no Handler {name!r} {where}")
-            if spec.worker is None:
-                raise PlanError(f"--allow-command {name}: Handler {name!r} runs its jobs in pods (spec.template), "
-                                "not on workers (spec.worker)")
-    for name in sorted(set(want_handlers or ())):
+    def on_workers(flag: str, name: str) -> HandlerSpec:
+        """The Handler a flag names, which must exist and run on workers."""
         spec = handlers.get(name)
         if spec is None:
-            raise PlanError(f"--handler {name}: there is no Handler {name!r} {where}")
+            raise PlanError(f"{flag} {name}: there is no Handler {name!r} {where}")
         if spec.worker is None:
-            raise PlanError(f"--handler {name}: Handler {name!r} runs its jobs in pods (spec.template), not on "
+            raise PlanError(f"{flag} {name}: Handler {name!r} runs its jobs in pods (spec.template), not on "
                             "workers (spec.worker)")
+        return spec
+
+    if not isinstance(allow_commands, bool):
+        for name in sorted(set(allow_commands)):
+            on_workers("--allow-command", name)
+    for name in sorted(set(want_handlers or ())):
+        spec = on_workers("--handler", name)
+        assert spec.worker is not None
         if spec.worker.command and not command_allowed(allow_commands, name):
             raise PlanError(f"--handler {name}: Handler {name!r} runs the command {list(spec.worker.command)}, and "
                             "this worker runs no Handler's command unless told to: give "
