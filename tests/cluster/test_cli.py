@@ -287,7 +287,8 @@ def test_create_wait_get_list_inspect(cluster, namespace, operator, tmp_path):
     name = retried.replace("_", "-")
     assert first[:3] == ["1", f"{name}-1", first[2]] and first[2].startswith("node-")
     assert first[6:] == ["failed", "Error", "(exit", "code", "1)"]
-    assert second[1] == f"{name}-2" and second[6:] == ["succeeded", "<none>"]
+    # kwok's pod ran nothing: the succeeded attempt says so (its pod's termination message)
+    assert second[1] == f"{name}-2" and second[6:8] == ["succeeded", "simulated:"]
     shown = json.loads(shown)
     assert [(a["attempt"], a["result"], a["reason"]) for a in shown["attempts"]] == [(1, "failed", "Error"),
                                                                                       (2, "succeeded", None)]
@@ -367,7 +368,8 @@ def test_queues_list(cluster, namespace, operator):
     wait_for(lambda: q_row()[1:6] == ["1/1", "2", "0", "0", "0"], 20,
              message=lambda: f"the operator's numbers for q, got {q_row()}")  # written within 3 s of a change
     rows, err = table()
-    assert rows[0] == ["NAME", "RUNNING", "QUEUED", "STARTING", "SCHEDULED", "FAILED", "OLDEST-QUEUED", "AGE"]
+    assert rows[0] == ["NAME", "RUNNING", "QUEUED", "STARTING", "SCHEDULED", "FAILED", "OLDEST-QUEUED", "PAUSED",
+                       "AGE"]
     alone = sextant(cluster, "queues", "-n", namespace)  # `queues` alone lists, as `queues list` does
     assert [line.split()[:3] for line in ok(alone).splitlines()] == [r[:3] for r in rows] and alone.stderr == ""
     assert rows[1][6] != "-" and err == ""
@@ -386,6 +388,37 @@ def test_queues_list(cluster, namespace, operator):
     assert by_name["fresh"][1:6] == ["-/10", "-", "-", "-", "-"] and by_name["q"][1:3] == ["1/2", "2"]
     assert "No numbers for fresh: the operator has not written this queue's status yet" in err
     assert "Numbers for q were counted for an older spec of the queue" in err
+
+
+def test_a_paused_queue_starts_nothing_until_it_is_resumed_and_then_in_order(cluster, namespace, operator):
+    apply(cluster, namespace, queue("q", concurrency=1), handler("slow", annotations=FOREVER))
+    ids = [ok(sextant(cluster, "jobs", "create", "-n", namespace, "--queue", "q", "--handler", "slow")).strip()
+           for _ in range(3)]
+    wait_state(cluster, namespace, ids[0], "running")
+    said = ok(sextant(cluster, "queues", "pause", "q", "-n", namespace))
+    assert said.startswith("queue q paused") and "nothing new starts" in said
+
+    def status() -> dict:
+        return json.loads(cluster.kubectl("get", "squeue", "q", "-n", namespace, "-o", "json").stdout).get(
+            "status") or {}
+
+    wait_for(lambda: status().get("paused") is True, 20, message="the operator to say q is paused")
+    # The running attempt's slot frees: while paused, the next in line does not take it.
+    ok(sextant(cluster, "jobs", "cancel", ids[0], "-n", namespace))
+    wait_state(cluster, namespace, ids[0], "cancelled")
+    wait_for(lambda: status().get("running") == 0 and status().get("queued") == 2, 20,
+             message=lambda: f"q's numbers after the cancel, got {status()}")
+    assert [state_of(cluster, namespace, i) for i in ids[1:]] == ["queued", "queued"]
+    row = {r[0]: r for r in (line.split() for line in ok(sextant(cluster, "queues", "-n", namespace)).splitlines())}
+    assert row["q"][7] == "yes"
+    assert "PAUSED" in cluster.kubectl("get", "squeue", "q", "-n", namespace).stdout.splitlines()[0].upper()
+
+    assert ok(sextant(cluster, "queues", "resume", "q", "-n", namespace)).startswith("queue q resumed")
+    wait_state(cluster, namespace, ids[1], "running")  # the first in line
+    assert state_of(cluster, namespace, ids[2]) == "queued"  # concurrency 1 still holds
+    wait_for(lambda: status().get("paused") is False, 20, message="the operator to say q is resumed")
+    missing = sextant(cluster, "queues", "pause", "nope", "-n", namespace)
+    assert missing.returncode == 1 and f"queue nope not found in namespace {namespace}" in missing.stderr
 
 
 def test_logs_of_attempts_on_a_node_that_runs_them(cluster, namespace, operator, local_node):  # noqa: F811

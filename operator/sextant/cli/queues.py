@@ -162,5 +162,5 @@ def list_cmd(ctx: Context) -> int:
 
 def pause_cmd(ctx: Context) -> int:
     name = inputs.object_name("QUEUE", ctx.args.queue, "queue name")
-    ctx.say(requests.pause(ctx.client, ctx.namespace(), name, ctx.args.paused))
+    ctx.say(requests.pause(ctx.client, ctx.namespace, name, ctx.args.paused))
     return 0
