@@ -110,7 +110,7 @@ def test_fat_payloads_reach_pod_and_worker_handlers_whole_and_the_api_shows_them
     create(cluster, namespace, "job-bare", "bare", sent["job_bare"])
     create(cluster, namespace, "job-worker", "wk", sent["job_worker"])
     create(cluster, namespace, "job-held", "nobody", sent["job_held"], queue_name="held")  # no worker: stays queued
-    worker("w", "--queue", "q", "--handler", "wk")
+    worker("w", "--queue", "q", "--handler", "wk", "--allow-command", "wk")
     for name in ("job-pod", "job-bare", "job-worker"):
         wait_state(cluster, namespace, name, "succeeded", timeout=120)
     for job_id in ("job_pod", "job_bare", "job_worker"):
