@@ -22,7 +22,6 @@ import asyncio
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -117,14 +116,6 @@ def plan_of(args: argparse.Namespace) -> tuple[Plan, int | None]:
     return Plan(runs=runs, a0_max_jobs=args.a0_max_jobs, same_cluster=args.same_cluster), scale
 
 
-def _git_revision(checkout: Path | None = None) -> str | None:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=checkout or Path(__file__).parent, timeout=10).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
 def _operator_digest(checkout: Path | None = None) -> str:
     """A digest of the operator's source as run (the working tree, which may differ from the commit)."""
     import hashlib
@@ -184,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     renice([os.getpid()], args.nice)
     meta = {
         "command": " ".join([Path(sys.executable).name, "-m", "bench", *(argv if argv is not None else sys.argv[1:])]),
-        "started": stamp, "git": _git_revision(), "operator_source": _operator_digest(),
+        "started": stamp, "git": report.git_revision(), "operator_source": _operator_digest(),
         "cpus": os.cpu_count(), "cpu_model": _cpu_model(),
         "python": platform.python_version(), "nodes": args.nodes, "nice": args.nice, "audit": args.audit,
         "workers": {"processes": args.worker_processes, "slots": args.worker_slots},
@@ -192,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         "configs": {name: c.description for name, c in CONFIGS.items()},
     }
     if args.baseline is not None:
-        meta["baseline"] = {"dir": str(args.baseline), "git": _git_revision(args.baseline),
+        meta["baseline"] = {"dir": str(args.baseline), "git": report.git_revision(args.baseline),
                             "operator_source": _operator_digest(args.baseline)}
 
     async def everything() -> list:

@@ -44,10 +44,10 @@ sys.path.insert(0, str(ROOT / "operator"))
 from sextant.dev.localcluster import LocalCluster, new_name  # noqa: E402
 from sextant.kube import kubeconfig  # noqa: E402
 from sextant.kube.client import Kube  # noqa: E402
-from sextant.resources import contract  # noqa: E402
+from sextant.resources import API_VERSION as API, contract  # noqa: E402
 from sextant.resources.job import PAYLOAD_MAX_BYTES, payload_size  # noqa: E402
 
-API = "sextant.dev/v1alpha1"
+from .report import git_revision  # noqa: E402
 
 
 def fat_payload(size: int) -> dict[str, int]:
@@ -145,14 +145,6 @@ def start_once(cluster: LocalCluster, tree: Path, namespace: str, jobs: int, log
         log.close()
 
 
-def git_head(tree: Path) -> str:
-    try:
-        return subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "?"
-
-
 def markdown(report: dict[str, Any]) -> str:
     lines = [f"# Fat backlog (issue 28) — {report['stamp']}", "",
              f"`{report['command']}`", "",
@@ -202,7 +194,7 @@ def main() -> int:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     report: dict[str, Any] = {
         "stamp": stamp, "command": " ".join(["python -m bench.fat_backlog", *sys.argv[1:]]),
-        "operator_trees": {str(t): git_head(t) for t in trees}, "payload_bytes": payload_size(payload),
+        "operator_trees": {str(t): (git_revision(t) or "?") for t in trees}, "payload_bytes": payload_size(payload),
         "payload_keys": len(payload), "settle_s": args.settle, "cpus": os.cpu_count(), "runs": []}
     try:
         cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
@@ -228,7 +220,7 @@ def main() -> int:
                                        args.address_space_gb, args.timeout)
                     print(json.dumps({"tree": str(tree), **start}), file=sys.stderr)
                     starts.append(start)
-                report["runs"].append({"jobs": n, "tree": str(tree), "commit": git_head(tree),
+                report["runs"].append({"jobs": n, "tree": str(tree), "commit": (git_revision(tree) or "?"),
                                        "create_s": round(created, 1), "starts": starts})
             cluster.kubectl("delete", "namespace", ns, "--wait=false")
         report["loadavg"] = [round(x, 2) for x in os.getloadavg()]

@@ -3,11 +3,21 @@ request, the JSON, and the plot of jobs completed over time."""
 
 from __future__ import annotations
 
+import subprocess
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 from .measure import is_write
+
+
+def git_revision(checkout: Path | None = None) -> str | None:
+    """The short commit of a checkout (default: this one), for a report's meta; None when git cannot say."""
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=checkout or Path(__file__).parent, timeout=10).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
 
 ORDER = ("W", "WB", "S", "SQ", "SB", "A0", "A1", "S0", "S16", "SK", "SG")
 # Each job system against the baselines it must beat: the Job controller (A0 default, A1 tuned) and, for workers,

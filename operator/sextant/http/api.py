@@ -458,7 +458,6 @@ class Api:
                  for key in sorted(numbers)]
         return _json(models.dump(models.QueueList(items=items)))
 
-
     async def _pause(self, request: web.Request, paused: bool) -> web.Response:
         try:
             name = inputs.object_name("queue", request.match_info["queue"], "queue name")

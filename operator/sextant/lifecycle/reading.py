@@ -50,10 +50,8 @@ def read_job(raw: dict[str, Any]) -> JobSnapshot:
         raise InvalidJob(f"metadata.creationTimestamp: {exc}") from None
     if created_at is None:
         raise InvalidJob("metadata.creationTimestamp is missing")
-    note = raw.get(PAYLOAD_NOTE)
     return JobSnapshot(name=meta["name"], uid=meta.get("uid", ""), generation=meta.get("generation", 1),
-                       created_at=created_at, spec=spec, status=status,
-                       payload_bytes=note["bytes"] if isinstance(note, dict) else None)
+                       created_at=created_at, spec=spec, status=status, payload_bytes=payload_left_out(raw))
 
 
 def lean_job(raw: dict[str, Any], previous: dict[str, Any] | None = None) -> dict[str, Any]:

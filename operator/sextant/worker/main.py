@@ -161,17 +161,13 @@ def import_modules(modules: list[str]) -> dict[str, Callable[..., Any]]:
     return sdk.registered()
 
 
-async def serve(conn: kubeconfig.Connection, args: argparse.Namespace, namespace: str, name: str,
+async def serve(conn: kubeconfig.Connection, args: argparse.Namespace, settings: Settings,
                 functions: dict[str, Callable[..., Any]]) -> int:
     from ..kube.client import ApiError
     from .app import Stopped, Worker
     from .plan import PlanError
 
-    settings = Settings(namespace=namespace, name=name, concurrency=args.concurrency or Settings.concurrency,
-                        drain_grace=Settings.drain_grace if args.drain_grace is None else args.drain_grace,
-                        want_queues=frozenset(args.queues) if args.queues else None,
-                        want_handlers=frozenset(args.handlers) if args.handlers else None,
-                        allow_commands=allowed_commands(args), command_env=command_env(args, os.environ))
+    namespace, name = settings.namespace, settings.name
     worker = Worker.of(conn, settings, functions)
     try:
         try:
@@ -224,7 +220,7 @@ def _main(args: argparse.Namespace) -> int:
         namespace_given = getattr(args, "namespace", None)
         if namespace_given is not None:
             inputs.namespace("--namespace", namespace_given)
-        allowed_commands(args), command_env(args, os.environ)  # bad input: before anything starts
+        allow, passed = allowed_commands(args), command_env(args, os.environ)  # bad input: before anything starts
         functions = import_modules(args.modules or [])
     except (BadInput, inputs.InputError) as exc:
         _error(str(exc))
@@ -233,13 +229,18 @@ def _main(args: argparse.Namespace) -> int:
                            getattr(args, "token", None))
     namespace = namespace_given or conn.namespace or "default"
     name = args.name or default_name()
+    settings = Settings(namespace=namespace, name=name, concurrency=args.concurrency or Settings.concurrency,
+                        drain_grace=Settings.drain_grace if args.drain_grace is None else args.drain_grace,
+                        want_queues=frozenset(args.queues) if args.queues else None,
+                        want_handlers=frozenset(args.handlers) if args.handlers else None,
+                        allow_commands=allow, command_env=passed)
     try:
         import uvloop
 
         uvloop.install()
     except ImportError:
         pass
-    code = asyncio.run(serve(conn, args, namespace, name, functions))
+    code = asyncio.run(serve(conn, args, settings, functions))
     sys.stdout.flush()
     sys.stderr.flush()
     if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
