@@ -30,6 +30,7 @@ from ..resources.common import format_time, parse_duration, parse_time
 from ..kube.events import EventRecorder
 from ..kube.informer import Key, key_of
 from ..lifecycle.reading import COND_INVALID, invalid_conditions, read_spec
+from ..kube.budget import ByteBudget
 from ..kube.client import ApiError, Conflict, Kube, NotFound
 from .pods import build_pod, controller_uid
 from .queuestatus import QueueStatusWriter
@@ -61,6 +62,11 @@ def _earliest(*moments: datetime | None) -> datetime | None:
     return min(present) if present else None
 
 
+# Payload bytes whose status writes may be in flight at once: eight 256 KiB payloads (each write's answer decodes to
+# ~2.9 MiB); a job with a payload of a few KiB weighs next to nothing, so ordinary writes never wait (kube/budget.py).
+WRITE_PAYLOAD_BUDGET = 2 * 1024 * 1024
+
+
 class _PodNotCreated(Exception):
     """The attempt's pod could not be created: nothing of the admission is recorded. Its message says why."""
 
@@ -85,6 +91,7 @@ class JobController:
                            active=lambda: self.started.is_set() and self.leading.is_set())
         self._acting: set[Key] = set()  # jobs being reconciled now: their reservations are theirs to give back
         self._tasks: set[asyncio.Task[None]] = set()  # Worker checks and finalizer releases under way
+        self._write_budget = ByteBudget(WRITE_PAYLOAD_BUDGET)
         # The Queues' status (their live numbers): the leader writes it, through the same fenced client.
         self.queue_status = QueueStatusWriter(kube, view, timers, now, self.leading)
         # The Workers' status (assignments, stops, removals, state): one batched writer per worker.
@@ -630,9 +637,10 @@ class JobController:
         return payload if isinstance(payload, dict) else {}
 
     async def _write_status(self, key: Key, raw: dict[str, Any], status: JobStatus) -> bool:
-        updated = await self.kube.replace_status(contract.jobs_path(*key),
-                                                 {"apiVersion": API_VERSION, "kind": "Job", **raw},
-                                                 status.model_dump(by_alias=True, mode="json", exclude_none=True))
+        async with self._write_budget.hold(payload_left_out(raw) or 0):  # the answer carries the whole payload
+            updated = await self.kube.replace_status(contract.jobs_path(*key),
+                                                     {"apiVersion": API_VERSION, "kind": "Job", **raw},
+                                                     status.model_dump(by_alias=True, mode="json", exclude_none=True))
         if updated is None:
             return False
         updated.setdefault("apiVersion", API_VERSION)
