@@ -86,7 +86,7 @@ class JobController:
         self._acting: set[Key] = set()  # jobs being reconciled now: their reservations are theirs to give back
         self._tasks: set[asyncio.Task[None]] = set()  # Worker checks and finalizer releases under way
         # The Queues' status (their live numbers): the leader writes it, through the same fenced client.
-        self.queue_status = QueueStatusWriter(kube, view, timers, now, self.leading)
+        self.queue_status = QueueStatusWriter(kube, view, timers, now, self.leading, rate=self.slots.rate)
         # The Workers' status (assignments, stops, removals, state): one batched writer per worker.
         self.worker_status = WorkerStatusWriter(kube, view, now, self.leading,
                                                 landed=lambda obj: self.on_worker_object("update", obj),

@@ -17,7 +17,7 @@ from typing import Any
 
 from .common import NAME_MAX, NAME_PATTERN, parse_duration
 from .contract import ENV_IDEMPOTENCY_WINDOW
-from .job import ID_ALPHABET, ID_LENGTH, IDEMPOTENCY_WINDOW, State, payload_refusal
+from .job import CONCURRENCY_KEY_MAX, ID_ALPHABET, ID_LENGTH, IDEMPOTENCY_WINDOW, State, payload_refusal
 
 _NAME_RE = re.compile(NAME_PATTERN)
 # A namespace is a DNS-1123 label (no dots).
@@ -94,6 +94,15 @@ def idempotency_key(field: str, value: str) -> str:
         raise InputError(field, "an idempotency key must not be empty")
     if len(value) > KEY_MAX:
         raise InputError(field, f"an idempotency key has at most {KEY_MAX} characters, got {len(value)}")
+    return value
+
+
+def concurrency_key(field: str, value: str) -> str:
+    """A job's concurrency key (spec.concurrencyKey): a tenant, a customer id."""
+    if not isinstance(value, str) or not value:
+        raise InputError(field, "a concurrency key must not be empty")
+    if len(value) > CONCURRENCY_KEY_MAX:
+        raise InputError(field, f"a concurrency key has at most {CONCURRENCY_KEY_MAX} characters, got {len(value)}")
     return value
 
 
