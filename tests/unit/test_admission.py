@@ -351,3 +351,34 @@ def test_every_key_is_served_within_one_round(keys, jobs, concurrency):
         gaps = [b - a for a, b in zip(remaining, remaining[1:])]
         # between two of its jobs, each other key that still had jobs started at most one
         assert all(gap <= distinct for gap in gaps)
+
+
+# --- the fields' checks ---------------------------------------------------------------------------------------------
+
+
+def test_bad_settings_and_keys_are_refused_naming_the_field_and_the_rule():
+    from pydantic import ValidationError
+
+    from sextant.http.models import CreateJob
+    from sextant.resources import inputs
+    from sextant.resources.job import JobSpec
+
+    for bad, words in (({"starts": 0, "per": "1m"}, "greater than or equal to 1"),
+                       ({"starts": 5, "per": "500ms"}, "rateLimit.per must be from 1s to 24h"),
+                       ({"starts": 5, "per": "25h"}, "rateLimit.per must be from 1s to 24h"),
+                       ({"starts": 5}, "Field required")):
+        with pytest.raises(ValidationError) as refused:
+            QueueSpec.model_validate({"rateLimit": bad})
+        assert "rateLimit" in str(refused.value) and words in str(refused.value)
+    with pytest.raises(ValidationError, match="perKeyConcurrency"):
+        QueueSpec.model_validate({"perKeyConcurrency": 0})
+    with pytest.raises(ValidationError, match="concurrencyKey"):
+        JobSpec.model_validate({"queue": "q", "handler": "h", "concurrencyKey": "x" * 254})
+    with pytest.raises(inputs.InputError, match="--concurrency-key: a concurrency key must not be empty"):
+        inputs.concurrency_key("--concurrency-key", "")
+    with pytest.raises(inputs.InputError, match="at most 253 characters, got 300"):
+        inputs.concurrency_key("concurrency_key", "k" * 300)
+    with pytest.raises(ValidationError) as refused:
+        CreateJob.model_validate_json('{"queue": "q", "handler": "h", "concurrency_key": ""}')
+    assert refused.value.errors()[0]["loc"] == ("concurrency_key",)
+    assert CreateJob.model_validate_json('{"queue": "q", "handler": "h", "concurrency_key": "t1"}').concurrency_key == "t1"

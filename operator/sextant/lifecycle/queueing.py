@@ -40,6 +40,9 @@ class QueueStats:
     jobs: dict[str, int] = field(default_factory=lambda: {s: 0 for s in STATES})
     oldest_queued_at: datetime | None = None
     paused: bool = False
+    rate_limit: str | None = None  # spec.rateLimit as "100/1m"
+    per_key_concurrency: int | None = None
+    rate_limited: bool = False  # status.rateLimited: queued jobs wait for the rate limit
 
     @property
     def running(self) -> int:
@@ -101,7 +104,11 @@ def queue_stats(queues: Iterable[dict[str, Any]], jobs: Iterable[dict[str, Any]]
         out[(meta.get("namespace", ""), meta["name"])] = QueueStats(
             meta.get("namespace", ""), meta["name"], True, spec.concurrency if spec else None,
             spec.max_attempts if spec else None, time_or_none(meta.get("creationTimestamp")),
-            paused=bool(spec and spec.paused))
+            paused=bool(spec and spec.paused),
+            rate_limit=f"{spec.rate_limit.starts}/{spec.rate_limit.per}" if spec and spec.rate_limit else None,
+            per_key_concurrency=spec.per_key_concurrency if spec else None,
+            rate_limited=bool(spec and spec.rate_limit and isinstance(raw.get("status"), dict)
+                              and raw["status"].get("rateLimited") is True))
     for job in jobs:
         ns, queue = job["metadata"].get("namespace", ""), (job.get("spec") or {}).get("queue", "")
         stats = out.get((ns, queue))
