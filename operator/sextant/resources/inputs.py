@@ -89,21 +89,21 @@ def payload(field: str, value: Any) -> dict[str, Any]:
     return value
 
 
-def idempotency_key(field: str, value: str) -> str:
+def _key(field: str, value: str, what: str, limit: int) -> str:
     if not isinstance(value, str) or not value:
-        raise InputError(field, "an idempotency key must not be empty")
-    if len(value) > KEY_MAX:
-        raise InputError(field, f"an idempotency key has at most {KEY_MAX} characters, got {len(value)}")
+        raise InputError(field, f"{what} must not be empty")
+    if len(value) > limit:
+        raise InputError(field, f"{what} has at most {limit} characters, got {len(value)}")
     return value
+
+
+def idempotency_key(field: str, value: str) -> str:
+    return _key(field, value, "an idempotency key", KEY_MAX)
 
 
 def concurrency_key(field: str, value: str) -> str:
     """A job's concurrency key (spec.concurrencyKey): a tenant, a customer id."""
-    if not isinstance(value, str) or not value:
-        raise InputError(field, "a concurrency key must not be empty")
-    if len(value) > CONCURRENCY_KEY_MAX:
-        raise InputError(field, f"a concurrency key has at most {CONCURRENCY_KEY_MAX} characters, got {len(value)}")
-    return value
+    return _key(field, value, "a concurrency key", CONCURRENCY_KEY_MAX)
 
 
 def priority(field: str, value: int) -> int:
