@@ -187,10 +187,6 @@ class Line:
     def __len__(self) -> int:
         return len(self._entry)
 
-    def keys(self) -> int:
-        """How many keys have jobs waiting (NO_KEY counted as one)."""
-        return len(self._jobs)
-
     def offer(self, job: Job, key: str, priority: int, queued_at: float, order: int) -> None:
         """Put job in line under key (once; a changed position replaces the old one). Ties of queued_at go by
         `order` (the order the watch delivered them: creation order)."""
