@@ -5,6 +5,7 @@
     .venv/bin/python -m bench --quick           # a few minutes: small bursts, two short rates, 5k-job scale
     .venv/bin/python -m bench --sizes 1000 --workloads burst --configs S,A1
     .venv/bin/python -m bench --configs W,S,A1 --workloads burst,rate --rate-configs W --rates 50,100,200
+    .venv/bin/python -m bench --configs W,WA,S,SA --workloads burst --sizes 10000   # issue 32: admission cost
     git worktree add /tmp/base main    # issue 27: W beside WB (the previous main's workers) and A1
     .venv/bin/python -m bench --configs W,WB,A1 --baseline /tmp/base --workloads burst,rate --rate-configs W,WB
 
@@ -45,7 +46,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument("--configs", default="W,S,A0,A1",
-                   help="of W, WB, S, A0, A1, S0, S16, SK, SG, SQ, SB (default W,S,A0,A1)")
+                   help="of W, WB, S, A0, A1, S0, S16, SK, SG, SQ, SB, SA, WA (default W,S,A0,A1)")
     p.add_argument("--workloads", default="burst,fail,rate,scale",
                    help="of burst, fail (10%% of first attempts fail), rate (sustained arrivals), scale "
                         "(default all)")

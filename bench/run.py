@@ -42,6 +42,11 @@ TUNED_SCHEDULER = ["--kube-api-qps=200", "--kube-api-burst=400"]
 # doubling, before replacing a failed pod).
 QUEUE_SPEC = {"concurrency": 100000, "maxAttempts": 2,
               "backoff": {"policy": "exponential", "initial": "10s", "factor": 2, "max": "6m", "jitter": 0}}
+# Issue 32's admission cost: a rate limit and a per-key limit that every admission checks (each start noted in the
+# window, keys taking turns) but that never bind on these workloads, so that the run's shape is S's or W's and only
+# the operator's CPU per job differs.
+ADMISSION_SPEC = {"rateLimit": {"starts": 100000, "per": "10m"}, "perKeyConcurrency": 100000}
+ADMISSION_KEYS = 100
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,7 @@ class Config:
     description: str
     operator_args: tuple[str, ...] = ()
     workers: bool = False  # worker mode: the Handlers are served by `sextant worker` processes, no pods
+    admission: bool = False  # issue 32: the Queue with ADMISSION_SPEC, the jobs spread over ADMISSION_KEYS keys
     baseline: bool = False  # the operator of another checkout (Options.baseline), for side-by-side figures
 
 
@@ -102,6 +108,13 @@ CONFIGS = {
     "WB": Config("WB", SEXTANT, {"kube-scheduler": TUNED_SCHEDULER},
                  "W with the operator and `sextant worker` of the --baseline checkout; kube-scheduler "
                  + " ".join(TUNED_SCHEDULER), workers=True, baseline=True),
+    # Not shipped (issue 32): S and W with a rate limit and 100 concurrency keys (ADMISSION_SPEC), beside S and W.
+    "SA": Config("SA", SEXTANT, {"kube-scheduler": TUNED_SCHEDULER},
+                 "S with a rate limit and perKeyConcurrency on the queue, jobs over 100 concurrency keys",
+                 admission=True),
+    "WA": Config("WA", SEXTANT, {"kube-scheduler": TUNED_SCHEDULER},
+                 "W with a rate limit and perKeyConcurrency on the queue, jobs over 100 concurrency keys",
+                 workers=True, admission=True),
 }
 
 
@@ -124,9 +137,11 @@ def failing_job(i: int, fraction: float) -> bool:
 
 # --- objects --------------------------------------------------------------------------------------------------
 
-def sextant_job(name: str, i: int, fail: bool) -> dict[str, Any]:
-    return {"apiVersion": "sextant.dev/v1alpha1", "kind": "Job", "metadata": {"name": name},
-            "spec": {"queue": "bench", "handler": "fail-first" if fail else "ok", "payload": {"i": i}}}
+def sextant_job(name: str, i: int, fail: bool, keys: int = 0) -> dict[str, Any]:
+    spec = {"queue": "bench", "handler": "fail-first" if fail else "ok", "payload": {"i": i}}
+    if keys:
+        spec["concurrencyKey"] = f"k{i % keys}"
+    return {"apiVersion": "sextant.dev/v1alpha1", "kind": "Job", "metadata": {"name": name}, "spec": spec}
 
 
 def batch_job(name: str, i: int, fail: bool, indexed: bool) -> dict[str, Any]:
@@ -153,8 +168,9 @@ def handler(name: str, annotations: dict[str, str], worker: bool = False) -> dic
                 "spec": {"tolerations": [KWOK_TOLERATION], "nodeSelector": NODE_SELECTOR, "containers": [CONTAINER]}}}}
 
 
-def sextant_setup(namespace: str, workers: bool = False) -> list[dict[str, Any]]:
-    queue = {"apiVersion": "sextant.dev/v1alpha1", "kind": "Queue", "metadata": {"name": "bench"}, "spec": QUEUE_SPEC}
+def sextant_setup(namespace: str, workers: bool = False, admission: bool = False) -> list[dict[str, Any]]:
+    queue = {"apiVersion": "sextant.dev/v1alpha1", "kind": "Queue", "metadata": {"name": "bench"},
+             "spec": {**QUEUE_SPEC, **(ADMISSION_SPEC if admission else {})}}
     objs = [queue, handler("ok", {}, workers), handler("fail-first", dict(stages.FAIL_FIRST_SEXTANT), workers)]
     for obj in objs:
         obj["metadata"]["namespace"] = namespace
@@ -390,7 +406,8 @@ def prepare_namespace(cluster: LocalCluster, config: Config, namespace: str, crd
             cluster.kubectl("wait", "--for=condition=Established", "crd/jobs.sextant.dev", "crd/queues.sextant.dev",
                             "crd/handlers.sextant.dev", "--timeout=60s", timeout=70)
         cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
-                                                              "items": sextant_setup(namespace, config.workers)}))
+                                                              "items": sextant_setup(namespace, config.workers,
+                                                                                     config.admission)}))
 
 
 # --- one workload ---------------------------------------------------------------------------------------------
@@ -404,7 +421,8 @@ async def generate(api: Api, config: Config, workload: Workload, namespace: str,
     def body(i: int) -> tuple[str, dict[str, Any]]:
         name = f"job-{i:06d}"
         fail = failing_job(i, workload.fail)
-        return name, (sextant_job(name, i, fail) if config.kind is SEXTANT else batch_job(name, i, fail, indexed))
+        return name, (sextant_job(name, i, fail, ADMISSION_KEYS if config.admission else 0) if config.kind is SEXTANT
+                      else batch_job(name, i, fail, indexed))
 
     async def create(i: int) -> None:
         name, obj = body(i)

@@ -115,13 +115,15 @@ class Client:
     def create_job(self, namespace: str, *, queue: str, handler: str, payload: dict[str, Any] | None = None,
                    run_at: datetime | None = None, idempotency_key: str | None = None, priority: int = 0,
                    labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None,
-                   now: datetime | None = None) -> tuple[dict[str, Any], bool]:
+                   now: datetime | None = None, concurrency_key: str | None = None) -> tuple[dict[str, Any], bool]:
         """Create a job; returns (job, created). With a key already used within 24 h: (that job, False), whoever
         created it under whatever name (a job applied with kubectl too); KeyConflict when that job has another
         queue, handler or payload (lifecycle/idempotency.SAME_JOB), and nothing is created."""
         spec: dict[str, Any] = {"queue": queue, "handler": handler, "payload": payload or {}, "priority": priority}
         if run_at is not None:
             spec["runAt"] = format_time(run_at, precise=False)
+        if concurrency_key is not None:
+            spec["concurrencyKey"] = concurrency_key
         if idempotency_key is not None:
             spec["idempotencyKey"] = idempotency_key
             held = self.key_holder(namespace, idempotency_key, now or utcnow())

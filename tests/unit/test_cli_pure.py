@@ -150,19 +150,23 @@ def test_queues_list_reads_each_queues_status_and_says_which_cannot_be_believed(
         squeue("edited", LIVE, generation=2, paused=True),  # its spec changed after the operator last counted
         squeue("new"),  # never counted: no operator, or one that does not watch this namespace
         squeue("odd", {"running": True, "queued": -1, "observedGeneration": "1"}, concurrency=0),
+        squeue("limited", {**LIVE, "recentStarts": 100, "rateLimited": True, "keys": 7},
+               rateLimit={"starts": 100, "per": "1m"}, perKeyConcurrency=2),
     ])
     by_name = {q.name: q for q in rows}
-    assert [q.name for q in rows] == ["edited", "live", "new", "odd"]
+    assert [q.name for q in rows] == ["edited", "limited", "live", "new", "odd"]
     assert {n: q.freshness for n, q in by_name.items()} == {"live": Q.CURRENT, "edited": Q.STALE, "new": Q.ABSENT,
-                                                            "odd": Q.ABSENT}
+                                                            "odd": Q.ABSENT, "limited": Q.CURRENT}
     assert by_name["odd"].concurrency is None  # a spec the API server would refuse: no number rather than a guess
     table = [line.split() for line in Q.render(rows, T0, all_namespaces=False).splitlines()]
     assert table[0] == ["NAME", "RUNNING", "QUEUED", "STARTING", "SCHEDULED", "FAILED", "OLDEST-QUEUED", "PAUSED",
-                        "AGE"]
-    assert table[1] == ["edited", "2/10", "5", "1", "3", "0", "30s", "yes", "60m"]
-    assert table[2] == ["live", "2/4", "5", "1", "3", "0", "30s", "no", "60m"]
-    assert table[3] == ["new", "-/10", "-", "-", "-", "-", "-", "no", "60m"]  # no zeros for numbers nobody counted
-    assert table[4][-2] == "-"  # a spec nobody can read: paused or not is not known
+                        "STARTS", "RATE-LIMITED", "KEYS", "AGE"]
+    assert table[1] == ["edited", "2/10", "5", "1", "3", "0", "30s", "yes", "-", "-", "-", "60m"]
+    assert table[2] == ["limited", "2/10", "5", "1", "3", "0", "30s", "no", "100/100/1m", "yes", "7/2", "60m"]
+    assert table[3] == ["live", "2/4", "5", "1", "3", "0", "30s", "no", "-", "-", "-", "60m"]
+    # no zeros for numbers nobody counted
+    assert table[4] == ["new", "-/10", "-", "-", "-", "-", "-", "no", "-", "-", "-", "60m"]
+    assert table[5][-5] == "-"  # a spec nobody can read: paused or not is not known
     assert Q.warnings(rows, all_namespaces=False) == [
         "No numbers for new, odd: the operator has not written this queue's status yet (is the operator running, "
         "and does it watch this namespace?).",
@@ -171,12 +175,17 @@ def test_queues_list_reads_each_queues_status_and_says_which_cannot_be_believed(
     ]
     assert Q.warnings([by_name["live"]], all_namespaces=False) == []
     wide = [line.split() for line in Q.render(rows, T0, all_namespaces=True).splitlines()]
-    assert wide[0][:2] == ["NAMESPACE", "NAME"] and wide[2][:3] == ["ns", "live", "2/4"]
+    assert wide[0][:2] == ["NAMESPACE", "NAME"] and wide[3][:3] == ["ns", "live", "2/4"]
     assert Q.as_dict(by_name["live"], T0) == {
         "namespace": "ns", "name": "live", "concurrency": 4, "maxAttempts": 5, "running": 2, "queued": 5,
         "starting": 1, "scheduled": 3, "failed": 0, "oldestQueuedAt": "2026-05-01T09:59:30Z",
         "oldestQueuedSeconds": 30.0, "generation": 1, "observedGeneration": 1, "status": "current",
-        "paused": False}
+        "paused": False, "rateLimit": None, "perKeyConcurrency": None, "recentStarts": None, "rateLimited": None,
+        "keys": None}
+    assert {k: v for k, v in Q.as_dict(by_name["limited"], T0).items() if k in (
+        "rateLimit", "perKeyConcurrency", "recentStarts", "rateLimited", "keys")} == {
+        "rateLimit": {"starts": 100, "per": "1m"}, "perKeyConcurrency": 2, "recentStarts": 100, "rateLimited": True,
+        "keys": 7}
     assert Q.as_dict(by_name["new"], T0)["status"] == "absent" and Q.as_dict(by_name["new"], T0)["running"] is None
 
 

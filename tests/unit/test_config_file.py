@@ -53,7 +53,8 @@ def test_every_queue_field_has_its_snake_case_key():
 
 def _sample(name: str) -> str:
     return {"concurrency": "3", "max_attempts": "3", "backoff": "{ policy = \"fixed\" }",
-            "retention": "{ dead = \"1h\" }", "paused": "true"}.get(name, "\"30s\"")
+            "retention": "{ dead = \"1h\" }", "paused": "true", "rate_limit": "{ starts = 100, per = \"1m\" }",
+            "per_key_concurrency": "2"}.get(name, "\"30s\"")
 
 
 @pytest.mark.parametrize("text,key,words", [

@@ -209,6 +209,18 @@ def test_queue_rows_count_states_the_last_minute_and_the_oldest_queued():
     assert not ghost.exists and ghost.concurrency is None
 
 
+def test_a_rate_limited_queue_says_so_with_its_limits():
+    queues = [{"metadata": {"name": "q", "namespace": "shop"},
+               "spec": {"concurrency": 3, "perKeyConcurrency": 1, "rateLimit": {"starts": 100, "per": "1m"}},
+               "status": {"rateLimited": True, "recentStarts": 100}},
+              {"metadata": {"name": "plain", "namespace": "shop"}, "spec": {}, "status": {"rateLimited": True}}]
+    rows = {r.name: r for r in queue_rows(queues, [], NOW)}
+    assert (rows["q"].rate_limited, rows["q"].rate_limit, rows["q"].per_key_concurrency) == (True, "100/1m", 1)
+    assert not rows["plain"].rate_limited  # no rate limit in its spec: a stale status word is not believed
+    html = pages.queues_fragment(list(rows.values()), [0], NOW, wide=False)
+    assert "rate limited" in html and "3 · 1 per key · 100/1m starts" in html
+
+
 def test_finished_at_prefers_the_status_then_the_last_attempt():
     assert finished_at(job(state="running", finishedAt=ts(0))) is None
     assert finished_at(job(state="succeeded", finishedAt=ts(-1))) == NOW - timedelta(seconds=1)

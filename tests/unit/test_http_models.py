@@ -49,3 +49,19 @@ def test_a_queues_status_reads_back_as_the_numbers_that_were_written():
     assert numbers_of_status(status_body(numbers, 7)) == numbers
     assert numbers_of_status(None) == QueueNumbers()
     assert numbers_of_status({"running": "x", "queued": -1, "failed": True}) == QueueNumbers()
+
+
+def test_get_v2_queues_shows_the_rate_limit_and_the_keys():
+    from sextant.http.models import queue_out
+
+    now = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
+    raw = {"metadata": {"name": "q", "namespace": "ns"},
+           "spec": {"rateLimit": {"starts": 100, "per": "1m"}, "perKeyConcurrency": 2},
+           "status": {"recentStarts": 100, "rateLimited": True, "keys": 3}}
+    out = queue_out(("ns", "q"), raw, numbers_of_status(raw["status"]), {}, now).model_dump(mode="json")
+    assert {k: out[k] for k in ("rate_limit", "recent_starts", "rate_limited", "per_key_concurrency", "keys")} == {
+        "rate_limit": {"starts": 100, "per": "1m"}, "recent_starts": 100, "rate_limited": True,
+        "per_key_concurrency": 2, "keys": 3}
+    plain = queue_out(("ns", "p"), {"metadata": {"name": "p"}, "spec": {}, "status": {"rateLimited": True}},
+                      numbers_of_status({"rateLimited": True}), {}, now).model_dump(mode="json")
+    assert (plain["rate_limit"], plain["rate_limited"], plain["keys"]) == (None, False, 0)

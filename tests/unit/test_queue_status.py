@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timezone
 
-from sextant.lifecycle.queueing import QueueNumbers, count_unfinished, queue_stats, same_status, status_body
+from sextant.lifecycle.queueing import (QueueNumbers, count_unfinished, numbers_of_status, queue_stats, same_status,
+                                       status_body)
 
 
 def job(state: str | None, queued_at: str | None = None, created: str = "2026-03-01T12:00:00Z") -> dict:
@@ -58,18 +60,33 @@ def test_the_queue_status_and_the_v2_api_count_a_new_job_alike():
 def test_an_empty_queue_has_zeros_and_no_oldest():
     body = status_body(count_unfinished([], NOW), 3)
     assert body == {"observedGeneration": 3, "paused": False, "running": 0, "queued": 0, "starting": 0,
-                    "scheduled": 0, "failed": 0, "oldestQueuedAt": None}
+                    "scheduled": 0, "failed": 0, "oldestQueuedAt": None, "recentStarts": None, "rateLimited": None,
+                    "keys": None}
 
 
 def test_a_paused_queue_says_so_and_starts_nothing():
-    from sextant.lifecycle.queueing import may_start
+    from sextant.lifecycle.admission import Limits, Wait, verdict
     from sextant.resources.queue import QueueSpec
 
     assert status_body(count_unfinished([], NOW), 3, paused=True)["paused"] is True
     for concurrency in (1, 3):
         for holders in range(5):
-            assert may_start(QueueSpec(concurrency=concurrency), holders) is (holders < concurrency)
-            assert may_start(QueueSpec(concurrency=concurrency, paused=True), holders) is False
+            running = Limits.of(QueueSpec(concurrency=concurrency))
+            assert (verdict(running, holders, 0) is None) is (holders < concurrency)
+            assert verdict(Limits.of(QueueSpec(concurrency=concurrency, paused=True)), holders, 0) is Wait.PAUSED
+
+
+def test_a_rate_limited_queue_shows_its_window_and_keys_are_counted():
+    keyed = [({"metadata": {"name": f"j{n}", "creationTimestamp": "2026-05-01T09:00:00Z"},
+               "spec": {"concurrencyKey": key}, "status": {"state": state}}, False)
+             for n, (key, state) in enumerate([("a", "queued"), ("a", "running"), ("b", "queued"), ("c", "succeeded")])]
+    keyed.append(({"metadata": {"name": "j9", "creationTimestamp": "2026-05-01T09:00:00Z"}, "spec": {},
+                   "status": {"state": "queued"}}, False))
+    numbers = count_unfinished(keyed, NOW)
+    assert numbers.keys == 2  # a and b: c finished, and a job without a key has none
+    body = status_body(replace(numbers, recent_starts=100, rate_limited=True), 1)
+    assert (body["recentStarts"], body["rateLimited"], body["keys"]) == (100, True, 2)
+    assert numbers_of_status(body) == replace(numbers, recent_starts=100, rate_limited=True)
 
 
 def test_only_a_change_is_written():

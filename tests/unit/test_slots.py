@@ -60,7 +60,7 @@ class Cluster:
         self.timers.fire_due()
 
     def job(self, n: int | str, *, priority: int = 0, handler: str = "pods", state: str | None = None,
-            worker: str | None = None, created: float = 0) -> tuple[str, str]:
+            worker: str | None = None, created: float = 0, tenant: str | None = None) -> tuple[str, str]:
         """A job as the watch brings it: stored, lined up, told to the slots (as JobController.on_job does)."""
         key = job(n)
         status: dict[str, Any] = {"state": state} if state else {}
@@ -70,7 +70,8 @@ class Cluster:
                               "metadata": {"name": key[1], "namespace": NS, "uid": f"uid-{key[1]}",
                                            "resourceVersion": str(next(self.rv)),
                                            "creationTimestamp": format_time(at(created), precise=False)},
-                              "spec": {"queue": Q[1], "handler": handler, "priority": priority},
+                              "spec": {"queue": Q[1], "handler": handler, "priority": priority,
+                                       **({"concurrencyKey": tenant} if tenant else {})},
                               "status": status})
         self.slots.line_up(key)
         self.slots.update(key)
@@ -403,3 +404,75 @@ def test_release_gives_back_both_the_queues_and_the_workers_slot_of_a_grant_neve
     c.slots.release(a)
     c.slots.update(a)
     assert c.granted == [a, b] and c.slots.busy(NS) == {"w1": 1} and c.slots.worker_of(a) is None
+
+
+# ================================================================ rate limits and concurrency keys
+def rate_limited(starts: int, per: str, **spec: Any) -> Cluster:
+    c = Cluster()
+    c.view.queues[Q] = QueueSpec.model_validate({"concurrency": 100, "rateLimit": {"starts": starts, "per": per},
+                                                 **spec})
+    return c
+
+
+def test_a_rate_limited_queue_grants_a_windows_worth_and_wakes_when_the_window_has_room():
+    c = rate_limited(2, "10s")
+    jobs = c.line(5)
+    c.slots.pump(Q)
+    assert c.granted == jobs[:2] and c.slots.rate(Q) == (2, True)
+    for key in jobs[:2]:
+        c.started(key, node="n1", phase="Running")
+    c.to(9.9)
+    assert c.granted == jobs[:2]
+    c.to(10)  # the timer the take set: no other change is needed
+    assert c.granted == jobs[:4]
+
+
+def test_a_restarted_operator_counts_its_predecessors_starts_from_the_pods_and_assignments():
+    c = rate_limited(3, "10s", perKeyConcurrency=5)
+    c.worker("w1", slots=5)
+    pods = [c.job("p1", state="running"), c.job("p2", state="running")]
+    for key in pods:
+        c.pod(key, node="n1", phase="Running", created=0)  # created at 0 s, by the second: counted as 1 s
+    worked = c.job("w", handler="work", state="running", worker="w1")
+    c.view.assigned[worked][1] = Placed("w1", "uid-w1", c.assignment(worked))  # assigned at 0 s
+    c.slots.update(worked)
+    waiting = c.line(3)
+    c.to(5)
+    c.slots.pump(Q)
+    assert c.granted == [] and c.slots.rate(Q) == (3, True)
+    c.to(10)  # the assignment's start left the window; the pods' count until 11 s
+    c.slots.pump(Q)
+    assert c.granted == waiting[:1]
+    c.to(11)
+    assert c.granted == waiting
+
+
+def test_a_finished_job_seen_slim_counts_its_last_start_until_the_window_passes_its_end():
+    c = rate_limited(1, "10s")
+    c.view.upsert_job({"metadata": {"name": "done", "namespace": NS, "uid": "uid-done", "resourceVersion": "1",
+                                    "generation": 1, "creationTimestamp": format_time(at(0), precise=False)},
+                       "spec": {"queue": Q[1], "handler": "pods"},
+                       "status": {"state": "succeeded", "sequence": 1, "observedGeneration": 1,
+                                  "finishedAt": format_time(at(2))}})
+    c.slots.update(job("done"))
+    waiting = c.job("next")
+    c.slots.pump(Q)
+    assert c.granted == []
+    c.to(12)
+    assert c.granted == [waiting]
+
+
+def test_per_key_concurrency_holds_and_keys_take_turns():
+    c = Cluster(concurrency=4)
+    c.view.queues[Q] = QueueSpec.model_validate({"concurrency": 4, "perKeyConcurrency": 2})
+    big = [c.job(f"big-{n}", tenant="big") for n in range(6)]
+    small = [c.job(f"small-{n}", tenant="small") for n in range(3)]
+    c.slots.pump(Q)
+    assert c.granted == [big[0], small[0], big[1], small[1]]
+    for key in c.granted:
+        c.started(key, node="n1", phase="Running")
+    c.pod(small[0], node="n1", phase="Succeeded")  # ends: its key has room again
+    assert c.granted[4:] == [small[2]]
+    c.pod(big[0], node="n1", phase="Succeeded")
+    assert c.granted[5:] == [big[2]]
+    assert c.slots.holders(Q) == 4

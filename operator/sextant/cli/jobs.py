@@ -47,6 +47,9 @@ def register(sub: argparse._SubParsersAction, flags: argparse.ArgumentParser) ->
                         help="a second create with this key within 24 h returns the first job (refused "
                              "when that job has another queue, handler or payload)")
     create.add_argument("--priority", type=int, default=0, help="higher runs first within its queue (default 0)")
+    create.add_argument("--concurrency-key", metavar="KEY",
+                        help="its concurrency key (spec.concurrencyKey), e.g. a tenant: the queue's "
+                             "perKeyConcurrency limits running attempts per key, and keys take turns")
     create.add_argument("-o", "--output", choices=output.FORMATS,
                         help="print the whole job as json or yaml instead of its id")
     create.set_defaults(func=create_cmd, cli=True)
@@ -156,10 +159,13 @@ def create_cmd(ctx: Context) -> int:
         run_at = inputs.delay("--in", a.delay, ctx.now())
     key = inputs.idempotency_key("--idempotency-key", a.idempotency_key) if a.idempotency_key is not None else None
     priority = inputs.priority("--priority", a.priority)
+    concurrency_key = (inputs.concurrency_key("--concurrency-key", a.concurrency_key)
+                       if a.concurrency_key is not None else None)
     ns = ctx.single_namespace("jobs create")
     try:
         job, created = ctx.client.create_job(ns, queue=queue, handler=handler, payload=payload, run_at=run_at,
-                                             idempotency_key=key, priority=priority)
+                                             idempotency_key=key, priority=priority,
+                                             concurrency_key=concurrency_key)
     except ApiError as exc:
         raise refused(exc) from None
     ident = job_id(job["metadata"]["name"])

@@ -24,7 +24,8 @@ from ..resources.queue import QueueSpec
 from . import output
 from .context import Context
 
-COLUMNS = ["NAME", "RUNNING", "QUEUED", "STARTING", "SCHEDULED", "FAILED", "OLDEST-QUEUED", "PAUSED", "AGE"]
+COLUMNS = ["NAME", "RUNNING", "QUEUED", "STARTING", "SCHEDULED", "FAILED", "OLDEST-QUEUED", "PAUSED", "STARTS",
+           "RATE-LIMITED", "KEYS", "AGE"]
 COUNTS = ("running", "queued", "starting", "scheduled", "failed")
 CURRENT, STALE, ABSENT = "current", "stale", "absent"  # how far the status can be believed
 
@@ -39,7 +40,10 @@ def register(sub: argparse._SubParsersAction, flags: argparse.ArgumentParser) ->
                                       "(updated within seconds of a change): RUNNING is running attempts / "
                                       "concurrency; QUEUED includes STARTING (their pod is starting); FAILED waits "
                                       "for a retry; OLDEST-QUEUED is how long the longest-waiting queued job has "
-                                      "waited. A queue without a status, or with one older than its spec, is "
+                                      "waited; STARTS is the attempts started in the rate limit's window / "
+                                      "rateLimit.starts / rateLimit.per, RATE-LIMITED whether queued jobs wait for "
+                                      "it; KEYS counts the concurrency keys of queued and running jobs (/ "
+                                      "perKeyConcurrency). A queue without a status, or with one older than its spec, is "
                                       "named on stderr (is the operator running?).")
     lst.add_argument("-o", "--output", choices=output.FORMATS, help="json or yaml instead of a table")
     lst.set_defaults(func=list_cmd, cli=True)
@@ -72,6 +76,11 @@ class QueueRow:
     oldest_queued_at: datetime | None
     freshness: str  # CURRENT, STALE (counted for an older spec) or ABSENT (never counted)
     paused: bool | None = None  # spec.paused; None: a spec the operator cannot read either
+    rate_limit: tuple[int, str] | None = None  # spec.rateLimit (starts, per)
+    per_key_concurrency: int | None = None
+    recent_starts: int | None = None  # status: starts in the rate limit's window
+    rate_limited: bool | None = None  # status: queued jobs wait for the rate limit
+    keys: int | None = None  # status: concurrency keys of the queued and running jobs
 
 
 def read_queue(raw: dict[str, Any]) -> QueueRow:
@@ -93,7 +102,11 @@ def read_queue(raw: dict[str, Any]) -> QueueRow:
     return QueueRow(meta.get("namespace", ""), meta.get("name", ""), spec.concurrency if spec else None,
                     spec.max_attempts if spec else None, time_or_none(meta.get("creationTimestamp")), generation,
                     observed, counts, time_or_none(status.get("oldestQueuedAt")), freshness,
-                    spec.paused if spec else None)
+                    spec.paused if spec else None,
+                    (spec.rate_limit.starts, spec.rate_limit.per) if spec and spec.rate_limit else None,
+                    spec.per_key_concurrency if spec else None, _count(status.get("recentStarts")),
+                    status.get("rateLimited") if isinstance(status.get("rateLimited"), bool) else None,
+                    _count(status.get("keys")))
 
 
 def read_queues(raws: Iterable[dict[str, Any]]) -> list[QueueRow]:
@@ -109,6 +122,9 @@ def as_dict(row: QueueRow, now: datetime) -> dict[str, Any]:
         "oldestQueuedSeconds": round((now - oldest).total_seconds(), 3) if oldest else None,
         "generation": row.generation, "observedGeneration": row.observed_generation, "status": row.freshness,
         "paused": row.paused,
+        "rateLimit": {"starts": row.rate_limit[0], "per": row.rate_limit[1]} if row.rate_limit else None,
+        "perKeyConcurrency": row.per_key_concurrency, "recentStarts": row.recent_starts,
+        "rateLimited": row.rate_limited, "keys": row.keys,
     }
 
 
@@ -123,7 +139,11 @@ def render(rows: Sequence[QueueRow], now: datetime, all_namespaces: bool) -> str
         cells = [q.name, f"{_cell(c['running'])}/{_cell(q.concurrency)}", _cell(c["queued"]), _cell(c["starting"]),
                  _cell(c["scheduled"]), _cell(c["failed"]),
                  age(q.oldest_queued_at, now) if q.oldest_queued_at else "-",
-                 "-" if q.paused is None else ("yes" if q.paused else "no"), age(q.created_at, now)]
+                 "-" if q.paused is None else ("yes" if q.paused else "no"),
+                 f"{_cell(q.recent_starts)}/{q.rate_limit[0]}/{q.rate_limit[1]}" if q.rate_limit else "-",
+                 "yes" if q.rate_limited else "no" if q.rate_limit else "-",
+                 _cell(q.keys) + (f"/{q.per_key_concurrency}" if q.per_key_concurrency else ""),
+                 age(q.created_at, now)]
         lines.append([q.namespace, *cells] if all_namespaces else cells)
     return output.table(["NAMESPACE", *COLUMNS] if all_namespaces else COLUMNS, lines)
 

@@ -93,7 +93,7 @@ class JobController:
         self._tasks: set[asyncio.Task[None]] = set()  # Worker checks and finalizer releases under way
         self._write_budget = ByteBudget(WRITE_PAYLOAD_BUDGET)
         # The Queues' status (their live numbers): the leader writes it, through the same fenced client.
-        self.queue_status = QueueStatusWriter(kube, view, timers, now, self.leading)
+        self.queue_status = QueueStatusWriter(kube, view, timers, now, self.leading, rate=self.slots.rate)
         # The Workers' status (assignments, stops, removals, state): one batched writer per worker.
         self.worker_status = WorkerStatusWriter(kube, view, now, self.leading,
                                                 landed=lambda obj: self.on_worker_object("update", obj),

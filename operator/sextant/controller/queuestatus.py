@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -42,8 +43,10 @@ def next_round_after(looks: int, interval: timedelta) -> timedelta:
 
 class QueueStatusWriter:
     def __init__(self, kube: Kube, view: View, timers: Timers, now: Callable[[], datetime], leading: asyncio.Event,
-                 interval: timedelta = INTERVAL) -> None:
+                 interval: timedelta = INTERVAL,
+                 rate: Callable[[Key], tuple[int, bool] | None] = lambda queue: None) -> None:
         self.kube, self.view, self.timers, self.now, self.leading = kube, view, timers, now, leading
+        self.rate = rate  # a rate-limited queue's starts in its window, and whether jobs wait for it (Slots.rate)
         self.interval = interval
         self.generation: dict[Key, int | None] = {}
         self.stored: dict[Key, dict[str, Any]] = {}  # each Queue's status as last seen (watch) or written
@@ -99,8 +102,11 @@ class QueueStatusWriter:
                 job_key in self.view.pending
             jobs.append((raw, starting))
         spec = self.view.queues.get(key)
-        return status_body(count_unfinished(jobs, self.now()), self.generation.get(key),
-                           paused=spec is not None and spec.paused)
+        numbers = count_unfinished(jobs, self.now())
+        rate = self.rate(key)
+        if rate is not None:
+            numbers = replace(numbers, recent_starts=rate[0], rate_limited=rate[1])
+        return status_body(numbers, self.generation.get(key), paused=spec is not None and spec.paused)
 
     async def write(self, key: Key) -> bool:
         """Write the queue's numbers when they changed; True when a write was made."""

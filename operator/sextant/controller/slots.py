@@ -21,26 +21,31 @@ behind when it reports one of the queue's pods Unschedulable, or when one of the
 queue, in priority order, instead of as thousands of Pending pods that the scheduler retries over and over (each
 retry a status patch and an Event) and that a later, more urgent job could not overtake. While pods find nodes
 within that time, nothing is held back: a cluster with room pays neither latency nor extra writes.
+
+What may start, and in which order (pause, concurrency, the rate limit, concurrency keys taking turns), is decided by
+lifecycle/admission.take on each queue's Line; this class keeps the counts it needs: holders per queue and per key,
+and the starts in each rate-limited queue's window (noted at each grant, and derived from the jobs' pods,
+assignments and timelines as they are seen, so that a restarted operator counts the starts of its predecessor).
 """
 
 from __future__ import annotations
 
 import enum
-import heapq
 from collections import Counter, defaultdict
 from collections.abc import Callable, Collection, Iterable
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from ..lifecycle import workers as W
-from ..lifecycle.queueing import line_position, may_start
+from ..lifecycle.admission import NO_KEY, Limits, Line, StartLog, Wait, concurrency_key, started_attempts, take
+from ..lifecycle.queueing import line_position
 from ..lifecycle.attempts import PodObservation
-from ..resources.job import State
+from ..resources.job import State, sequence_of
+from ..resources.queue import QueueSpec
 from ..kube.informer import Key
 from .timers import Timers
 from .view import View, state_of
 
-Entry = tuple[int, float, int, Key]  # (-priority, queued_at, order first seen, job)
 # How many jobs in line one take passes over that cannot start yet (a worker-mode job no worker has a free slot
 # for), so that a pod-mode job behind them still starts, without scanning a long backlog on every change.
 SKIP_LIMIT = 16
@@ -120,9 +125,15 @@ class Slots:
         self._waiting: dict[Key, set[Key]] = defaultdict(set)
         self._behind: dict[Key, set[Key]] = defaultdict(set)
         self._since: dict[Key, datetime] = {}
-        # The line: queue → heap of entries (stale ones skipped lazily); job → its live entry.
-        self._ready: dict[Key, list[Entry]] = defaultdict(list)
-        self._entry: dict[Key, Entry] = {}
+        # The line: queue → its waiting jobs (lifecycle/admission.Line); job → the queue it waits in.
+        self._lines: dict[Key, Line] = defaultdict(Line)
+        self._in_line: dict[Key, Key] = {}
+        # Concurrency keys: queue → holders per key; job → its key (only jobs with a key).
+        self._key_holders: dict[Key, Counter[str]] = defaultdict(Counter)
+        self._holder_key: dict[Key, str] = {}
+        # Rate-limited queues: their limits (read once per spec) and the starts in their window.
+        self._limits: dict[Key, tuple[QueueSpec, Limits]] = {}
+        self._starts: dict[Key, StartLog] = {}
         self._reserved: set[Key] = set()
         # Workers: job → the worker it was granted (picked, not yet assigned); (namespace, worker) → how many of those.
         self._picked: dict[Key, tuple[str, W.Believed]] = {}
@@ -146,7 +157,19 @@ class Slots:
 
     def in_line(self, job: Key) -> bool:
         """job waits in its queue's line for a slot."""
-        return job in self._entry
+        return job in self._in_line
+
+    def rate(self, queue: Key) -> tuple[int, bool] | None:
+        """A rate-limited queue's starts in its window now, and whether jobs wait for it (RateLimited); None
+        without a rate limit."""
+        spec = self.view.queues.get(queue)
+        if spec is None or spec.rate_limit is None:
+            return None
+        starts = self._start_log(queue, self._limits_of(queue, spec))
+        if starts is None:
+            return None
+        starts.prune(self.now())
+        return len(starts), len(starts) >= spec.rate_limit.starts and bool(self._lines.get(queue))
 
     def reserved(self, job: Key) -> bool:
         return job in self._reserved
@@ -183,12 +206,27 @@ class Slots:
             queue = (key[0], (raw.get("spec") or {}).get("queue", ""))
             running = (raw.get("status") or {}).get("state") == State.RUNNING.value
             held = running or self.view.holds_assignment(key)
-            if self._hold(key, queue, standing(held, self.view.pods_of(key).values())) and pump:
+            starts = self._starts.get(queue)
+            if starts is not None:
+                self._note_starts(key, raw, starts)
+            if self._hold(key, queue, standing(held, self.view.pods_of(key).values()), concurrency_key(raw)) and pump:
                 self.pump(queue)
 
-    def _hold(self, job: Key, queue: Key, seen: Standing) -> bool:
-        """Record whether job holds a slot in queue and whether its pod waits for a node. True when room was freed:
-        a slot, a waiting pod that got its node, or the last sign of a backlog that went."""
+    def _note_starts(self, job: Key, raw: dict[str, Any], starts: StartLog) -> None:
+        """The starts of job's attempts its objects show, into its rate-limited queue's window (only those not
+        counted yet are read)."""
+        now = self.now()
+        assigned = [(sequence, placed.assignment.assigned_at) for sequence, placed in self.view.assignments_of(job).items()]
+        pending = self.view.pending.get(job)
+        if pending is not None:
+            assigned.append((pending.assignment.sequence, pending.assignment.assigned_at))
+        pods = [(pod.sequence, pod.created_at) for pod in self.view.pods_of(job).values()]
+        for sequence, at in started_attempts(raw, pods, assigned, lambda sequence: starts.wanted(job, sequence)):
+            starts.note(job, sequence, at, now)
+
+    def _hold(self, job: Key, queue: Key, seen: Standing, key: str = NO_KEY) -> bool:
+        """Record whether job holds a slot in queue (under its concurrency key) and whether its pod waits for a node.
+        True when room was freed: a slot, a waiting pod that got its node, or the last sign of a backlog that went."""
         reserved = job in self._reserved
         holds = seen.holds or reserved
         waiting = holds and (seen.placement is not Placement.BOUND or reserved)
@@ -201,6 +239,7 @@ class Slots:
             self._waiting[previous].discard(job)
             self._behind[previous].discard(job)
             del self._holder_queue[job]
+            self._unkey(job, previous)
         late = False
         if unbound and self.pending_limit is not None:  # without a limit there is no gate to close
             now = self.now()
@@ -216,10 +255,28 @@ class Slots:
         if holds:
             self._holders[queue].add(job)
             self._holder_queue[job] = queue
+            if key != NO_KEY and job not in self._holder_key:
+                self._holder_key[job] = key
+                self._key_holders[queue][key] += 1
             (self._waiting[queue].add if waiting else self._waiting[queue].discard)(job)
             (self._behind[queue].add if late else self._behind[queue].discard)(job)
         return ((previous is not None and not holds) or (was_waiting and not waiting)
                 or (was_behind and not late and previous is not None and not self._behind[previous]))
+
+    def _unkey(self, job: Key, queue: Key) -> None:
+        """job no longer holds a slot of its key: the key may take part in the round again."""
+        key = self._holder_key.pop(job, None)
+        if key is None:
+            return
+        holders = self._key_holders[queue]
+        holders[key] -= 1
+        if holders[key] <= 0:
+            del holders[key]
+            if not holders:
+                del self._key_holders[queue]
+        line = self._lines.get(queue)
+        if line is not None:
+            line.unpark(key)
 
     def _recheck(self, timer: Any) -> None:
         """A pod crossed UNBOUND_AFTER: judge it again (still unbound, it closes the gate; that frees nothing)."""
@@ -248,11 +305,9 @@ class Slots:
     def _offer(self, job: Key, queue: Key, priority: int, queued_at: float) -> None:
         """Put job in line (once; a changed position replaces the old one). Ties of queued_at (one-second resolution
         for new jobs) go by the order the watch delivered them, which is the order they were created in."""
-        entry = (-priority, queued_at, self.view.seen[job], job)
-        if self._entry.get(job) == entry:
-            return
-        self._entry[job] = entry
-        heapq.heappush(self._ready[queue], entry)
+        self._in_line[job] = queue
+        self._lines[queue].offer(job, concurrency_key(self.view.jobs.get(job) or {}), priority, queued_at,
+                                 self.view.seen[job])
 
     def request(self, job: Key, queue: Key, priority: int, queued_at: datetime) -> bool:
         """The reconcile found job admissible: keep it in line and grant what is free (others granted are handed
@@ -266,7 +321,9 @@ class Slots:
 
     def withdraw(self, job: Key) -> None:
         """job no longer wants a slot (not runnable, or its pod alive)."""
-        self._entry.pop(job, None)
+        queue = self._in_line.pop(job, None)
+        if queue is not None:
+            self._lines[queue].withdraw(job)
 
     def release(self, job: Key) -> bool:
         """The reconcile that acted on a grant ends: job now holds its slot by its pod or status, or not at all, and
@@ -288,6 +345,8 @@ class Slots:
         """job is gone, or will not run (invalid): it neither holds nor waits."""
         self.release(job)
         self.withdraw(job)
+        for starts in self._starts.values():  # its starts still count in the window; only its floor goes
+            starts.forget(job)
         queue = self._holder_queue.get(job)
         if queue is not None and self._hold(job, queue, Standing(False, Placement.BOUND)) and pump:
             self.pump(queue)
@@ -314,31 +373,58 @@ class Slots:
                 self.pump((worker[0], queue))
 
     def _take(self, queue: Key) -> list[Key]:
-        """Grant free slots to the first in line that can start; those passed over keep their place."""
+        """Grant free slots to those whose turn it is and that can start (lifecycle/admission.take); those passed
+        over keep their place. A rate-limited queue looks again when its window has room."""
         spec = self.view.queues.get(queue)
-        line = self._ready.get(queue)
+        line = self._lines.get(queue)
         if spec is None or not line:
             return []
-        granted: list[Key] = []
-        skipped: list[Entry] = []
-        holders = self._holders[queue]
-        while line and may_start(spec, len(holders)) and not self.full(queue):
-            entry = heapq.heappop(line)
-            job = entry[3]
-            if self._entry.get(job) is not entry:
-                continue  # stale: withdrawn or re-offered
-            if not self._startable(job):
-                skipped.append(entry)
-                if len(skipped) >= SKIP_LIMIT:
-                    break
-                continue
-            del self._entry[job]
+        limits = self._limits_of(queue, spec)
+        starts = self._start_log(queue, limits)
+        room = None
+        if self.pending_limit is not None and self._behind.get(queue):  # the full-cluster gate (gate_closed)
+            room = max(0, self.pending_limit - self.waiting(queue))
+        now = self.now()
+        taken = take(line, limits, self.holders(queue), self._key_holders.get(queue, {}), starts, now,
+                     self._startable, room, SKIP_LIMIT)
+        for job, key in taken.granted:
+            del self._in_line[job]
             self._reserved.add(job)
-            self._hold(job, queue, Standing(True, Placement.BOUND))
-            granted.append(job)
-        for entry in skipped:
-            heapq.heappush(line, entry)
-        return granted
+            self._hold(job, queue, Standing(True, Placement.BOUND), key)
+            if starts is not None:  # the attempt the grant starts: the status' sequence + 1 (lifecycle.transitions.admit)
+                starts.note(job, sequence_of((self.view.jobs.get(job) or {}).get("status")) + 1, now, now)
+        if taken.wait is Wait.RATE_LIMITED and taken.retry_at is not None:
+            self.timers.schedule(("rate", *queue), taken.retry_at, self._rate_wake)
+        return [job for job, _ in taken.granted]
+
+    def _rate_wake(self, timer: Any) -> None:
+        """A rate-limited queue's window has room again."""
+        self.pump((timer[1], timer[2]))
+
+    def _limits_of(self, queue: Key, spec: QueueSpec) -> Limits:
+        cached = self._limits.get(queue)
+        if cached is not None and cached[0] is spec:
+            return cached[1]
+        limits = Limits.of(spec)
+        self._limits[queue] = (spec, limits)
+        return limits
+
+    def _start_log(self, queue: Key, limits: Limits) -> StartLog | None:
+        """The rate-limited queue's window of starts. Made when the queue gets its rate limit (or the operator
+        starts): from every job of the queue in the view, once; then kept up to date as grants are made and jobs
+        are seen."""
+        if limits.per is None:
+            self._starts.pop(queue, None)
+            return None
+        starts = self._starts.get(queue)
+        if starts is not None:
+            starts.per = limits.per
+            return starts
+        starts = self._starts[queue] = StartLog(limits.per)
+        for job, raw in list(self.view.jobs.items()):
+            if job[0] == queue[0] and (raw.get("spec") or {}).get("queue") == queue[1]:
+                self._note_starts(job, raw, starts)
+        return starts
 
     def _startable(self, job: Key) -> bool:
         """A pod-mode job can always start once it has a slot; a worker-mode job needs a worker with room (picked

@@ -65,6 +65,9 @@ def queues_fragment(rows: list[QueueRow], series: list[int], now: datetime, wide
         name = e(r.name) + ("" if r.exists else ' <span class="warn" title="no Queue object">missing</span>')
         if r.paused:
             name += ' <span class="warn paused" title="nothing new starts until it is resumed">paused</span>'
+        if r.rate_limited:
+            name += (f' <span class="warn rate-limited" title="{e(r.rate_limit or "")}: the window\'s starts are '
+                     'used up; queued jobs wait">rate limited</span>')
         verb = "resume" if r.paused else "pause"
         what = ("its queued jobs start again, in order" if r.paused else
                 "running attempts finish, nothing new starts")
@@ -73,7 +76,10 @@ def queues_fragment(rows: list[QueueRow], series: list[int], now: datetime, wide
             f'data-confirm="{e(verb.capitalize())} queue {e(r.name)}? {e(what)}.">{verb}</button>')
         link = f'/jobs?{urlencode({"queue": r.name, **({"ns": r.namespace} if wide else {})})}'
         cells = [e(r.namespace)] if wide else []
-        cells += [f'<a href="{e(link)}">{name}</a>', e("—" if r.concurrency is None else r.concurrency),
+        limits = "".join(f" · {what}" for what in (
+            f"{r.per_key_concurrency} per key" if r.per_key_concurrency else "",
+            f"{r.rate_limit} starts" if r.rate_limit else "") if what)
+        cells += [f'<a href="{e(link)}">{name}</a>', e(("—" if r.concurrency is None else str(r.concurrency)) + limits),
                   f'{r.running}', f'{r.queued}', f'{r.scheduled}', f'{r.failed}', f'{r.dead}',
                   f'{r.finished_last_minute}',
                   "—" if r.oldest_queued_age is None else e(human_duration(r.oldest_queued_age)), action]

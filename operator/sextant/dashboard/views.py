@@ -266,6 +266,9 @@ class QueueRow:
     finished_last_minute: int
     oldest_queued_age: timedelta | None
     paused: bool = False
+    rate_limit: str | None = None  # "100/1m"
+    per_key_concurrency: int | None = None
+    rate_limited: bool = False
 
 
 def finished_at(job: Mapping[str, Any]) -> datetime | None:
@@ -292,7 +295,8 @@ def queue_rows(queues: Iterable[dict[str, Any]], jobs: Iterable[dict[str, Any]],
         rows.append(QueueRow(
             s.namespace, s.name, s.exists, s.concurrency, s.jobs["running"], s.jobs["queued"], s.jobs["scheduled"],
             s.jobs["failed"], s.jobs["dead"], per_queue.get((s.namespace, s.name), 0),
-            now - s.oldest_queued_at if s.oldest_queued_at else None, s.paused))
+            now - s.oldest_queued_at if s.oldest_queued_at else None, s.paused, s.rate_limit, s.per_key_concurrency,
+            s.rate_limited))
     return rows
 
 

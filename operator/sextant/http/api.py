@@ -108,7 +108,8 @@ def _from_validation(exc: ValidationError, prefix: str = "") -> HttpError:
         field = f"{prefix}.{field}" if first["loc"] else prefix
     message = first["msg"].removeprefix("Value error, ")
     if first["type"] == "extra_forbidden":
-        message = "unknown field (the fields are queue, handler, payload, run_at, idempotency_key, priority)"
+        message = ("unknown field (the fields are queue, handler, payload, run_at, idempotency_key, priority, "
+                   "concurrency_key)")
     if first["type"] == "missing":
         message = "this field is required"
     return invalid(field, message)
@@ -347,7 +348,7 @@ class Api:
         try:
             job, created = await self.as_caller(request, lambda client: client.create_job(
                 ns, queue=spec.queue, handler=spec.handler, payload=spec.payload, run_at=spec.run_at,
-                idempotency_key=spec.idempotency_key, priority=spec.priority,
+                idempotency_key=spec.idempotency_key, priority=spec.priority, concurrency_key=spec.concurrency_key,
                 annotations={ANNOTATION_REQUESTED_BY: request["user"].username[:4096]}))
         except KeyConflict as exc:
             # The API's field names are the spec's for these (queue, handler, payload); the message names them all.

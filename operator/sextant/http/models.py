@@ -18,7 +18,7 @@ from ..lifecycle.queueing import QueueNumbers, counted_state
 from ..resources import contract
 from ..resources.common import format_time
 from ..resources.queue import QueueSpec
-from ..resources.job import job_id, sequence_of
+from ..resources.job import CONCURRENCY_KEY_MAX, job_id, sequence_of
 
 DEFAULT_LIMIT, MAX_LIMIT = 100, 1000  # GET /v2/jobs: page sizes
 # The API server's continue tokens are unpadded base64url; anything else (or longer) is refused before it is sent.
@@ -51,6 +51,10 @@ class CreateJob(BaseModel):
                     "(200) instead of creating another (201).")
     priority: int = Field(default=0, ge=inputs.PRIORITY_MIN, le=inputs.PRIORITY_MAX,
                           description="Higher runs first within its queue; FIFO among equals.")
+    concurrency_key: str | None = Field(
+        default=None, min_length=1, max_length=CONCURRENCY_KEY_MAX,
+        description="Its concurrency key (spec.concurrencyKey), e.g. a tenant: the queue's per_key_concurrency "
+                    "limits running attempts per key, and keys take turns.")
 
     @field_validator("payload")
     @classmethod
@@ -96,6 +100,7 @@ class Job(Out):
     run_at: str | None = None
     idempotency_key: str | None = None
     priority: int = 0
+    concurrency_key: str | None = None
     state: StateName | None = Field(default=None, description=(
         "The job's state. Before the operator has written one (a job just created), its first state as its queue "
         "counts it: queued, or scheduled while run_at is ahead. null only for a job the operator holds as "
@@ -139,6 +144,11 @@ class JobCounts(Out):
     cancelled: int = 0
 
 
+class RateLimit(Out):
+    starts: int
+    per: str
+
+
 class Queue(Out):
     name: str
     namespace: str
@@ -153,6 +163,13 @@ class Queue(Out):
     oldest_queued_at: str | None = Field(default=None, description="When the longest-waiting queued job "
                                                                    "became runnable.")
     oldest_queued_seconds: float | None = Field(default=None, description="How long it has waited.")
+    rate_limit: RateLimit | None = Field(default=None, description="spec.rateLimit: at most `starts` attempts "
+                                                                   "start in any window of length `per`.")
+    recent_starts: int | None = Field(default=None, description="Attempts started in the rate limit's window.")
+    rate_limited: bool = Field(default=False, description="Queued jobs wait for the rate limit (RateLimited).")
+    per_key_concurrency: int | None = Field(default=None, description="spec.perKeyConcurrency: running attempts "
+                                                                      "at once per concurrency key.")
+    keys: int = Field(default=0, description="Concurrency keys of the queued and running jobs.")
 
 
 class QueueList(Out):
@@ -194,6 +211,7 @@ def _job_fields(raw: dict[str, Any], meta: dict[str, Any], spec: dict[str, Any],
         id=job_id(meta["name"]), name=meta["name"], namespace=meta.get("namespace", ""),
         queue=spec.get("queue", ""), handler=spec.get("handler", ""), payload=spec.get("payload") or {},
         run_at=spec.get("runAt"), idempotency_key=spec.get("idempotencyKey"), priority=spec.get("priority", 0),
+        concurrency_key=spec.get("concurrencyKey"),
         state=state, attempt=status.get("attempt", 0), max_attempts=status.get("maxAttempts"),
         cancel_requested=bool(spec.get("cancel") or status.get("cancelRequested")),
         created_at=meta.get("creationTimestamp"), next_attempt_at=status.get("nextAttemptAt"),
@@ -225,4 +243,9 @@ def queue_out(key: tuple[str, str], queue: dict[str, Any] | None, numbers: Queue
                  concurrency=spec.concurrency if spec else None, max_attempts=spec.max_attempts if spec else None,
                  paused=bool(spec and spec.paused), running=numbers.running, starting=numbers.starting, jobs=counts,
                  oldest_queued_at=format_time(oldest, precise=False) if oldest else None,
-                 oldest_queued_seconds=round((now - oldest).total_seconds(), 3) if oldest else None)
+                 oldest_queued_seconds=round((now - oldest).total_seconds(), 3) if oldest else None,
+                 rate_limit=RateLimit(starts=spec.rate_limit.starts, per=spec.rate_limit.per)
+                 if spec and spec.rate_limit else None,
+                 recent_starts=numbers.recent_starts if spec and spec.rate_limit else None,
+                 rate_limited=bool(spec and spec.rate_limit and numbers.rate_limited),
+                 per_key_concurrency=spec.per_key_concurrency if spec else None, keys=numbers.keys)

@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from ..resources.common import parse_time, time_or_none
 from ..resources.job import State
 from ..resources.queue import QueueSpec
+from .admission import NO_KEY, concurrency_key
 from .health import COND_INVALID
 
 STATES = [s.value for s in State]
@@ -39,6 +40,9 @@ class QueueStats:
     jobs: dict[str, int] = field(default_factory=lambda: {s: 0 for s in STATES})
     oldest_queued_at: datetime | None = None
     paused: bool = False
+    rate_limit: str | None = None  # spec.rateLimit as "100/1m"
+    per_key_concurrency: int | None = None
+    rate_limited: bool = False  # status.rateLimited: queued jobs wait for the rate limit
 
     @property
     def running(self) -> int:
@@ -100,7 +104,11 @@ def queue_stats(queues: Iterable[dict[str, Any]], jobs: Iterable[dict[str, Any]]
         out[(meta.get("namespace", ""), meta["name"])] = QueueStats(
             meta.get("namespace", ""), meta["name"], True, spec.concurrency if spec else None,
             spec.max_attempts if spec else None, time_or_none(meta.get("creationTimestamp")),
-            paused=bool(spec and spec.paused))
+            paused=bool(spec and spec.paused),
+            rate_limit=f"{spec.rate_limit.starts}/{spec.rate_limit.per}" if spec and spec.rate_limit else None,
+            per_key_concurrency=spec.per_key_concurrency if spec else None,
+            rate_limited=bool(spec and spec.rate_limit and isinstance(raw.get("status"), dict)
+                              and raw["status"].get("rateLimited") is True))
     for job in jobs:
         ns, queue = job["metadata"].get("namespace", ""), (job.get("spec") or {}).get("queue", "")
         stats = out.get((ns, queue))
@@ -128,6 +136,11 @@ class QueueNumbers:
     scheduled: int = 0
     failed: int = 0
     oldest_queued_at: datetime | None = None
+    keys: int = 0  # distinct concurrency keys of the queued and running jobs
+    # A rate-limited queue's starts in its window and whether jobs wait for it (controller/slots.Slots.rate tells
+    # them); None and False without a rate limit.
+    recent_starts: int | None = None
+    rate_limited: bool = False
 
 
 def count_unfinished(jobs: Iterable[tuple[dict[str, Any], bool]], now: datetime) -> QueueNumbers:
@@ -135,31 +148,33 @@ def count_unfinished(jobs: Iterable[tuple[dict[str, Any], bool]], now: datetime)
     (counted as `starting` among the queued). What each job counts as: `counted_state`."""
     counts = {"running": 0, "queued": 0, "starting": 0, "scheduled": 0, "failed": 0}
     oldest: datetime | None = None
+    keys: set[str] = set()
     for job, starting in jobs:
         state = counted_state(job, now)
         if state not in counts:
             continue
         counts[state] += 1
+        if state in ("queued", "running"):
+            keys.add(concurrency_key(job))
         if state == "queued":
             counts["starting"] += starting
             since = _queued_since(job)
             if since is not None and (oldest is None or since < oldest):
                 oldest = since
-    return QueueNumbers(**counts, oldest_queued_at=oldest)
-
-
-def may_start(spec: QueueSpec, holders: int) -> bool:
-    """Whether the queue starts one more attempt now, holding `holders` slots: not while it is paused, and never
-    past its concurrency (pod and worker mode alike: admission is one line per queue)."""
-    return not spec.paused and holders < spec.concurrency
+    keys.discard(NO_KEY)
+    return QueueNumbers(**counts, oldest_queued_at=oldest, keys=len(keys))
 
 
 def status_body(numbers: QueueNumbers, generation: int | None, paused: bool = False) -> dict[str, Any]:
-    """A Queue's status as a JSON merge patch body (oldestQueuedAt null removes it when nothing is queued)."""
+    """A Queue's status as a JSON merge patch body (oldestQueuedAt null removes it when nothing is queued; so do
+    the rate limit's numbers without a rate limit, and keys when no job has a key)."""
     from ..resources.common import format_time
 
     oldest = numbers.oldest_queued_at
     return {
+        "recentStarts": numbers.recent_starts,
+        "rateLimited": numbers.rate_limited if numbers.recent_starts is not None else None,
+        "keys": numbers.keys or None,
         "observedGeneration": generation,
         "paused": paused,
         "running": numbers.running,
@@ -180,7 +195,9 @@ def numbers_of_status(status: Any) -> QueueNumbers:
         return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
     return QueueNumbers(running=count("running"), queued=count("queued"), starting=count("starting"),
-                        scheduled=count("scheduled"), failed=count("failed"),
+                        scheduled=count("scheduled"), failed=count("failed"), keys=count("keys"),
+                        recent_starts=count("recentStarts") if status.get("recentStarts") is not None else None,
+                        rate_limited=status.get("rateLimited") is True,
                         oldest_queued_at=time_or_none(status.get("oldestQueuedAt")))
 
 

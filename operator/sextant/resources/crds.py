@@ -140,6 +140,7 @@ RESOURCES: list[dict[str, Any]] = [
             # NoWorker; else the state's, lifecycle/health.py) and the status message.
             {"name": "Reason", "type": "string", "priority": 1, "jsonPath": _READY_REASON},
             {"name": "Message", "type": "string", "priority": 1, "jsonPath": ".status.message"},
+            {"name": "Key", "type": "string", "priority": 1, "jsonPath": ".spec.concurrencyKey"},
         ],
         # Field selectors (Kubernetes >= 1.32; beta from 1.30): `kubectl get sjob --field-selector
         # status.state=failed`, and the HTTP API's list filters, applied by the API server to each page. The jobs running
@@ -159,6 +160,9 @@ RESOURCES: list[dict[str, Any]] = [
             {"name": "Queued", "type": "integer", "jsonPath": ".status.queued"},
             {"name": "Oldest-Queued", "type": "date", "jsonPath": ".status.oldestQueuedAt"},
             {"name": "Paused", "type": "boolean", "jsonPath": ".status.paused"},
+            {"name": "Rate-Limited", "type": "boolean", "jsonPath": ".status.rateLimited"},
+            {"name": "Recent-Starts", "type": "integer", "priority": 1, "jsonPath": ".status.recentStarts"},
+            {"name": "Keys", "type": "integer", "priority": 1, "jsonPath": ".status.keys"},
             {"name": "Scheduled", "type": "integer", "priority": 1, "jsonPath": ".status.scheduled"},
             {"name": "Failed", "type": "integer", "priority": 1, "jsonPath": ".status.failed"},
             {"name": "Starting", "type": "integer", "priority": 1, "jsonPath": ".status.starting"},

@@ -17,7 +17,7 @@ from typing import Any
 
 from .common import NAME_MAX, NAME_PATTERN, parse_duration
 from .contract import ENV_IDEMPOTENCY_WINDOW
-from .job import ID_ALPHABET, ID_LENGTH, IDEMPOTENCY_WINDOW, State, payload_refusal
+from .job import CONCURRENCY_KEY_MAX, ID_ALPHABET, ID_LENGTH, IDEMPOTENCY_WINDOW, State, payload_refusal
 
 _NAME_RE = re.compile(NAME_PATTERN)
 # A namespace is a DNS-1123 label (no dots).
@@ -89,12 +89,21 @@ def payload(field: str, value: Any) -> dict[str, Any]:
     return value
 
 
-def idempotency_key(field: str, value: str) -> str:
+def _key(field: str, value: str, what: str, limit: int) -> str:
     if not isinstance(value, str) or not value:
-        raise InputError(field, "an idempotency key must not be empty")
-    if len(value) > KEY_MAX:
-        raise InputError(field, f"an idempotency key has at most {KEY_MAX} characters, got {len(value)}")
+        raise InputError(field, f"{what} must not be empty")
+    if len(value) > limit:
+        raise InputError(field, f"{what} has at most {limit} characters, got {len(value)}")
     return value
+
+
+def idempotency_key(field: str, value: str) -> str:
+    return _key(field, value, "an idempotency key", KEY_MAX)
+
+
+def concurrency_key(field: str, value: str) -> str:
+    """A job's concurrency key (spec.concurrencyKey): a tenant, a customer id."""
+    return _key(field, value, "a concurrency key", CONCURRENCY_KEY_MAX)
 
 
 def priority(field: str, value: int) -> int:

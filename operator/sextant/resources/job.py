@@ -21,6 +21,7 @@ _REPLACE = "cancel this job and create a new one with a fresh idempotency key"
 # Deeper payloads are refused: JSON encoders stop at a few hundred levels (orjson at 255), and the API server
 # takes up to 10,000. No real payload nests this deep.
 MAX_PAYLOAD_DEPTH = 100
+CONCURRENCY_KEY_MAX = 253
 # Priorities are 32-bit, as Kubernetes' own PriorityClass values.
 MIN_PRIORITY, MAX_PRIORITY = -(2**31), 2**31 - 1
 
@@ -141,6 +142,12 @@ class JobSpec(Model):
     )
     priority: int = Field(default=0, ge=MIN_PRIORITY, le=MAX_PRIORITY,
                           description="Higher runs first within its queue; FIFO among equals (32-bit).")
+    concurrency_key: str | None = Field(
+        default=None, min_length=1, max_length=CONCURRENCY_KEY_MAX,
+        description="The job's concurrency key, e.g. a tenant or customer id: the queue's perKeyConcurrency limits "
+        "running attempts per key, and the queue admits keys in turn (round-robin) among jobs of equal priority. "
+        f"1 to {CONCURRENCY_KEY_MAX} characters; immutable.",
+    )
     cancel: bool = Field(
         default=False,
         description="Set to true to cancel the job (scheduled/queued at once, running after cancelGrace).",
@@ -165,6 +172,7 @@ class JobSpec(Model):
             _immutable("payload"),
             _immutable("runAt"),
             _immutable("idempotencyKey"),
+            _immutable("concurrencyKey"),
             {
                 "rule": "!has(oldSelf.cancel) || !oldSelf.cancel || (has(self.cancel) && self.cancel)",
                 "message": "cancel cannot be withdrawn once requested",

@@ -17,6 +17,10 @@ MIN_LEASE_DURATION = timedelta(seconds=1)
 # No timeout, "0s", means nothing: not "no limit" (unlike retention's "0s"), an attempt that times out at once.
 # Checked here in microseconds and by the CRD in nanoseconds: whatever the CRD admits, the model reads.
 MIN_TIMEOUT = timedelta(milliseconds=1)
+# A rate limit's window: at least a second (finer would be a promise the operator's timers cannot keep), at most a
+# day; at most MAX_RATE_STARTS starts per window, since the operator remembers each start of the window.
+MIN_RATE_PER, MAX_RATE_PER = timedelta(seconds=1), timedelta(hours=24)
+MAX_RATE_STARTS = 100_000
 
 
 class Backoff(Model):
@@ -65,6 +69,35 @@ class Retention(Model):
     )
 
 
+class RateLimit(Model):
+    """At most `starts` attempts start in any window of length `per`, across every worker and pod of the queue."""
+
+    starts: int = Field(ge=1, le=MAX_RATE_STARTS,
+                        description=f"How many attempts may start in any window of length per (1 to {MAX_RATE_STARTS}).")
+    per: Duration = Field(description="The window: a duration from 1s to 24h, e.g. 1m.")
+
+    model_config = Model.model_config | {
+        "json_schema_extra": validations(
+            {
+                "rule": "duration(self.per) >= duration('1s') && duration(self.per) <= duration('24h')",
+                "message": "rateLimit.per must be from 1s to 24h",
+                "fieldPath": ".per",
+            },
+        )
+    }
+
+    @field_validator("per")
+    @classmethod
+    def _per_in_range(cls, value: str) -> str:
+        if not MIN_RATE_PER <= parse_duration(value) <= MAX_RATE_PER:
+            raise ValueError(f"{value!r}: rateLimit.per must be from 1s to 24h")
+        return value
+
+    @property
+    def per_delta(self) -> timedelta:
+        return parse_duration(self.per)
+
+
 class QueueSpec(Model):
     concurrency: int = Field(default=10, ge=1, description="Running attempts at once, across the whole queue.")
     max_attempts: int = Field(
@@ -99,6 +132,18 @@ class QueueSpec(Model):
         default=False,
         description="No attempt starts while true: running attempts finish, new jobs arrive queued and keep their "
         "place in line; set back to false (resume), the queue starts them in order. `sextant queues pause|resume`.",
+    )
+    rate_limit: RateLimit | None = Field(
+        default=None,
+        description="At most rateLimit.starts attempts start in any window of length rateLimit.per (a sliding "
+        "window), across every worker and pod of the queue; an attempt starts when the operator admits it (creates "
+        "its pod, or assigns it to a worker). Jobs past it stay queued; status.rateLimited says so. Unset: no limit.",
+    )
+    per_key_concurrency: int | None = Field(
+        default=None, ge=1,
+        description="Running attempts at once per concurrency key (a Job's spec.concurrencyKey), within the "
+        "queue's concurrency. Jobs without a key are not limited by it. Whether set or not, the queue admits keys "
+        "in turn (round-robin) among jobs of equal priority, so that one key's backlog does not delay another's jobs.",
     )
 
     model_config = Model.model_config | {
@@ -149,6 +194,15 @@ class QueueStatus(Model):
     )
     paused: bool | None = Field(
         default=None, description="The operator starts no attempt of the queue (it saw spec.paused)."
+    )
+    recent_starts: int | None = Field(
+        default=None, description="Attempts started in the last rateLimit.per (only with a rateLimit)."
+    )
+    rate_limited: bool | None = Field(
+        default=None, description="Queued jobs wait for the rate limit (RateLimited): the window's starts are used up."
+    )
+    keys: int | None = Field(
+        default=None, description="Concurrency keys with jobs queued or running (only when some job has a key)."
     )
 
 

@@ -19,16 +19,18 @@ class Jobs:
 
     def create(self, *, queue: str, handler: str, payload: dict[str, Any] | None = None,
                idempotency_key: str | None = None, run_at: datetime | None = None, priority: int = 0,
-               namespace: str | None = None) -> str:
+               namespace: str | None = None, concurrency_key: str | None = None) -> str:
         """Create a job and return its id; with a key used in the last 24 h, the id of that job.
 
         Raises sextant.resources.inputs.InputError (a ValueError) for a payload that is not a JSON object or is over the cap
-        (256 KiB as JSON), before anything is sent; sextant.client.KeyConflict when the key is held by a job with
+        (256 KiB as JSON) or an empty or over-long concurrency_key, before anything is sent; sextant.client.KeyConflict when the key is held by a job with
         another queue, handler or payload (nothing is created; its message names the fields)."""
         payload = inputs.payload("payload", payload or {})
+        if concurrency_key is not None:
+            inputs.concurrency_key("concurrency_key", concurrency_key)
         if self._client is None:
             self._client = self._connect()
         job, _ = self._client.create_job(namespace or self.namespace, queue=queue, handler=handler,
                                          payload=payload, idempotency_key=idempotency_key, run_at=run_at,
-                                         priority=priority)
+                                         priority=priority, concurrency_key=concurrency_key)
         return job_id(job["metadata"]["name"])
