@@ -177,7 +177,8 @@ def test_the_spec_names_the_field_and_the_rule() -> None:
         (0, 10, 8, timedelta(seconds=30), timedelta(seconds=60))
     with pytest.raises(ValidationError, match="maxReplicas \\(2\\) must not be less than minReplicas \\(3\\)"):
         WorkerPoolSpec.model_validate({**base, "minReplicas": 3, "maxReplicas": 2})
-    with pytest.raises(ValidationError, match="queues"):
-        WorkerPoolSpec.model_validate({**base, "queues": []})
+    assert WorkerPoolSpec.model_validate({"scaleTargetRef": {"name": "w"}}).queues == []  # every Queue
+    with pytest.raises(ValidationError, match="slotsPerWorker|slots_per_worker"):
+        WorkerPoolSpec.model_validate({**base, "slotsPerWorker": 0})
     with pytest.raises(ValidationError, match="kind"):
         WorkerPoolSpec.model_validate({**base, "scaleTargetRef": {"name": "w", "kind": "StatefulSet"}})

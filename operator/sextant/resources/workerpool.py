@@ -34,8 +34,9 @@ class ScaleTargetRef(Model):
 
 class WorkerPoolSpec(Model):
     scale_target_ref: ScaleTargetRef = Field(description="The Deployment of `sextant worker` pods to scale.")
-    queues: list[str] = Field(min_length=1, max_length=256,
-                              description="The queues its workers serve: their jobs are the demand.")
+    queues: list[str] = Field(default_factory=list, max_length=256, description=(
+        "The queues its workers serve (their --queue list): their jobs are the demand. Empty: every Queue of the "
+        "namespace, as a worker without --queue serves."))
     handlers: list[str] = Field(default_factory=list, max_length=256, description=(
         "Only these handlers' jobs count (give the workers' --handler list when several pools share a queue); "
         "empty: every worker-mode Handler's."))
