@@ -135,8 +135,11 @@ def pools(draw: st.DrawFn) -> tuple[int, int, int, int, list[Member], int, tuple
     low = draw(st.integers(0, 3))
     high = draw(st.integers(max(low, 1), 12))
     n = draw(st.integers(0, 12))
-    members = [Member(f"w{i}", busy=draw(st.integers(0, per_worker)), registered=draw(st.booleans()) or True)
-               for i in range(n)]
+    members = []
+    for i in range(n):  # a pod with no Worker object yet cannot have been given a job
+        registered = draw(st.booleans())
+        members.append(Member(f"w{i}", busy=draw(st.integers(0, per_worker)) if registered else 0,
+                              registered=registered))
     unborn = draw(st.integers(0, 3))
     queued = draw(st.integers(0, 100))
     retiring = tuple(m.name for m in members if draw(st.booleans()))
@@ -182,3 +185,19 @@ def test_the_spec_names_the_field_and_the_rule() -> None:
         WorkerPoolSpec.model_validate({**base, "slotsPerWorker": 0})
     with pytest.raises(ValidationError, match="kind"):
         WorkerPoolSpec.model_validate({**base, "scaleTargetRef": {"name": "w", "kind": "StatefulSet"}})
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 20), st.lists(st.tuples(st.integers(0, 120), st.integers(0, 20)), max_size=12),
+       st.integers(0, 20), st.integers(1, 90))
+def test_no_flapping_a_scale_down_follows_the_highest_wanted_within_the_window(
+        current: int, history: list[tuple[int, int]], desired: int, window_seconds: int) -> None:
+    now, window = at(120), timedelta(seconds=window_seconds)
+    recent = [(at(t), r) for t, r in history]
+    target = stabilized(current, desired, recent, now, window)
+    if desired >= current:
+        assert target == desired  # up at once
+    else:
+        in_window = [r for t, r in recent if t > now - window]
+        assert desired <= target <= current
+        assert target == min(current, max([desired, *in_window]))

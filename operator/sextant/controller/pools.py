@@ -197,9 +197,11 @@ class PoolController:
             pool.recent.append((now, current))  # after a (re)start or takeover: hold one window before a scale-down
         pool.recent = [(t, r) for t, r in pool.recent if t > now - window] + [(now, desired)]
         target = stabilized(current, desired, pool.recent, now, window)
+        if not selector:
+            target = max(target, current)  # no selector to find its pods by: which would go is unknown, so none does
         result = Plan(target)
         marked: set[str] = set()
-        if target < current or pool.marked:
+        if selector and (target < current or pool.marked):
             pods, _ = await self.kube.list(contract.pods_path(ns), {"labelSelector": selector})
             members, marked = self._members(ns, pods)
             result = plan(current, target, members, self.view.retiring.get(key, ()))
@@ -249,10 +251,10 @@ class PoolController:
         for pod in pods:
             meta = pod.get("metadata") or {}
             name = meta.get("name", "")
+            if meta.get("deletionTimestamp") or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                continue  # on its way out: neither counted by the ReplicaSet nor worth unmarking
             if (meta.get("annotations") or {}).get(POD_DELETION_COST) == RETIRE_COST:
                 marked.add(name)
-            if meta.get("deletionTimestamp") or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-                continue
             members.append(Member(name, busy.get(name, 0), name in workers))
         return members, marked
 

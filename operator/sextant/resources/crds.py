@@ -53,6 +53,8 @@ def _resolve(node: Any, defs: dict[str, Any], in_status: bool) -> Any:
             }
         elif key in ("items", "additionalProperties"):
             out[key] = _resolve(value, defs, in_status)
+        elif key == "const":  # a one-value Literal: structural schemas have no const, an enum of one says it
+            out["enum"] = [value]
         else:
             out[key] = value
     if open_object:
