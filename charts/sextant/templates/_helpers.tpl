@@ -146,6 +146,7 @@ user's, the operator writes only the status of Jobs, Schedules and Queues.
 - apiGroups: [sextant.dev]
   resources: [workerpools]
   verbs: [get, list, watch]
+# A WorkerPool's status: the replicas it set, the demand it counted, its conditions; written only on change.
 - apiGroups: [sextant.dev]
   resources: [workerpools/status]
   verbs: [patch]
