@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from _builders import T0, at, queue
-from sextant.lifecycle.scaling import (Demand, Member, Plan, desired_replicas, kept_free_slots, plan, queue_demand,
-                                       stabilized, total)
+from sextant.lifecycle.scaling import (Demand, Member, Plan, desired_replicas, plan, queue_demand, stabilized,
+                                       total)
 from sextant.resources.workerpool import WorkerPoolSpec
 
 LEAD = timedelta(seconds=30)
@@ -31,6 +31,11 @@ def job(state: str | None, *, handler: str = "h", run_at: str | None = None,
     if run_at:
         spec["runAt"] = run_at
     return {"metadata": {"name": "j", "creationTimestamp": "2026-03-01T11:00:00Z"}, "spec": spec, "status": status}
+
+
+def kept_free_slots(members: list[Member], retire: tuple[str, ...], slots_per_worker: int) -> int:
+    """The free slots of the workers not retired: what the queued jobs can start in."""
+    return sum(max(0, slots_per_worker - m.busy) for m in members if m.name not in retire)
 
 
 def every(_: dict[str, Any]) -> bool:

@@ -95,7 +95,6 @@ class Member:
     name: str
     busy: int = 0  # assignments not yet recorded, landed or on their way
     registered: bool = True  # a Worker object of that name exists (else it cannot have been given a job)
-    marked: bool = False  # carries the retire deletion cost from an earlier decision
 
 
 @dataclass(frozen=True)
@@ -125,12 +124,6 @@ def plan(current: int, target: int, members: Sequence[Member], retiring: Iterabl
         return Plan(current - unborn, retire)
     remove = tuple(sorted(m.name for m in ranked[:left] if m.busy == 0))
     return Plan(current - unborn - len(remove), retire, remove)
-
-
-def kept_free_slots(members: Sequence[Member], retire: Iterable[str], slots_per_worker: int) -> int:
-    """The free slots of the workers not retired: what the queued jobs can start in (for tests and messages)."""
-    out = set(retire)
-    return sum(max(0, slots_per_worker - m.busy) for m in members if m.name not in out)
 
 
 def describe(demand: Demand, desired: int, current: int, target: int, result: Plan,
