@@ -23,7 +23,8 @@ EXAMPLES = repo_root() / "examples"
 CRD_NAMES = sorted(p.name.removesuffix(".yaml") for p in CRDS.glob("*.yaml"))
 MODELS = {"Job": Job, "Queue": Queue, "Handler": Handler, "Schedule": Schedule}
 PLURALS = {"Job": "jobs.sextant.dev", "Queue": "queues.sextant.dev", "Handler": "handlers.sextant.dev",
-           "Schedule": "schedules.sextant.dev", "Worker": "workers.sextant.dev"}  # fmt: skip
+           "Schedule": "schedules.sextant.dev", "Worker": "workers.sextant.dev",
+           "WorkerPool": "workerpools.sextant.dev"}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -60,11 +61,11 @@ def contains(expected: Any, actual: Any) -> bool:
     return expected == actual
 
 
-def test_the_five_crds_are_established_and_served(installed):
+def test_the_six_crds_are_established_and_served(installed):
     crds = json.loads(installed.kubectl("get", "crd", *CRD_NAMES, "-o", "json").stdout)["items"]
     assert sorted(c["metadata"]["name"] for c in crds) == [
         "handlers.sextant.dev", "jobs.sextant.dev", "queues.sextant.dev", "schedules.sextant.dev",
-        "workers.sextant.dev",
+        "workerpools.sextant.dev", "workers.sextant.dev",
     ]  # fmt: skip
     for crd in crds:
         conditions = {c["type"]: c["status"] for c in crd["status"]["conditions"]}
@@ -73,7 +74,7 @@ def test_the_five_crds_are_established_and_served(installed):
     resources = installed.kubectl("api-resources", "--api-group=sextant.dev", "-o", "name").stdout.split()
     assert sorted(resources) == sorted(PLURALS.values())
     installed.kubectl("get", "sextant", "-A")  # the category
-    installed.kubectl("get", "sjob,squeue,shandler,ssched,sworker", "-A")  # the short names
+    installed.kubectl("get", "sjob,squeue,shandler,ssched,sworker,spool", "-A")  # the short names
 
 
 def test_the_examples_are_accepted_as_written(installed, ns):
@@ -187,6 +188,11 @@ INVALID = [
     Invalid("exit-code-above-255",
             handler("h-exit-300", template={"spec": {"containers": [CONTAINER]}}, nonRetryableExitCodes=[300]),
             ["spec.nonRetryableExitCodes[0]", "less than or equal to 255"]),
+    Invalid("pool-min-above-max", obj("WorkerPool", "p-min-max", {"scaleTargetRef": {"name": "w"}, "minReplicas": 3,
+                                                                  "maxReplicas": 2}),
+            ["spec.minReplicas", "minReplicas must not be greater than maxReplicas"]),
+    Invalid("pool-of-a-statefulset", obj("WorkerPool", "p-sts", {"scaleTargetRef": {"name": "w", "kind": "StatefulSet"}}),
+            ["spec.scaleTargetRef.kind", "Deployment"]),
 ]  # fmt: skip
 
 

@@ -148,6 +148,8 @@ OPERATOR_RULES = {
     ("sextant.dev", "queues/status"): {"patch"},
     ("sextant.dev", "workers"): {"get", "list", "watch", "patch", "delete"},
     ("sextant.dev", "workers/status"): {"patch"},
+    ("sextant.dev", "workerpools"): {"get", "list", "watch"},
+    ("sextant.dev", "workerpools/status"): {"patch"},
     ("", "pods"): {"get", "list", "watch", "create", "delete"},
     ("coordination.k8s.io", "leases"): {"get", "list", "watch"},
     ("", "events"): {"create"},
@@ -213,7 +215,8 @@ def test_default_values_render_a_two_replica_restricted_operator_with_cluster_wi
     assert {k for k, v in edit["metadata"]["labels"].items() if k.startswith(aggregate) and v == "true"} == \
         {aggregate + r for r in ("edit", "admin")}
     assert view["rules"] == [{"apiGroups": ["sextant.dev"],
-                              "resources": ["jobs", "queues", "handlers", "schedules", "workers"], "verbs": ["get", "list", "watch"]}]
+                              "resources": ["jobs", "queues", "handlers", "schedules", "workers", "workerpools"],
+                              "verbs": ["get", "list", "watch"]}]
     assert [r["apiGroups"] for r in edit["rules"]] == [["sextant.dev"]] and "get" not in edit["rules"][0]["verbs"]
     assert not any("/" in res for role in (view, edit) for r in role["rules"] for res in r["resources"])
     assert not find(helm.template({"userRoles": {"aggregate": False}}), "ClusterRole", "sx-sextant-view")
@@ -772,6 +775,46 @@ def test_a_worker_can_use_an_existing_service_account_and_a_narrower_network_pol
     ({"workers": [{"name": "w", "commandEnv": ["2BAD"]}]}, "commandEnv"),
 ])  # fmt: skip
 def test_worker_values_are_checked(helm, values, words):
+    bad = helm("template", "sx", str(CHART), values=values, check=False)
+    assert bad.returncode != 0 and words in bad.stderr, bad.stderr
+
+
+def test_an_autoscaled_worker_gets_a_worker_pool_and_the_operator_may_scale_that_deployment_alone(helm):
+    """docs/workers.md, Autoscaling: autoscaling.enabled renders a WorkerPool for the worker's Deployment (its queues,
+    handlers and concurrency as the pool's), no replicas in the Deployment (the operator's to set), and a Role that
+    lets the operator read and set that Deployment's scale subresource, and mark pods for removal — nothing else."""
+    docs = helm.template({"workers": [{"name": "w", "namespace": "shop", "queues": ["emails"], "handlers": ["send"],
+                                       "concurrency": 4, "autoscaling": {"enabled": True, "maxReplicas": 6,
+                                                                         "scaleDownDelay": "2m"}}],
+                          "watchNamespaces": ["shop"]})
+    deployment, _, _ = worker_parts(docs, "w", "shop")
+    assert "replicas" not in deployment["spec"]
+    assert one(docs, "WorkerPool", "sx-sextant-worker-w", "shop")["spec"] == {
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "sx-sextant-worker-w"},
+        "queues": ["emails"], "handlers": ["send"], "slotsPerWorker": 4, "minReplicas": 0, "maxReplicas": 6,
+        "leadTime": "30s", "scaleDownDelay": "2m"}
+    role = one(docs, "Role", "sx-sextant-worker-w-scale", "shop")
+    assert role["rules"][0] == {"apiGroups": ["apps"], "resources": ["deployments/scale"],
+                                "resourceNames": ["sx-sextant-worker-w"], "verbs": ["get", "patch"]}
+    assert rules_of(role) == {("apps", "deployments/scale"): {"get", "patch"}, ("", "pods"): {"patch"}}
+    binding = one(docs, "RoleBinding", "sx-sextant-worker-w-scale", "shop")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "sx-sextant", "namespace": "sextant-system"}]
+    assert one(docs, "PodDisruptionBudget", "sx-sextant-worker-w", "shop"), "up to 6 replicas: drained one at a time"
+    # Without autoscaling: no WorkerPool, no rights on the Deployment.
+    plain = helm.template({"workers": [{"name": "w"}]})
+    assert not find(plain, "WorkerPool") and not find(plain, "Role", "sx-sextant-worker-w-scale")
+    assert_least_privilege(docs)
+
+
+@pytest.mark.parametrize("values,words", [
+    ({"workers": [{"name": "w", "replicas": 2, "autoscaling": {"enabled": True}}]},
+     "workers[w].replicas: not with autoscaling.enabled"),
+    ({"workers": [{"name": "w", "autoscaling": {"enabled": True, "minReplicas": 3, "maxReplicas": 2}}]},
+     "workers[w].autoscaling.minReplicas (3) must not be greater than maxReplicas (2)"),
+    ({"workers": [{"name": "w", "autoscaling": {"enabled": True, "leadTime": "soon"}}]}, "leadTime"),
+    ({"workers": [{"name": "w", "autoscaling": {"enabled": True, "max": 3}}]}, "max"),
+])  # fmt: skip
+def test_autoscaling_values_are_checked(helm, values, words):
     bad = helm("template", "sx", str(CHART), values=values, check=False)
     assert bad.returncode != 0 and words in bad.stderr, bad.stderr
 

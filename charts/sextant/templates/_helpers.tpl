@@ -141,6 +141,15 @@ user's, the operator writes only the status of Jobs, Schedules and Queues.
 - apiGroups: [sextant.dev]
   resources: [workers/status]
   verbs: [patch]
+# WorkerPools (docs/workers.md, Autoscaling): watched into the view; their status is the operator's decision (the
+# replicas it set, the demand, conditions). The Deployments they scale are granted per worker entry (workers.yaml).
+- apiGroups: [sextant.dev]
+  resources: [workerpools]
+  verbs: [get, list, watch]
+# A WorkerPool's status: the replicas it set, the demand it counted, its conditions; written only on change.
+- apiGroups: [sextant.dev]
+  resources: [workerpools/status]
+  verbs: [patch]
 # Attempt pods: each attempt is one pod, created from its Handler's template, watched (label-selected:
 # sextant.dev/job) to see how it ends, and deleted on cancel, timeout or lease expiry. No update or patch.
 - apiGroups: [""]

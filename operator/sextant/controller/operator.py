@@ -21,6 +21,7 @@ from ..kube.client import Kube
 from ..kube.clock import utcnow
 from ..lifecycle.transitions import Event
 from ..resources import API_VERSION
+from .pools import PoolController
 from .schedules import ScheduleController
 from .settings import Settings
 from .timers import Timers
@@ -56,6 +57,9 @@ class Operator:
                                   pending_pods=self.settings.pending_pods,
                                   record_queued_after=self.settings.record_queued_after)
         self.schedules = ScheduleController(self.kube, self.view, self.events, self.timers)
+        # WorkerPools: the replicas of Deployments of workers, from the slots their queues need (pools.py).
+        self.pools = PoolController(self.kube, self.view, self.events, self.timers, self.jobs.leading,
+                                    busy=self.jobs.slots.busy, reopen=self.jobs.slots.pump_worker)
         if self.elector is not None:
             self.jobs.leading.clear()
             self.schedules.leading.clear()
@@ -92,6 +96,8 @@ class Operator:
             # Worker objects (docs/workers.md): one per worker process, not per job.
             *(informer(p, c.on_worker_object, "workers", "Worker", API_VERSION)
               for p in _paths(contract.workers_path, ns)),
+            *(informer(p, self.pools.on_pool, "workerpools", "WorkerPool", API_VERSION)
+              for p in _paths(contract.workerpools_path, ns)),
             # Protocol v1's registration Leases, to judge attempts still running on v1 workers during the upgrade.
             # Drop with the version after next.
             *(Informer(self.kube, p, c.on_v1_lease, label_selector=contract.LABEL_WORKER, name="v1-worker-leases")
@@ -175,6 +181,7 @@ class Operator:
             *((("leader election", self.elector.run),) if self.elector is not None else ()),
             ("jobs", lambda: self.jobs.run([i.synced for i in self.informers])),
             ("schedules", lambda: self.schedules.run([i.synced for i in self.informers])),
+            ("worker pools", lambda: self.pools.run([i.synced for i in self.informers])),
         ]
         self._tasks = [asyncio.create_task(supervise(name, loop), name=name) for name, loop in loops]
 

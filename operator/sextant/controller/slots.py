@@ -436,7 +436,7 @@ class Slots:
             return True
         if job in self._picked:
             return True
-        chosen = W.pick_worker(self.view.live_workers(job[0]), spec.get("queue", ""), spec.get("handler", ""),
+        chosen = W.pick_worker(self.view.assignable_workers(job[0]), spec.get("queue", ""), spec.get("handler", ""),
                                self.busy(job[0]))
         if chosen is None:
             return False

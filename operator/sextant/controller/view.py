@@ -242,6 +242,8 @@ class View:
         # up again (has_strays), only on their way out.
         self.leaving: dict[Key, set[int]] = {}
         self._worker_versions = Versions()
+        # WorkerPools (controller/pools.py): per pool, the workers it retires on a scale-down, given no new jobs.
+        self.retiring: dict[Key, frozenset[str]] = {}
         # Protocol v1's registration Leases, per namespace: only to judge attempts still running on a v1 worker
         # during the upgrade. Drop with the version after next.
         self.v1_leases: dict[str, dict[str, W.WorkerLease]] = defaultdict(dict)
@@ -490,6 +492,12 @@ class View:
 
     def live_workers(self, ns: str) -> list[tuple[W.Believed, bool]]:
         return [(w, self.live((ns, name))) for name, w in self.workers.get(ns, {}).items()]
+
+    def assignable_workers(self, ns: str) -> list[tuple[W.Believed, bool]]:
+        """live_workers without those a WorkerPool retires (they drain before their pods go): whom a job may be given.
+        Whether a job is served (NoWorker) still counts them: they are live, and the pool keeps room elsewhere."""
+        out = set().union(*(names for (namespace, _), names in self.retiring.items() if namespace == ns))
+        return [(w, live) for w, live in self.live_workers(ns) if w.name not in out]
 
     def worker_busy(self, ns: str) -> dict[str, int]:
         """Per worker of the namespace: its assignments, landed and on their way (an assignment holds its worker's

@@ -63,6 +63,7 @@ COORDINATION = "coordination.k8s.io/v1"
 AUTHENTICATION = "authentication.k8s.io/v1"
 AUTHORIZATION = "authorization.k8s.io/v1"
 APIEXTENSIONS = "apiextensions.k8s.io/v1"
+APPS = "apps/v1"
 
 
 def path(group_version: str, plural: str, namespace: str | None = None, name: str | None = None,
@@ -95,6 +96,16 @@ def schedules_path(namespace: str | None = None, name: str | None = None, subres
 def workers_path(namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
     """Worker objects (resources/worker.py): one per worker process, the worker protocol."""
     return path(API_VERSION, "workers", namespace, name, subresource)
+
+
+def workerpools_path(namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
+    """WorkerPool objects (resources/workerpool.py): a Deployment of workers the operator scales."""
+    return path(API_VERSION, "workerpools", namespace, name, subresource)
+
+
+def deployments_path(namespace: str, name: str, subresource: str | None = None) -> str:
+    """A Deployment (apps/v1), for a WorkerPool's target: only its `scale` subresource is read and written."""
+    return path(APPS, "deployments", namespace, name, subresource)
 
 
 def pods_path(namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:

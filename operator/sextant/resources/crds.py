@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from . import CATEGORY, GROUP, VERSION, handler, job, queue, schedule, worker
+from . import CATEGORY, GROUP, VERSION, handler, job, queue, schedule, worker, workerpool
 
 PRESERVE = "x-kubernetes-preserve-unknown-fields"
 _DROP = {"title", "additionalProperties"}
@@ -53,6 +53,8 @@ def _resolve(node: Any, defs: dict[str, Any], in_status: bool) -> Any:
             }
         elif key in ("items", "additionalProperties"):
             out[key] = _resolve(value, defs, in_status)
+        elif key == "const":  # a one-value Literal: structural schemas have no const, an enum of one says it
+            out["enum"] = [value]
         else:
             out[key] = value
     if open_object:
@@ -191,6 +193,23 @@ RESOURCES: list[dict[str, Any]] = [
             {"name": "Busy", "type": "integer", "jsonPath": ".status.busy"},
             {"name": "Handlers", "type": "string", "priority": 1, "jsonPath": ".spec.handlers"},
             {"name": "Renewed", "type": "date", "priority": 1, "jsonPath": ".spec.renewTime"},
+            _AGE,
+        ],
+    },
+    {
+        "module": workerpool,
+        "model": workerpool.WorkerPool,
+        "doc": "A Deployment of workers whose replicas the operator sets from the slots its queues need "
+               "(its scale subresource only); docs/workers.md, Autoscaling.",
+        "columns": [
+            {"name": "Target", "type": "string", "jsonPath": ".spec.scaleTargetRef.name"},
+            {"name": "Min", "type": "integer", "jsonPath": ".spec.minReplicas"},
+            {"name": "Max", "type": "integer", "jsonPath": ".spec.maxReplicas"},
+            {"name": "Replicas", "type": "integer", "jsonPath": ".status.replicas"},
+            {"name": "Desired", "type": "integer", "jsonPath": ".status.desiredReplicas"},
+            {"name": "Queued", "type": "integer", "priority": 1, "jsonPath": ".status.queued"},
+            {"name": "Running", "type": "integer", "priority": 1, "jsonPath": ".status.running"},
+            {"name": "Message", "type": "string", "priority": 1, "jsonPath": ".status.message"},
             _AGE,
         ],
     },
