@@ -20,7 +20,7 @@ import type { Settings } from './worker/service.js';
 export const USAGE = `usage: sextant-worker [--kubeconfig FILE] [--context NAME] [-n NAMESPACE] [--module FILE]...
                       [--queue Q]... [--handler H]... [--allow-commands | --allow-command H...]
                       [--command-env NAME[=VALUE]]... [--concurrency N] [--name NAME] [--drain-grace 25s]
-                      [--log-level info]
+                      [--metrics-port PORT] [--metrics-host ADDRESS] [--log-level info]
 
 A long-running worker (docs/workers.md): it announces itself with a Worker object of its own and runs the jobs the
 operator assigns to it — the handlers its --module files define with defineHandler, and Handlers' commands
@@ -36,6 +36,8 @@ operator assigns to it — the handlers its --module files define with defineHan
   --concurrency N        slots: attempts run at once (default ${DEFAULT_CONCURRENCY})
   --name NAME            the worker's name, a DNS label (default: the pod's name, else <host>-<pid>)
   --drain-grace D        on SIGTERM, how long running handlers may finish (default ${DEFAULT_DRAIN_GRACE_SECONDS}s)
+  --metrics-port PORT    serve Prometheus metrics on this port (attempts, slots, results refused)
+  --metrics-host ADDR    default 127.0.0.1 (this host only; 0.0.0.0 for a scraper elsewhere). Plain HTTP
   --no-events            no effect (the operator posts every Event); accepted so that scripts still work
   --log-level L          debug, info (default), warning or error
   -n, --namespace NS     default: the kubeconfig context's namespace, else "default"
@@ -52,6 +54,8 @@ export interface Parsed {
   context?: string;
   logLevel: 'debug' | 'info' | 'warning' | 'error';
   help: boolean;
+  metricsPort?: number;
+  metricsHost: string;
 }
 
 const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
@@ -100,8 +104,12 @@ export function parse(argv: string[], environ: NodeJS.ProcessEnv = process.env):
   }
   const help = Boolean(values.help);
   if (values.config !== undefined) throw new BadInput(`--config ${values.config}: the Node worker does not read sextant.toml; give its [worker] settings as flags`);
-  if (values['metrics-port'] !== undefined || values['metrics-host'] !== undefined) {
-    throw new BadInput('--metrics-port: the Node worker serves no metrics yet');
+  let metricsPort: number | undefined;
+  if (values['metrics-port'] !== undefined) {
+    metricsPort = Number(values['metrics-port']);
+    if (!/^\d+$/.test(values['metrics-port']) || metricsPort < 1 || metricsPort > 65535) {
+      throw new BadInput(`argument --metrics-port: '${values['metrics-port']}' is not a port (1 to 65535)`);
+    }
   }
   if (values['all-namespaces']) throw new BadInput('-A/--all-namespaces cannot be used with a worker: a worker serves one namespace (use -n NAMESPACE)');
   if (values.name !== undefined) {
@@ -141,6 +149,7 @@ export function parse(argv: string[], environ: NodeJS.ProcessEnv = process.env):
       commandEnv: commandEnv(values['command-env'] ?? [], environ),
     },
     modules: values.module ?? [], kubeconfig: values.kubeconfig, context: values.context, logLevel, help,
+    metricsPort, metricsHost: values['metrics-host'] ?? '127.0.0.1',
   };
 }
 
@@ -210,6 +219,14 @@ export async function main(argv: string[]): Promise<number> {
       return 1;
     }
     throw err;
+  }
+  if (parsed.metricsPort !== undefined) {
+    try {
+      await worker.service.metrics.serve(parsed.metricsPort, parsed.metricsHost);
+    } catch (err) {
+      error(`--metrics-port ${parsed.metricsPort}: cannot listen on ${parsed.metricsHost}: ${(err as Error).message}`);
+      return 1;
+    }
   }
   for (const signal of ['SIGTERM', 'SIGINT'] as const) process.on(signal, () => worker.stop());
   try {

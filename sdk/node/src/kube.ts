@@ -209,8 +209,6 @@ function apiError(status: number, body: any, method: string, p: string): ApiErro
 export class Informer {
   private readonly abort = new AbortController();
   private known = new Map<string, Obj>();
-  /** Set once the first list has been delivered. */
-  synced = false;
 
   constructor(
     private readonly kube: Kube,
@@ -236,7 +234,6 @@ export class Informer {
           for (const obj of items) this.on('upsert', obj);
           this.known = seen;
           version = resourceVersion;
-          this.synced = true;
         }
         await this.kube.watch(this.p, { resourceVersion: version, fieldSelector: this.fieldSelector }, (type, obj) => {
           if (obj?.metadata?.resourceVersion) version = obj.metadata.resourceVersion;

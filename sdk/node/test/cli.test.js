@@ -90,3 +90,19 @@ test('bad flags: exit 2 with the message, before anything connects', () => {
   assert.equal(help.status, 0);
   assert.match(help.stdout, /usage: sextant-worker/);
 });
+
+test('--metrics-port serves the worker\'s metrics', async () => {
+  assert.throws(() => parse(['--metrics-port', '99999']), /argument --metrics-port: '99999' is not a port/);
+  const p = parse(['--metrics-port', '9090']);
+  assert.deepEqual([p.metricsHost, p.metricsPort], ['127.0.0.1', 9090]);
+  const { WorkerMetrics } = await import('../dist/worker/metrics.js');
+  const metrics = new WorkerMetrics('w', () => [1, 4]);
+  metrics.attempt('q', 'h', 'succeeded');
+  metrics.refused();
+  const server = await metrics.serve(0, '127.0.0.1');
+  const text = await (await fetch(`http://127.0.0.1:${server.address().port}/metrics`)).text();
+  server.close();
+  assert.match(text, /^sextant_worker_attempts_total\{worker="w",queue="q",handler="h",result="succeeded"\} 1$/m);
+  assert.match(text, /^sextant_worker_slots\{worker="w",state="free"\} 3$/m);
+  assert.match(text, /^sextant_worker_results_refused_total\{worker="w"\} 1$/m);
+});

@@ -92,14 +92,12 @@ export class Registration {
   incarnation = newIncarnation();
   readonly incarnations = new Set([this.incarnation]);
   takenOverReason: string | undefined;
-  writes = 0;
   private ackedAt = 0;
   private ackedSeconds = 0;
   private readonly nudge = new Wakeup();
   private stopped = false;
   private readonly p: string;
   private onTaken: (() => void) | undefined;
-  private readonly writtenWaiters: (() => void)[] = [];
 
   constructor(private readonly kube: Kube, private readonly namespace: string, readonly name: string,
               private readonly offer: () => Offer, private readonly results: () => Obj[],
@@ -137,13 +135,6 @@ export class Registration {
   private acked(sent: number, offer: Offer): void {
     this.ackedAt = sent;
     this.ackedSeconds = offer.leaseSeconds;
-    this.writes += 1;
-    for (const w of this.writtenWaiters.splice(0)) w();
-  }
-
-  /** Until the next acknowledged write. */
-  written(): Promise<void> {
-    return new Promise((resolve) => this.writtenWaiters.push(resolve));
   }
 
   /** Create the object, or take it over from an earlier process of the same name. */

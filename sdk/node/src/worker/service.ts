@@ -8,6 +8,7 @@ import { Sextant } from '../client.js';
 import type { Context, HandlerFunction, Job } from '../handlers.js';
 import type { Logger } from './log.js';
 import { AllowCommands, HandlerSpec, Served, plan, servedHandlers, serving } from './plan.js';
+import { WorkerMetrics } from './metrics.js';
 import { Offer, Registration, monotonic, podOwner } from './registration.js';
 import { CommandWork, Ended, Execution, FunctionWork, Reaper, Work, commandEnvironment } from './work.js';
 
@@ -103,11 +104,13 @@ export class WorkerService {
   private statusWaiters: (() => void)[] = [];
   private reaper: Reaper | undefined;
   private client: Sextant | undefined;
+  readonly metrics: WorkerMetrics;
 
   constructor(private readonly kube: Kube, readonly settings: Settings,
               private readonly functions: Map<string, HandlerFunction>, private readonly log: Logger) {
     this.name = settings.name;
     this.namespace = settings.namespace;
+    this.metrics = new WorkerMetrics(this.name, () => this.slots());
   }
 
   /** Read the namespace's Queues and Handlers and check what to serve: PlanError naming what is wrong. */
@@ -320,6 +323,8 @@ export class WorkerService {
       if (execution.lingering) this.linger(execution.lingering);
       const reason = execution.stopReason;
       if (reason === LOST) return this.refused(key, 'stopped: no longer this worker\'s');
+      this.metrics.attempt(a.queue, a.handler, reason === 'Cancelled' ? 'cancelled'
+        : ended.exitCode === 0 && reason === undefined ? 'succeeded' : 'failed');
       this.report(key, this.result(a, ended, reason, execution.started ? startedAt : undefined));
     } finally {
       if (running.timer) clearTimeout(running.timer);
@@ -347,6 +352,7 @@ export class WorkerService {
 
   private refused(key: string, why: string): void {
     this.log.info(`attempt ${key} not reported (${why})`);
+    this.metrics.refused();
   }
 
   /** A handler given up on runs on: its slot is not offered until it settles. */
