@@ -81,4 +81,4 @@ lock: $(VENV)/.installed
 	  --generate-hashes --exclude-newer $(LOCK_DATE) --custom-compile-command 'make lock' -o requirements.lock
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache $(NODE_SDK)/node_modules $(NODE_SDK)/dist
