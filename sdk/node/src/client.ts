@@ -306,17 +306,10 @@ export class Sextant {
     this.jobs = new JobsApi(() => this.connection(), this.namespace);
   }
 
-  /** The connection, made at first use (so a client made at import time costs nothing until it is used). */
+  /** The connection, made once (at first use when the namespace is given: a client made at import time then costs
+   * nothing until it is used). */
   private connection(): Kube {
     this.kube ??= Kube.load(this.options);
     return this.kube;
-  }
-
-  /** @internal a client on an existing connection (the worker's ctx.jobs) */
-  static on(kube: Kube, namespace: string): Sextant {
-    const client = Object.create(Sextant.prototype) as Sextant;
-    Object.assign(client, { options: {}, namespace, kube, jobs: undefined });
-    (client as any).jobs = new JobsApi(() => kube, namespace);
-    return client;
   }
 }

@@ -4,7 +4,7 @@
 // one; the job is read once (GET) for its payload, and a job that is gone or has another uid is reported NotFound.
 import { ApiError, Informer, Kube, Obj, path } from '../kube.js';
 import { formatTime, jobId, parseDuration, payloadJson, scheduledAtOf } from '../common.js';
-import { Sextant } from '../client.js';
+import { JobsApi } from '../client.js';
 import type { Context, HandlerFunction, Job } from '../handlers.js';
 import type { Logger } from './log.js';
 import { AllowCommands, HandlerSpec, Served, plan, servedHandlers, serving } from './plan.js';
@@ -103,7 +103,7 @@ export class WorkerService {
   private readonly drained = new Promise<void>((r) => { this.drainedResolve = r; });
   private statusWaiters: (() => void)[] = [];
   private reaper: Reaper | undefined;
-  private client: Sextant | undefined;
+  private jobsApi: JobsApi | undefined;
   readonly metrics: WorkerMetrics;
 
   constructor(private readonly kube: Kube, readonly settings: Settings,
@@ -280,8 +280,7 @@ export class WorkerService {
     const job: Job = Object.freeze({ id: jobId(a.job), name: a.job, namespace: this.namespace, queue: a.queue,
       handler: a.handler, attempt: a.attempt, payload, scheduledAt });
     const abort = new AbortController();
-    this.client ??= Sextant.on(this.kube, this.namespace);
-    const jobs = this.client.jobs;
+    const jobs = this.jobsApi ??= new JobsApi(() => this.kube, this.namespace);
     const ctx: Context = Object.freeze({
       signal: abort.signal,
       get cancelled() { return abort.signal.aborted; },
