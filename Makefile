@@ -12,7 +12,7 @@ CACHE := $(HOME)/.cache/sextant
 export PIP_CACHE_DIR := $(CACHE)/pip
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup controlplane tools browser test unit run crds lock bench clean
+.PHONY: setup controlplane tools browser node-sdk test unit run crds lock bench clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,7 +20,21 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
 
-setup: $(VENV)/.installed controlplane tools
+setup: $(VENV)/.installed controlplane tools node-sdk
+
+# The Node SDK (sdk/node, @sextant/node): its dependencies from its lock file (npm ci; npm's cache beside pip's),
+# then its build (tsc into sdk/node/dist), which the Node worker's tests run. Rebuilt when its sources change.
+NODE_SDK := sdk/node
+export npm_config_cache := $(CACHE)/npm
+node-sdk: $(NODE_SDK)/dist/.built
+
+$(NODE_SDK)/node_modules/.installed: $(NODE_SDK)/package.json $(NODE_SDK)/package-lock.json
+	cd $(NODE_SDK) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+$(NODE_SDK)/dist/.built: $(NODE_SDK)/node_modules/.installed $(NODE_SDK)/tsconfig.json $(shell find $(NODE_SDK)/src -name '*.ts')
+	cd $(NODE_SDK) && npm run --silent build
+	touch $@
 
 controlplane:
 	hack/build-controlplane.sh >/dev/null
@@ -40,7 +54,7 @@ browser:
 test: setup browser
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
-unit: $(VENV)/.installed
+unit: $(VENV)/.installed node-sdk
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit
 
 run: $(VENV)/.installed
@@ -67,4 +81,4 @@ lock: $(VENV)/.installed
 	  --generate-hashes --exclude-newer $(LOCK_DATE) --custom-compile-command 'make lock' -o requirements.lock
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache $(NODE_SDK)/node_modules $(NODE_SDK)/dist

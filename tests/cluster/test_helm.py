@@ -1416,3 +1416,28 @@ def test_handler_admission_policies_and_a_certificate_kept_across_upgrades(clust
     for kind in ("validatingadmissionpolicies", "validatingadmissionpolicybindings"):
         left = cluster.kubectl("get", kind, "-l", f"app.kubernetes.io/instance={release}", "-o", "name").stdout
         assert not left.strip(), f"left behind: {left}"
+
+
+def test_a_node_worker_takes_its_image_and_command_and_understands_every_argument_the_chart_gives(helm):
+    """Issue 30: a `workers` entry runs the Node SDK's worker (values.yaml's example): the image and command as
+    given, the same arguments as `sextant worker` gets, which the Node worker's own parser accepts as they are."""
+    node_worker = {"name": "payments", "namespace": "shop", "image": "registry.example/shop-node:3.1",
+                   "command": ["tini", "--", "/app/node_modules/.bin/sextant-worker"],
+                   "modules": ["./handlers/charge-card.js"], "queues": ["payments"], "concurrency": 32,
+                   "allowCommands": ["resize"], "commandEnv": ["MODE=prod"], "logLevel": "debug", "metricsPort": 9090}
+    _, pod, args = worker_parts(helm.template({"watchNamespaces": ["shop"], "workers": [node_worker]}),
+                                "payments", "shop")
+    (container,) = pod["containers"]
+    assert container["image"] == "registry.example/shop-node:3.1"
+    assert container["command"] == ["tini", "--", "/app/node_modules/.bin/sextant-worker"]
+    expanded = [a.replace("$(POD_NAME)", "payments-7c9f-x2k4q") for a in args]  # as the kubelet expands it
+    script = ("import(process.argv[1]).then((cli) => { const p = cli.parse(JSON.parse(process.argv[2]));"
+              " console.log(JSON.stringify({...p.settings, wantQueues: [...p.settings.wantQueues],"
+              " allowCommands: [...p.settings.allowCommands], modules: p.modules, logLevel: p.logLevel,"
+              " metrics: [p.metricsHost, p.metricsPort]})); })")
+    cli = repo_root() / "sdk" / "node" / "dist" / "cli.js"
+    parsed = json.loads(subprocess.run(["node", "-e", script, cli.as_uri(), json.dumps(expanded)], check=True,
+                                       capture_output=True, text=True, timeout=60).stdout)
+    assert parsed == {"namespace": "shop", "name": "payments-7c9f-x2k4q", "concurrency": 32, "drainGraceSeconds": 25,
+                      "wantQueues": ["payments"], "allowCommands": ["resize"], "commandEnv": {"MODE": "prod"},
+                      "modules": ["./handlers/charge-card.js"], "logLevel": "debug", "metrics": ["0.0.0.0", 9090]}

@@ -5,7 +5,8 @@ Each scenario runs against every implementation in IMPLEMENTATIONS. The handlers
 spec.worker.command: payload on stdin, exit code = the outcome), so no scenario needs handler code in the SDK's
 language; an implementation only has to serve command handlers.
 
-Adding an implementation (the Node SDK, say): append one `Implementation` whose `argv` turns a `WorkerArgs` into the
+Implemented by the Python worker and the Node SDK's (`sextant-worker`, sdk/node: `make node-sdk` builds it).
+Adding an implementation: append one `Implementation` whose `argv` turns a `WorkerArgs` into the
 command line that starts that SDK's worker process, serving exactly `args.queues` and `args.handlers` with
 `args.slots` slots, named `args.name`, in `args.namespace`, talking to the API server of `args.kubeconfig`, e.g.
 
@@ -16,7 +17,7 @@ command line that starts that SDK's worker process, serving exactly `args.queues
 
 The process must drain and exit 0 on SIGTERM (deleting its Worker object), and must be killable with SIGKILL; its
 standard output and error go to a log file that a failing test shows. Run only one implementation with
-`-k 'python'` (the parameter's id).
+`-k python` or `-k node` (the parameter's id).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Any
 
 import pytest
 
-from tests.harness import wait_for
+from tests.harness import repo_root, wait_for
 from tests.harness.scripted_worker import GROUP, VERSION
 from tests.harness.watching import Versions
 
@@ -64,7 +65,15 @@ def python_argv(a: WorkerArgs) -> list[str]:
             *(f"--queue={q}" for q in a.queues), *(f"--handler={h}" for h in a.handlers)]
 
 
-IMPLEMENTATIONS = [Implementation("python", python_argv)]
+def node_argv(a: WorkerArgs) -> list[str]:
+    """The Node SDK's worker (sdk/node, built by `make node-sdk`) with the same flags."""
+    return ["node", str(repo_root() / "sdk" / "node" / "dist" / "bin" / "sextant-worker.js"),
+            "--kubeconfig", str(a.kubeconfig), "-n", a.namespace, "--name", a.name, "--concurrency", str(a.slots),
+            "--drain-grace", "10s", "--allow-commands", *(f"--queue={q}" for q in a.queues),
+            *(f"--handler={h}" for h in a.handlers)]
+
+
+IMPLEMENTATIONS = [Implementation("python", python_argv), Implementation("node", node_argv)]
 
 
 class RunningWorker:

@@ -1,0 +1,315 @@
+// A client for Node apps that enqueue: new Sextant({ namespace }).jobs.create/get/list/cancel/retry, with the Python
+// client's validation, idempotency rule and refusals (operator/sextant/client.py, lifecycle/idempotency.py).
+import {
+  InputError, checkPayload, formatTime, idempotencyKey, idempotencyWindowMs, jobId, jobName, keyedName,
+  namespaceName, objectName, priority as checkPriority, randomName, selectorValue,
+} from './common.js';
+import { API_VERSION, ApiError, ConnectOptions, Kube, Obj, path } from './kube.js';
+
+export interface CreateJob<P = Record<string, unknown>> {
+  queue: string;
+  handler: string;
+  payload?: P;
+  /** A second create with this key within 24 h returns the first job instead of creating another. */
+  idempotencyKey?: string;
+  /** When to run it (default: now). */
+  runAt?: Date | string;
+  priority?: number;
+  /** Another namespace than the client's. */
+  namespace?: string;
+}
+
+export interface JobRecord {
+  /** job_8f3k2m9q */
+  id: string;
+  /** job-8f3k2m9q */
+  name: string;
+  namespace: string;
+  queue: string;
+  handler: string;
+  payload: Record<string, any>;
+  priority: number;
+  idempotencyKey?: string;
+  runAt?: string;
+  /** scheduled, queued, running, succeeded, failed, dead or cancelled; '' before the operator has seen it */
+  state: string;
+  attempt: number;
+  createdAt: string;
+  /** create(): false when an idempotency key returned an existing job */
+  created?: boolean;
+  /** The Job object as the API server returned it. */
+  object: Obj;
+}
+
+export interface ListJobs {
+  state?: string;
+  queue?: string;
+  handler?: string;
+  namespace?: string;
+}
+
+/** Something the API server refused or could not serve, in one line that says what and where. */
+export class Refused extends Error {
+  constructor(message: string, readonly status = 0) {
+    super(message);
+    this.name = 'Refused';
+  }
+}
+
+/** A create whose idempotency key is held by a job with another queue, handler or payload: nothing is created. */
+export class KeyConflict extends Refused {
+  constructor(readonly key: string, readonly job: string, readonly fields: string[], held: Obj, wanted: Obj) {
+    const what = fields.map((f) => `spec.${f} (${shown(field(held, f))}, not ${shown(field(wanted, f))})`).join(' and ');
+    super(`idempotency key '${key}' is held by job ${job} with another ${what}: a key names one job within its window; give another job another key`, 409);
+    this.name = 'KeyConflict';
+  }
+}
+
+const SAME_JOB = ['queue', 'handler', 'payload'];
+const STATES = ['scheduled', 'queued', 'running', 'succeeded', 'failed', 'dead', 'cancelled'];
+const REFUSAL = /(?:^|: )Forbidden: (cannot (?:cancel|retry): .*?)(?:, <nil>)?$/;
+
+const field = (spec: Obj, f: string) => (f === 'payload' ? spec[f] ?? {} : spec[f]);
+
+function shown(value: unknown, limit = 40): string {
+  const text = typeof value === 'string' ? value : JSON.stringify(value);
+  return text.length <= limit ? text : `${text.slice(0, limit - 1)}…`;
+}
+
+/** JSON equality (true is not 1; 1 is 1.0). */
+function sameJson(a: any, b: any): boolean {
+  if (typeof a === 'boolean' || typeof b === 'boolean') return a === b;
+  if (Array.isArray(a) || Array.isArray(b)) {
+    return Array.isArray(a) && Array.isArray(b) && a.length === b.length && a.every((v, i) => sameJson(v, b[i]));
+  }
+  if (a && b && typeof a === 'object' && typeof b === 'object') {
+    const ka = Object.keys(a), kb = Object.keys(b);
+    return ka.length === kb.length && ka.every((k) => k in b && sameJson(a[k], b[k]));
+  }
+  return a === b;
+}
+
+export function differences(held: Obj, wanted: Obj): string[] {
+  return SAME_JOB.filter((f) => !sameJson(field(held, f), field(wanted, f)));
+}
+
+type Candidate = [number, boolean, string]; // creation (ms), undecided, name
+
+function compare(a: Candidate, b: Candidate): number {
+  return a[0] - b[0] || Number(a[1]) - Number(b[1]) || (a[2] < b[2] ? -1 : a[2] > b[2] ? 1 : 0);
+}
+
+/** Of the jobs carrying one key, the one holding it now (lifecycle/idempotency.holder). */
+export function holder(candidates: Candidate[], now: number, windowMs: number): string | undefined {
+  let current: Candidate | undefined;
+  for (const other of [...candidates].sort(compare)) {
+    if (!current || !(other[0] - current[0] < windowMs)) current = other;
+  }
+  return current && now - current[0] < windowMs ? current[2] : undefined;
+}
+
+function undecided(status: Obj | undefined, started: boolean): boolean {
+  const st = status ?? {};
+  return (!st.state && !started) || Boolean(st.duplicateOf);
+}
+
+export function record(raw: Obj, created?: boolean): JobRecord {
+  const spec = raw.spec ?? {};
+  const status = raw.status ?? {};
+  const out: JobRecord = {
+    id: jobId(raw.metadata.name), name: raw.metadata.name, namespace: raw.metadata.namespace, queue: spec.queue,
+    handler: spec.handler, payload: spec.payload ?? {}, priority: spec.priority ?? 0, state: status.state ?? '',
+    attempt: status.attempt ?? 0, createdAt: raw.metadata.creationTimestamp, object: raw,
+  };
+  if (spec.idempotencyKey) out.idempotencyKey = spec.idempotencyKey;
+  if (spec.runAt) out.runAt = spec.runAt;
+  if (created !== undefined) out.created = created;
+  return out;
+}
+
+export class JobsApi {
+  private readonly windowMs = idempotencyWindowMs();
+
+  constructor(private readonly kube: () => Kube, readonly namespace: string) {}
+
+  /** Create a job. With an idempotency key used within 24 h, that job (created: false) — or KeyConflict when it
+   * has another queue, handler or payload. InputError (naming the option) before anything is sent. */
+  async create<P = Record<string, unknown>>(options: CreateJob<P>): Promise<JobRecord> {
+    if (options === null || typeof options !== 'object') throw new InputError('create', 'give { queue, handler, payload }');
+    const namespace = namespaceName('namespace', options.namespace ?? this.namespace);
+    const spec: Obj = {
+      queue: objectName('queue', options.queue, 'queue name'),
+      handler: objectName('handler', options.handler, 'handler name'),
+      payload: checkPayload('payload', options.payload ?? {}),
+      priority: checkPriority('priority', options.priority ?? 0),
+    };
+    if (options.runAt !== undefined) {
+      const when = options.runAt instanceof Date ? options.runAt : new Date(String(options.runAt));
+      if (Number.isNaN(when.getTime()) || (typeof options.runAt === 'string' && !/(Z|[+-]\d\d:?\d\d)$/i.test(options.runAt))) {
+        throw new InputError('runAt', `${JSON.stringify(options.runAt)} is not a time: use a Date or RFC 3339 with a time zone, e.g. 2026-12-01T10:00:00Z`);
+      }
+      spec.runAt = formatTime(when, false);
+    }
+    const key = options.idempotencyKey === undefined ? undefined : idempotencyKey('idempotencyKey', options.idempotencyKey);
+    const kube = this.kube();
+    const jobs = path('jobs', namespace);
+    if (key !== undefined) {
+      spec.idempotencyKey = key;
+      const held = await this.keyHolder(kube, namespace, key, Date.now());
+      if (held) return record(replayed(held, key, spec), false);
+    }
+    for (let generation = 0; generation < 1000; generation++) {
+      const name = key !== undefined ? keyedName(namespace, key, generation) : randomName();
+      const body = { apiVersion: API_VERSION, kind: 'Job', metadata: { name }, spec };
+      try {
+        return record(await kube.request('POST', jobs, { body }), true);
+      } catch (err) {
+        if (!(err instanceof ApiError && err.status === 409)) throw refused(err, namespace);
+      }
+      if (key === undefined) continue; // a random name collided: draw another
+      const existing = await kube.request('GET', path('jobs', namespace, name));
+      const created = Date.parse(existing.metadata.creationTimestamp);
+      if (existing.spec?.idempotencyKey === key && Date.now() - created < this.windowMs) {
+        return record(replayed(existing, key, spec), false);
+      }
+    }
+    throw new Refused(`no free name for idempotency key '${key}'`, 409);
+  }
+
+  /** The job that holds an idempotency key now, by any name (one list selected by spec.idempotencyKey). */
+  private async keyHolder(kube: Kube, namespace: string, key: string, now: number): Promise<Obj | undefined> {
+    const jobs = path('jobs', namespace);
+    let found: Obj[];
+    try {
+      try {
+        found = (await kube.list(jobs, { fieldSelector: `spec.idempotencyKey=${selectorValue(key)}` })).items;
+      } catch (err) {
+        if (!(err instanceof ApiError && err.status === 400 && err.message.includes('field label not supported'))) throw err;
+        found = (await kube.list(jobs)).items.filter((j) => j.spec?.idempotencyKey === key);
+      }
+    } catch (err) {
+      if (err instanceof ApiError && err.status === 403) return undefined; // the keyed name decides alone
+      throw refused(err, namespace);
+    }
+    const carriers = found.filter((j) => !j.metadata?.deletionTimestamp && j.spec?.idempotencyKey === key
+      && !Number.isNaN(Date.parse(j.metadata?.creationTimestamp)));
+    const times = carriers.map((j) => Date.parse(j.metadata.creationTimestamp));
+    const tied = new Set(times).size < times.length;
+    const candidates: Candidate[] = [];
+    for (const [i, j] of carriers.entries()) {
+      const started = tied && (await this.hasAttemptPod(kube, namespace, j.metadata.name));
+      candidates.push([times[i], undecided(j.status, started), j.metadata.name]);
+    }
+    const name = holder(candidates, now, this.windowMs);
+    return carriers.find((j) => j.metadata.name === name);
+  }
+
+  private async hasAttemptPod(kube: Kube, namespace: string, job: string): Promise<boolean> {
+    try {
+      const { items } = await kube.list(path('pods', namespace, undefined, false), { labelSelector: `sextant.dev/job=${job}` });
+      return items.length > 0;
+    } catch (err) {
+      if (err instanceof ApiError && err.status === 403) return false;
+      throw err;
+    }
+  }
+
+  async get(id: string, namespace = this.namespace): Promise<JobRecord> {
+    const name = jobName('id', id);
+    try {
+      return record(await this.kube().request('GET', path('jobs', namespaceName('namespace', namespace), name)));
+    } catch (err) {
+      throw refused(err, namespace, name);
+    }
+  }
+
+  /** The namespace's jobs, oldest first, optionally of one state, queue or handler. */
+  async list(options: ListJobs = {}): Promise<JobRecord[]> {
+    if (options.state !== undefined && !STATES.includes(options.state)) {
+      throw new InputError('state', `'${options.state}' is not a state; use one of ${STATES.join(', ')}`);
+    }
+    if (options.queue !== undefined) objectName('queue', options.queue, 'queue name');
+    if (options.handler !== undefined) objectName('handler', options.handler, 'handler name');
+    const namespace = namespaceName('namespace', options.namespace ?? this.namespace);
+    let items: Obj[];
+    try {
+      items = (await this.kube().list(path('jobs', namespace))).items;
+    } catch (err) {
+      throw refused(err, namespace);
+    }
+    return items.map((raw) => record(raw))
+      .filter((j) => (options.state === undefined || j.state === options.state)
+        && (options.queue === undefined || j.queue === options.queue)
+        && (options.handler === undefined || j.handler === options.handler))
+      .sort((a, b) => a.createdAt.localeCompare(b.createdAt) || a.name.localeCompare(b.name));
+  }
+
+  /** Ask for a cancel (scheduled, queued or running jobs); Refused with the reason for a finished one. */
+  async cancel(id: string, namespace = this.namespace): Promise<JobRecord> {
+    return this.patch(id, namespace, { spec: { cancel: true } });
+  }
+
+  /** Ask for a retry of a failed or dead job (its attempts start again from 1); Refused for another state. */
+  async retry(id: string, namespace = this.namespace): Promise<JobRecord> {
+    const stamp = formatTime(new Date(), false).replace(/[-:]/g, '').replace(/Z$/, '');
+    const token = `r-${stamp}-${Math.random().toString(16).slice(2, 8)}`;
+    return this.patch(id, namespace, { spec: { retryToken: token } });
+  }
+
+  private async patch(id: string, namespace: string, body: Obj): Promise<JobRecord> {
+    const name = jobName('id', id);
+    try {
+      return record(await this.kube().request('PATCH', path('jobs', namespaceName('namespace', namespace), name),
+        { body, contentType: 'application/merge-patch+json' }));
+    } catch (err) {
+      if (err instanceof ApiError && err.status === 422) {
+        const match = REFUSAL.exec(String((err.body as Obj)?.message ?? ''));
+        if (match) throw new Refused(`job ${jobId(name)}: ${match[1]}`, 422);
+      }
+      throw refused(err, namespace, name);
+    }
+  }
+}
+
+function replayed(held: Obj, key: string, spec: Obj): Obj {
+  const fields = differences(held.spec ?? {}, spec);
+  if (fields.length) throw new KeyConflict(key, jobId(held.metadata.name), fields, held.spec ?? {}, spec);
+  return held;
+}
+
+/** An API error as a Refused that names the job and namespace, or says what the API server said. */
+function refused(err: unknown, namespace: string, name?: string): unknown {
+  if (!(err instanceof ApiError)) return err;
+  const message = String((err.body as Obj)?.message ?? err.message);
+  if (err.status === 404 && message.includes('the server could not find the requested resource')) {
+    return new Refused('the Sextant CRDs are not installed in this cluster (the API server does not know sextant.dev resources): kubectl apply -f crds/', 404);
+  }
+  if (err.status === 404 && name) return new Refused(`job ${jobId(name)} not found in namespace ${namespace}`, 404);
+  if (err.status === 0) return new Refused(`cannot reach the API server: ${err.message}`, 0);
+  return new Refused(`Error from server (${err.reason || err.status}): ${message}`, err.status);
+}
+
+export interface SextantOptions extends ConnectOptions {
+  /** The namespace of its jobs; default the kubeconfig context's, else "default". */
+  namespace?: string;
+}
+
+/** Enqueue and look after jobs from a Node app: new Sextant({ namespace: 'shop' }).jobs.create({...}). */
+export class Sextant {
+  readonly namespace: string;
+  readonly jobs: JobsApi;
+  private kube: Kube | undefined;
+
+  constructor(private readonly options: SextantOptions = {}) {
+    if (options.namespace !== undefined) namespaceName('namespace', options.namespace);
+    this.namespace = options.namespace ?? this.connection().namespace ?? 'default';
+    this.jobs = new JobsApi(() => this.connection(), this.namespace);
+  }
+
+  /** The connection, made once (at first use when the namespace is given: a client made at import time then costs
+   * nothing until it is used). */
+  private connection(): Kube {
+    this.kube ??= Kube.load(this.options);
+    return this.kube;
+  }
+}

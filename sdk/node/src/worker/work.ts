@@ -1,0 +1,253 @@
+// Running one attempt's handler (the Python worker's runner/execution.py): a function defined with defineHandler on
+// this event loop, or a Handler's command as a subprocess in its own process group with the payload (JSON) on stdin.
+// Exit codes as everywhere in Sextant: 0 on return, 1 on an error, 86 for NonRetryableError, 128+N after signal N
+// (143 for a function that ended by its abort signal), 127 for a command that cannot start.
+import { spawn, ChildProcess } from 'node:child_process';
+import { constants } from 'node:os';
+import { NON_RETRYABLE_EXIT_CODE, type Context, type HandlerFunction, type Job } from '../handlers.js';
+
+export interface Ended {
+  exitCode: number | null; // null: the handler never started
+  message?: string;
+}
+
+export interface Work {
+  run(): Promise<Ended>;
+  terminate(reason: string): void;
+  kill(): void;
+}
+
+export const TERMINATED = 143;
+export const KILLED = 137;
+const COMMAND_NOT_FOUND = 127;
+const GIVE_UP_AFTER_KILL_MS = 1000;
+const TAIL_LINES = 80, TAIL_BYTES = 2048, TAIL_KEPT = 16 * 1024, LONG_LINE = 64 * 1024;
+
+/** The reason a stopped attempt's ctx.signal carries: an AbortError whose `stop` says why. */
+export class Stopped extends Error {
+  constructor(readonly stop: string) {
+    super(`the attempt was stopped: ${stop}`);
+    this.name = 'AbortError';
+  }
+}
+
+function describe(err: unknown): string {
+  if (err instanceof Error) return `${err.name}: ${err.message}`;
+  return `Error: ${String(err)}`;
+}
+
+/** A handler function. It cannot be killed: a stop aborts ctx.signal, and one that ignores it is given up on. */
+export class FunctionWork implements Work {
+  constructor(private readonly fn: HandlerFunction, private readonly job: Job, private readonly ctx: Context,
+              private readonly abort: AbortController, private readonly label: string) {}
+
+  async run(): Promise<Ended> {
+    try {
+      await this.fn(this.job, this.ctx);
+      return { exitCode: 0 };
+    } catch (err) {
+      const e = err as any;
+      if (e?.name === 'NonRetryableError') {
+        process.stderr.write(`${this.label} non-retryable: ${e.message}\n`);
+        return { exitCode: NON_RETRYABLE_EXIT_CODE, message: `NonRetryableError: ${e.message}` };
+      }
+      if (this.abort.signal.aborted && (err === this.abort.signal.reason || e?.name === 'AbortError')) {
+        return { exitCode: TERMINATED, message: 'cancelled' };
+      }
+      const text = err instanceof Error ? (err.stack ?? describe(err)) : describe(err);
+      process.stderr.write(text.split('\n').map((line) => `${this.label} ${line}\n`).join(''));
+      return { exitCode: 1, message: describe(err) };
+    }
+  }
+
+  terminate(reason: string): void {
+    if (!this.abort.signal.aborted) this.abort.abort(new Stopped(reason));
+  }
+
+  kill(): void {}
+}
+
+/** A supervising process that SIGKILLs the process groups of this worker's commands when this process dies, however
+ * it dies (its end of the pipe closes): node cannot set PR_SET_PDEATHSIG, and a SIGKILLed worker must not leave a
+ * command running while its attempt is retried elsewhere. */
+const REAPER = `
+process.on('SIGINT', () => {}); process.on('SIGTERM', () => {});
+const groups = new Set(); let rest = '';
+process.stdin.setEncoding('utf8');
+process.stdin.on('data', (chunk) => {
+  const lines = (rest + chunk).split('\\n'); rest = lines.pop();
+  for (const l of lines) { const n = Number(l.slice(1)); if (n > 0) (l[0] === '+' ? groups.add(n) : groups.delete(n)); }
+});
+process.stdin.on('end', () => { for (const g of groups) { try { process.kill(-g, 'SIGKILL'); } catch {} } process.exit(0); });
+`;
+
+export class Reaper {
+  private readonly proc: ChildProcess;
+
+  constructor() {
+    this.proc = spawn(process.execPath, ['-e', REAPER], { stdio: ['pipe', 'ignore', 'inherit'], detached: true });
+    this.proc.stdin!.on('error', () => {}); // gone: nothing to tell it
+    this.proc.unref();
+  }
+
+  say(line: string): void {
+    if (this.proc.stdin && !this.proc.stdin.destroyed) this.proc.stdin.write(`${line}\n`);
+  }
+
+  close(): void {
+    this.proc.stdin?.end();
+  }
+}
+
+/** A command handler: one process per attempt, in its own process group, the payload on stdin, its output forwarded
+ * line by line prefixed with the attempt's label; a failure's last 80 lines or 2 KiB become its message. */
+export class CommandWork implements Work {
+  private proc: ChildProcess | undefined;
+  private terminated = false;
+  private tail = Buffer.alloc(0);
+
+  constructor(private readonly command: string[], private readonly env: Record<string, string>,
+              private readonly payload: unknown, private readonly label: string, private readonly reaper?: Reaper) {}
+
+  run(): Promise<Ended> {
+    return new Promise((resolve) => {
+      let proc: ChildProcess;
+      try {
+        proc = spawn(this.command[0], this.command.slice(1), { stdio: ['pipe', 'pipe', 'pipe'], env: this.env, detached: true });
+      } catch (err) {
+        return resolve(this.notStarted(err));
+      }
+      this.proc = proc;
+      let spawned = false;
+      proc.on('error', (err) => { if (!spawned) resolve(this.notStarted(err)); });
+      proc.on('spawn', () => {
+        spawned = true;
+        this.reaper?.say(`+${proc.pid}`);
+        if (this.terminated) this.terminate();
+      });
+      const streams = [proc.stdout!, proc.stderr!].map((s) => this.forward(s));
+      proc.stdin!.on('error', () => {}); // a handler that does not read its payload
+      proc.stdin!.end(JSON.stringify(this.payload));
+      proc.on('exit', async (code, signal) => {
+        if (!spawned) return;
+        const exitCode = code ?? 128 + (signal ? constants.signals[signal] : 0);
+        this.signalGroup('SIGKILL'); // what it left behind goes with it, as with a pod's container
+        this.reaper?.say(`-${proc.pid}`);
+        await Promise.race([Promise.all(streams), new Promise((r) => setTimeout(r, 5000))]);
+        if (exitCode === 0) return resolve({ exitCode: 0 });
+        const lines = this.tail.toString('utf8').split(/(?<=\n)/).slice(-TAIL_LINES);
+        const text = lines.join('').trim().slice(-TAIL_BYTES);
+        resolve({ exitCode, message: text || `exit code ${exitCode}` });
+      });
+    });
+  }
+
+  private notStarted(err: unknown): Ended {
+    const e = err as NodeJS.ErrnoException;
+    process.stderr.write(`${this.label} cannot start '${this.command[0]}': ${e.message}\n`);
+    return { exitCode: COMMAND_NOT_FOUND, message: `cannot start '${this.command[0]}': ${e.code ?? e.message}` };
+  }
+
+  /** Copy a stream to our stdout, each line prefixed; a line of any length passes (cut every 64 KiB). */
+  private forward(stream: NodeJS.ReadableStream): Promise<void> {
+    const prefix = `${this.label} `;
+    let partial = '';
+    stream.setEncoding('utf8');
+    return new Promise((resolve) => {
+      stream.on('data', (chunk: string) => {
+        const bytes = Buffer.from(chunk);
+        this.tail = Buffer.concat([this.tail, bytes]);
+        if (this.tail.length > TAIL_KEPT) this.tail = this.tail.subarray(this.tail.length - TAIL_KEPT);
+        const lines = (partial + chunk).split('\n');
+        partial = lines.pop() ?? '';
+        let out = lines.map((line) => `${prefix}${line}\n`).join('');
+        if (partial.length >= LONG_LINE) {
+          out += `${prefix}${partial}\n`;
+          partial = '';
+        }
+        if (out) process.stdout.write(out);
+      });
+      stream.on('end', () => {
+        if (partial) process.stdout.write(`${prefix}${partial}\n`);
+        resolve();
+      });
+      stream.on('error', () => resolve());
+    });
+  }
+
+  terminate(): void {
+    this.terminated = true;
+    if (this.proc?.pid && this.proc.exitCode === null && this.proc.signalCode === null) this.proc.kill('SIGTERM');
+  }
+
+  kill(): void {
+    this.signalGroup('SIGKILL');
+  }
+
+  private signalGroup(signal: NodeJS.Signals): void {
+    if (!this.proc?.pid) return;
+    try {
+      process.kill(-this.proc.pid, signal);
+    } catch { /* gone */ }
+  }
+}
+
+/** One attempt's handler: run it, stop it (terminate, cancelGrace, kill, give up), and tell how it ended. */
+export class Execution {
+  stopReason: string | undefined;
+  lingering: Promise<unknown> | undefined; // a handler given up on, still running
+  private task: Promise<Ended> | undefined;
+  private done = false;
+  private giveUp: (() => void) | undefined;
+  private readonly timers: NodeJS.Timeout[] = [];
+
+  constructor(private readonly work: Work, readonly cancelGraceSeconds: number) {}
+
+  get started(): boolean {
+    return this.task !== undefined;
+  }
+
+  async run(): Promise<Ended> {
+    if (this.stopReason !== undefined) return { exitCode: null, message: 'stopped before the handler started' };
+    const task = this.task = this.work.run().finally(() => { this.done = true; });
+    const givenUp = new Promise<'given up'>((resolve) => { this.giveUp = () => resolve('given up'); });
+    const ended = await Promise.race([task, givenUp]);
+    for (const t of this.timers) clearTimeout(t);
+    if (ended === 'given up') {
+      this.lingering = task;
+      return { exitCode: KILLED, message: `the handler did not stop within cancelGrace (${this.cancelGraceSeconds}s) and was given up on` };
+    }
+    return ended;
+  }
+
+  /** Abort / SIGTERM now, SIGKILL (or give up) after the grace (the queue's cancelGrace unless given). */
+  stop(reason: string, graceSeconds?: number): void {
+    if (this.stopReason !== undefined || this.done) return;
+    this.stopReason = reason;
+    if (!this.task) return; // not started: run() will not start it
+    this.work.terminate(reason);
+    const grace = graceSeconds ?? this.cancelGraceSeconds;
+    this.timers.push(setTimeout(() => this.kill(), Math.max(0, grace * 1000)));
+  }
+
+  private kill(): void {
+    if (this.done) return;
+    this.work.kill();
+    this.timers.push(setTimeout(() => this.giveUp?.(), GIVE_UP_AFTER_KILL_MS));
+  }
+}
+
+const BASE_VARIABLES = new Set(['PATH', 'HOME', 'USER', 'LOGNAME', 'LANG', 'LANGUAGE', 'TZ', 'TMPDIR']);
+const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
+
+/** A command's environment: never the worker's own (its Secrets, its KUBECONFIG), but a minimal base, what
+ * --command-env passes, and the attempt's SEXTANT_* variables, which nothing overrides (docs/workers.md). */
+export function commandEnvironment(environ: NodeJS.ProcessEnv, passed: Record<string, string>,
+                                   variables: Record<string, string>): Record<string, string> {
+  const base: Record<string, string> = {};
+  for (const [k, v] of Object.entries(environ)) {
+    if (v !== undefined && (BASE_VARIABLES.has(k) || k.startsWith('LC_'))) base[k] = v;
+  }
+  base.PATH ??= DEFAULT_PATH;
+  return { ...base, ...passed, ...variables };
+}

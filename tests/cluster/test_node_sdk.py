@@ -1,0 +1,405 @@
+"""The Node SDK (@sextant/node, sdk/node) on the real control plane with the real operator: the product docs' own
+example run as written, a Python and a Node worker working together, the Node worker's start errors, and the Node
+client. Workers are real `sextant-worker` processes (sdk/node/dist, built by `make node-sdk`) started in a directory
+where @sextant/node is installed as npm installs a `file:` dependency (a link to the package)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.harness import repo_root, wait_for
+
+from .support import JobRecorder, apply, get_json, job, jobs, queue, wait_state
+
+SDK = repo_root() / "sdk" / "node"
+BIN = SDK / "dist" / "bin" / "sextant-worker.js"
+EXAMPLE = repo_root() / "examples" / "node"
+# The product docs' only code (core concepts, "Chaining jobs"), which examples/node/charge-card.js must contain as is.
+DOCS_EXAMPLE = """import { defineHandler } from '@sextant/node';
+
+export default defineHandler('charge-card', async (job, ctx) => {
+  const charge = await billing.charge(job.payload.orderId);
+
+  await ctx.jobs.create({
+    queue: 'emails',
+    handler: 'send-receipt',
+    payload: { orderId: job.payload.orderId, chargeId: charge.id },
+    idempotencyKey: `receipt-${job.payload.orderId}`,
+  });
+});
+"""
+
+
+def worker_handler(name: str) -> dict[str, Any]:
+    return {"apiVersion": "sextant.dev/v1alpha1", "kind": "Handler", "metadata": {"name": name},
+            "spec": {"worker": {}}}
+
+
+def node_app(directory: Path, files: dict[str, str] | None = None, copy: Path | None = None) -> Path:
+    """A Node app directory with @sextant/node installed (node_modules/@sextant/node → sdk/node, as `npm install`
+    of a file: dependency links it), its files copied from `copy` and written from `files`."""
+    directory.mkdir(parents=True, exist_ok=True)
+    if copy is not None:
+        for item in copy.iterdir():
+            if item.is_file():
+                shutil.copy(item, directory / item.name)
+    (directory / "package.json").write_text(json.dumps({"type": "module", "private": True}))
+    (directory / "node_modules" / "@sextant").mkdir(parents=True, exist_ok=True)
+    link = directory / "node_modules" / "@sextant" / "node"
+    if not link.exists():
+        link.symlink_to(SDK, target_is_directory=True)
+    for name, text in (files or {}).items():
+        (directory / name).write_text(text)
+    return directory
+
+
+class NodeWorker:
+    """`node sextant-worker.js` as a process of its own, in its app's directory; its output in a log file."""
+
+    def __init__(self, cluster, namespace: str, app: Path, name: str, *args: str, env: dict[str, str] | None = None):
+        self.name, self.log_path = name, app / f"worker-{name}.log"
+        argv = ["node", str(BIN), "--kubeconfig", str(cluster.kubeconfig), "-n", namespace, "--name", name, *args]
+        self.proc = subprocess.Popen(argv, cwd=app, stdout=self.log_path.open("ab"), stderr=subprocess.STDOUT,
+                                     env={**os.environ, **(env or {})})
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(60)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+
+
+@pytest.fixture
+def node_workers(request):
+    made: list[Any] = []
+    request.node._sextant_workers = made  # their logs join a failed test's report (conftest.py)
+    yield made
+    for worker in made:
+        worker.kill()
+
+
+def live(cluster, namespace: str, name: str, worker) -> None:
+    def state() -> Any:
+        assert worker.proc.poll() is None, f"worker {name} exited:\n{worker.log()[-3000:]}"
+        items = get_json(cluster, namespace, "workers.sextant.dev")["items"]
+        return any(w["metadata"]["name"] == name and (w.get("status") or {}).get("state") == "live" for w in items)
+    wait_for(state, 90, message=f"worker {name} to be live")
+
+
+def attempts(name: str, cluster, namespace: str) -> list[tuple[Any, ...]]:
+    st = get_json(cluster, namespace, "jobs.sextant.dev", name)["status"]
+    return [(a["attempt"], a["result"], a.get("reason")) for a in st.get("attempts", [])]
+
+
+# ================================================================ the docs' example
+SLOW_FIRST_CHARGE = """// The test's billing: its first charge in this process takes 3 s and ignores the abort signal (a slow provider),
+// so the first attempt of charge-card outlives the queue's 2 s timeout and still chains its receipt afterwards.
+// A charge is idempotent per order, as a payment provider's is (a charge id per order, whichever attempt asks): a
+// retry that chained a different payload under the same key would be refused (KeyConflict).
+let calls = 0;
+export const billing = {
+  async charge(orderId) {
+    calls += 1;
+    if (calls === 1) await new Promise((resolve) => setTimeout(resolve, 3000));
+    return { id: `ch_${orderId}` };
+  },
+};
+"""
+
+
+def test_the_docs_example_runs_as_written_and_a_repeated_attempt_chains_one_receipt(cluster, namespace, operator,
+                                                                                     tmp_path, node_workers):
+    assert DOCS_EXAMPLE in (EXAMPLE / "charge-card.js").read_text(), "examples/node/charge-card.js is the docs' code"
+    app = node_app(tmp_path / "app", {"billing.js": SLOW_FIRST_CHARGE}, copy=EXAMPLE)
+    fast = {"backoff": {"policy": "fixed", "initial": "200ms"}, "leaseDuration": "5s"}
+    apply(cluster, namespace, queue("payments", timeout="2s", cancelGrace="10s", maxAttempts=3, **fast),
+          queue("emails", **fast), worker_handler("charge-card"), worker_handler("send-receipt"),
+          job("charge-42", queue_name="payments", handler_name="charge-card", payload={"orderId": 42}))
+    worker = NodeWorker(cluster, namespace, app, "shop-node", "--module", "./charge-card.js",
+                        "--module", "./send-receipt.js")
+    node_workers.append(worker)
+
+    wait_state(cluster, namespace, "charge-42", "succeeded", timeout=90)
+    # Attempt 1 timed out, and chained its receipt after the timeout; attempt 2 chained it again with the same key.
+    assert attempts("charge-42", cluster, namespace) == [(1, "failed", "Timeout"), (2, "succeeded", None)]
+    receipts = [j for j in jobs(cluster, namespace).values() if j["spec"]["handler"] == "send-receipt"]
+    assert len(receipts) == 1, [j["metadata"]["name"] for j in receipts]
+    [receipt] = receipts
+    assert receipt["spec"]["idempotencyKey"] == "receipt-42" and receipt["spec"]["queue"] == "emails"
+    assert receipt["spec"]["payload"] == {"orderId": 42, "chargeId": "ch_42"}
+    wait_state(cluster, namespace, receipt["metadata"]["name"], "succeeded", timeout=60)
+    receipt_id = receipt["metadata"]["name"].replace("job-", "job_", 1)
+    wait_for(lambda: f"receipt for order 42 (charge ch_42) sent by {receipt_id}, attempt 1" in worker.log(), 30,
+             message=lambda: worker.log()[-2000:])
+    assert worker.stop() == 0, worker.log()[-2000:]
+    wait_for(lambda: not get_json(cluster, namespace, "workers.sextant.dev")["items"], 30,
+             message="the drained worker's object deleted")
+
+
+# ================================================================ Python and Node together
+PY_HANDLERS = """import json, pathlib, time
+from sextant.sdk import handler
+
+@handler("py-start")
+def start(job, ctx):
+    ctx.jobs.create(queue="q", handler="node-middle", payload={"trail": ["python"]}, idempotency_key=f"mid-{job.id}")
+
+@handler("py-end")
+def end(job, ctx):
+    pathlib.Path(job.payload["out"]).write_text(json.dumps(job.payload["trail"] + ["python"]))
+
+@handler("nap")
+async def nap(job, ctx):
+    import asyncio
+    out = pathlib.Path(job.payload["dir"])
+    (out / f"{job.id}.start").write_text(f"{time.time()} python")
+    await asyncio.sleep(1.5)
+    (out / f"{job.id}.end").write_text(str(time.time()))
+"""
+
+NODE_HANDLERS = """import { defineHandler } from '@sextant/node';
+import { writeFileSync } from 'node:fs';
+
+defineHandler('node-middle', async (job, ctx) => {
+  await ctx.jobs.create({ queue: 'q', handler: 'py-end', idempotencyKey: `end-${job.id}`,
+                          payload: { trail: [...job.payload.trail, 'node'], out: process.env.TRAIL_FILE } });
+});
+
+defineHandler('nap', async (job, ctx) => {
+  writeFileSync(`${job.payload.dir}/${job.id}.start`, `${Date.now() / 1000} node`);
+  await new Promise((resolve) => setTimeout(resolve, 1500));
+  writeFileSync(`${job.payload.dir}/${job.id}.end`, String(Date.now() / 1000));
+});
+"""
+
+
+def python_worker(cluster, namespace: str, app: Path, name: str, *args: str) -> Any:
+    log = app / f"worker-{name}.log"
+    proc = subprocess.Popen([sys.executable, "-m", "sextant", "--kubeconfig", str(cluster.kubeconfig), "worker",
+                             "-n", namespace, "--name", name, *args], cwd=app, stdout=log.open("ab"),
+                            stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(app)})
+
+    class Handle:
+        def __init__(self) -> None:
+            self.name, self.proc = name, proc
+
+        def log(self) -> str:
+            return log.read_text(errors="replace")
+
+        def kill(self) -> None:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(10)
+
+    return Handle()
+
+
+def test_python_chains_to_node_and_back_and_one_queue_concurrency_holds_across_both(cluster, namespace, operator,
+                                                                                     tmp_path, node_workers):
+    app = node_app(tmp_path / "app", {"handlers.mjs": NODE_HANDLERS, "pyhandlers.py": PY_HANDLERS})
+    trail, naps = tmp_path / "trail.json", tmp_path / "naps"
+    naps.mkdir()
+    apply(cluster, namespace, queue("q", concurrency=2, leaseDuration="10s",
+                                    backoff={"policy": "fixed", "initial": "200ms"}),
+          *(worker_handler(h) for h in ("py-start", "node-middle", "py-end", "nap")))
+    node = NodeWorker(cluster, namespace, app, "w-node", "--module", "./handlers.mjs", "--concurrency", "4",
+                      env={"TRAIL_FILE": str(trail)})
+    node_workers.append(node)
+    py = python_worker(cluster, namespace, app, "w-python", "--module", "pyhandlers", "--concurrency", "4")
+    node_workers.append(py)
+    live(cluster, namespace, "w-node", node)
+    live(cluster, namespace, "w-python", py)
+
+    # Python → Node → Python, each hop created by the previous handler.
+    apply(cluster, namespace, job("job-start", handler_name="py-start"))
+    wait_for(trail.exists, 90, message=lambda: f"the chain's end: {sorted(jobs(cluster, namespace))}")
+    assert json.loads(trail.read_text()) == ["python", "node", "python"]
+    chain = {j["spec"]["handler"]: j for j in jobs(cluster, namespace).values()}
+    for handler_name, runner in (("py-start", "w-python"), ("node-middle", "w-node"), ("py-end", "w-python")):
+        done = wait_state(cluster, namespace, chain[handler_name]["metadata"]["name"], "succeeded", timeout=60)
+        assert done["attempts"][-1]["node"] == runner, (handler_name, done["attempts"])
+
+    # One queue (concurrency 2) served by both workers (4 slots each): never more than 2 naps at once, both ran some.
+    with JobRecorder(cluster.kubeconfig, namespace) as recorder:
+        apply(cluster, namespace, *(job(f"nap-{i}", handler_name="nap", payload={"dir": str(naps)})
+                                    for i in range(8)))
+        for i in range(8):
+            wait_state(cluster, namespace, f"nap-{i}", "succeeded", timeout=120)
+    spans = []
+    for start in naps.glob("*.start"):
+        began, language = start.read_text().split()
+        spans.append((float(began), float(start.with_suffix(".end").read_text()), language))
+    assert len(spans) == 8
+    most = max(sum(1 for b, e, _ in spans if b <= moment < e) for moment, _, _ in spans)
+    assert most <= 2, sorted(spans)
+    assert recorder.max_running() <= 2
+    assert {language for _, _, language in spans} == {"python", "node"}, "both workers ran naps"
+
+
+# ================================================================ start errors
+def test_bad_input_at_start_is_an_error_naming_it_exit_2(cluster, namespace, tmp_path):
+    apply(cluster, namespace, queue("q"), worker_handler("send"))
+    app = node_app(tmp_path / "app", {
+        "ghost.js": "import { defineHandler } from '@sextant/node';\ndefineHandler('ghost', async () => {});\n",
+        "broken.js": "import { defineHandler } from '@sextant/node';\nimport './no-such-file.js';\n",
+        "one.js": "import { defineHandler } from '@sextant/node';\ndefineHandler('send', async () => {});\n",
+        "two.js": "import { defineHandler } from '@sextant/node';\ndefineHandler('send', async () => {});\n",
+    })
+
+    def start(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["node", str(BIN), "--kubeconfig", str(cluster.kubeconfig), "-n", namespace, *args],
+                              cwd=app, capture_output=True, text=True, timeout=60)
+
+    ghost = start("--module", "./ghost.js")
+    assert ghost.returncode == 2, ghost.stderr
+    assert (f"error: handler 'ghost' is defined by --module, but there is no Handler 'ghost' in namespace {namespace}"
+            in ghost.stderr)
+    broken = start("--module", "./broken.js")
+    assert broken.returncode == 2, broken.stderr
+    assert "error: --module ./broken.js does not load: Error: Cannot find module" in broken.stderr
+    twice = start("--module", "./one.js", "--module", "./two.js")
+    assert twice.returncode == 2, twice.stderr
+    assert "error: --module ./two.js does not load: Error: handler 'send' is defined twice" in twice.stderr
+    no_queue = start("--module", "./one.js", "--queue", "nope")
+    assert no_queue.returncode == 2 and f"error: --queue nope: there is no Queue 'nope' in namespace {namespace}" \
+        in no_queue.stderr
+    assert not get_json(cluster, namespace, "workers.sextant.dev")["items"], "none of them registered"
+
+
+# ================================================================ the client
+CLIENT_SCRIPT = """import { Sextant } from '@sextant/node';
+
+const sextant = new Sextant({ namespace: process.argv[2] });
+const out = {};
+const said = async (key, call) => {
+  try { out[key] = await call(); } catch (err) { out[key] = `${err.name}: ${err.message}`; }
+};
+const first = await sextant.jobs.create({ queue: 'q', handler: 'h', payload: { orderId: 7 }, idempotencyKey: 'order-7' });
+const again = await sextant.jobs.create({ queue: 'q', handler: 'h', payload: { orderId: 7 }, idempotencyKey: 'order-7' });
+out.first = [first.id, first.created];
+out.again = [again.id, again.created];
+await said('conflict', () => sextant.jobs.create({ queue: 'q', handler: 'h', payload: { orderId: 8 }, idempotencyKey: 'order-7' }));
+await said('tooBig', () => sextant.jobs.create({ queue: 'q', handler: 'h', payload: { blob: 'x'.repeat(300 * 1024) } }));
+const later = await sextant.jobs.create({ queue: 'q', handler: 'h', runAt: new Date(Date.now() + 3600e3) });
+out.later = later.id;
+out.cancel = (await sextant.jobs.cancel(later.id)).object.spec.cancel;
+out.get = (await sextant.jobs.get(first.id)).payload;
+out.list = (await sextant.jobs.list({ handler: 'h' })).map((j) => j.id);
+await said('missing', () => sextant.jobs.get('job_nothere'));
+for (let i = 0; i < 600 && (await sextant.jobs.get(later.id)).state !== 'cancelled'; i++) {
+  await new Promise((resolve) => setTimeout(resolve, 100));
+}
+await said('retry', () => sextant.jobs.retry(later.id));
+console.log(JSON.stringify(out));
+"""
+
+
+def test_the_node_client_creates_reads_cancels_with_the_python_clients_rules(cluster, namespace, operator, tmp_path):
+    from sextant.client import Client
+    from sextant.kube import kubeconfig
+
+    apply(cluster, namespace, queue("q"))
+    app = node_app(tmp_path / "app", {"client.mjs": CLIENT_SCRIPT})
+    done = subprocess.run(["node", "client.mjs", namespace], cwd=app, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig)})
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    first = out["first"][0]
+    assert out["first"] == [first, True] and out["again"] == [first, False], "the key returns the first job"
+    assert out["conflict"] == (f"KeyConflict: idempotency key 'order-7' is held by job {first} with another "
+                               "spec.payload ({\"orderId\":7}, not {\"orderId\":8}): a key names one job within its "
+                               "window; give another job another key")
+    assert out["tooBig"].startswith("InputError: payload: the payload is 307211 bytes as JSON, over the limit of "
+                                    "262144 bytes (256 KiB)"), out["tooBig"]
+    assert out["cancel"] is True
+    wait_state(cluster, namespace, out["later"].replace("_", "-"), "cancelled", timeout=60)
+    assert out["get"] == {"orderId": 7} and sorted(out["list"]) == sorted([first, out["later"]])
+    assert out["missing"] == f"Refused: job job_nothere not found in namespace {namespace}"
+    assert out["retry"] == (f"Refused: job {out['later']}: cannot retry: the job is cancelled; only failed or dead "
+                            "jobs can be retried"), out["retry"]
+
+    # The Python client names the same job for the same key (one rule, one keyed name).
+    client = Client(kubeconfig.load(str(cluster.kubeconfig), None, None))
+    try:
+        held, created = client.create_job(namespace, queue="q", handler="h", payload={"orderId": 7},
+                                          idempotency_key="order-7")
+    finally:
+        client.close()
+    assert not created and held["metadata"]["name"] == first.replace("_", "-")
+    assert len(jobs(cluster, namespace)) == 2, "nothing else was created"
+
+
+# ================================================================ examples/node, as the README runs it
+def test_the_node_example_runs_as_the_readme_says(cluster, namespace, operator, tmp_path, node_workers):
+    """README "Node": the example's objects applied, `npm run worker` (its script: sextant-worker with the example's
+    two modules) in one terminal, `node enqueue.js 42` twice in another: one charge, one receipt, the second create
+    answered with the first job."""
+    cluster.kubectl("apply", "-n", namespace, "-f", str(EXAMPLE / "objects.yaml"))
+    app = node_app(tmp_path / "example", copy=EXAMPLE)
+    script = json.loads((EXAMPLE / "package.json").read_text())["scripts"]["worker"].split()
+    assert script[0] == "sextant-worker"
+    worker = NodeWorker(cluster, namespace, app, "example", *script[1:])
+    node_workers.append(worker)
+    # enqueue.js uses the kubeconfig's namespace, as `kubectl config set-context --current --namespace` sets it.
+    config = yaml.safe_load(cluster.kubeconfig.read_text())
+    for context in config["contexts"]:
+        context["context"]["namespace"] = namespace
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump(config))
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    said = [subprocess.run(["node", "enqueue.js", "42"], cwd=app, env=env, capture_output=True, text=True,
+                           timeout=120) for _ in range(2)]
+    assert all(s.returncode == 0 for s in said), [s.stderr for s in said]
+    first, second = (s.stdout.strip() for s in said)
+    assert first.startswith("created job_") and second.startswith(f"already there: {first.split()[1]}")
+    charge = first.split()[1].replace("_", "-")
+    wait_state(cluster, namespace, charge, "succeeded", timeout=90)
+    receipts = [j for j in jobs(cluster, namespace).values() if j["spec"]["handler"] == "send-receipt"]
+    assert len(receipts) == 1 and len(jobs(cluster, namespace)) == 2
+    wait_state(cluster, namespace, receipts[0]["metadata"]["name"], "succeeded", timeout=60)
+    wait_for(lambda: "receipt for order 42 (charge ch_42_" in worker.log(), 30, message=lambda: worker.log()[-2000:])
+    assert worker.stop() == 0, worker.log()[-2000:]
+
+
+# ================================================================ createWorker: a worker in your own program
+EMBEDDED = """import { createWorker, defineHandler } from '@sextant/node';
+
+let worker;
+const greet = defineHandler('greet', async (job) => {
+  console.log(`hello, ${job.payload.name} (${job.id}, attempt ${job.attempt}, queue ${job.queue})`);
+  setTimeout(() => worker.stop(), 100);  // the app decides when its worker ends: a drain, as SIGTERM does
+});
+worker = createWorker({ handlers: [greet], queues: ['q'], concurrency: 2, namespace: process.argv[2], name: 'embedded' });
+await worker.run();
+console.log('drained');
+"""
+
+
+def test_create_worker_serves_inside_a_program_until_it_stops_it(cluster, namespace, operator, tmp_path):
+    apply(cluster, namespace, queue("q"), worker_handler("greet"),
+          job("job-hi", handler_name="greet", payload={"name": "node"}))
+    app = node_app(tmp_path / "app", {"main.mjs": EMBEDDED})
+    done = subprocess.run(["node", "main.mjs", namespace], cwd=app, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "hello, node (job_hi, attempt 1, queue q)" in done.stdout and done.stdout.rstrip().endswith("drained")
+    final = wait_state(cluster, namespace, "job-hi", "succeeded", timeout=30)
+    assert final["attempts"][0]["node"] == "embedded"
+    assert not get_json(cluster, namespace, "workers.sextant.dev")["items"], "its Worker object went with the drain"
