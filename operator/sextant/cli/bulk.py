@@ -27,7 +27,7 @@ LINE_DEPTH = MAX_PAYLOAD_DEPTH + 1  # a line is a body of POST /v2/jobs: its pay
 PROBLEMS_SHOWN = 20  # bad lines reported one by one; the rest are counted
 # The flags of a single create that a file's lines carry instead (--queue and --handler are the lines' defaults).
 LINE_FLAGS = (("payload", "--payload"), ("run_at", "--run-at"), ("delay", "--in"),
-              ("idempotency_key", "--idempotency-key"), ("output", "-o"))
+              ("idempotency_key", "--idempotency-key"), ("priority", "--priority"), ("output", "-o"))
 SELECTOR_FLAGS = {"queue": "--queue", "state": "--state", "handler": "--handler", "labels": "--selector"}
 
 
