@@ -8,6 +8,7 @@ import json
 import os
 import re
 import secrets
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -30,6 +31,9 @@ from .resources.job import job_id, object_name
 # Requests at once of one create_many or bulk action: enough to hide the round trips, few enough not to crowd out
 # everyone else's requests to the API server (its flow control counts them per user).
 CONCURRENCY = 8
+# A create the API server answered 429 (its flow control, or storage still initializing: nothing was done) is sent
+# again after its Retry-After, this many times at most, so that one busy moment does not fail items of a batch.
+TOO_MANY_TRIES = 5
 _REFUSAL = re.compile(r"(?:^|: )Forbidden: (cannot (?:cancel|retry): .*?)(?:, <nil>)?$")
 
 
@@ -86,6 +90,14 @@ class CreateResult:
         if isinstance(self.error, KeyConflict):
             return 409
         return self.error.status if isinstance(self.error, ApiError) else 500
+
+
+def retry_after(exc: ApiError, most: float = 5.0) -> float:
+    """Seconds to wait before sending a request the API server answered 429 again: its retryAfterSeconds (1 s
+    without one), at most `most`."""
+    details = exc.body.get("details") if isinstance(exc.body, dict) else None
+    seconds = details.get("retryAfterSeconds") if isinstance(details, dict) else None
+    return min(most, float(seconds)) if isinstance(seconds, int | float) and seconds > 0 else 1.0
 
 
 def first_uses(keys: Sequence[str | None]) -> tuple[list[int], list[int]]:
@@ -223,11 +235,16 @@ class Client:
         results: list[CreateResult | None] = [None] * len(jobs)
 
         def one(index: int) -> None:
-            try:
-                job, created = self.create_job(namespace, **jobs[index], annotations=annotations)
-                results[index] = CreateResult(job, created)
-            except (KeyConflict, ApiError) as exc:
-                results[index] = CreateResult(None, error=exc)
+            for attempt in range(1, TOO_MANY_TRIES + 1):
+                try:
+                    job, created = self.create_job(namespace, **jobs[index], annotations=annotations)
+                    results[index] = CreateResult(job, created)
+                    return
+                except (KeyConflict, ApiError) as exc:
+                    results[index] = CreateResult(None, error=exc)
+                    if not (isinstance(exc, ApiError) and exc.status == 429 and attempt < TOO_MANY_TRIES):
+                        return
+                    time.sleep(retry_after(exc))
 
         for indices in first_uses([item.get("idempotency_key") for item in jobs]):
             in_parallel(one, indices, concurrency)

@@ -233,3 +233,12 @@ def test_bad_lines_from_stdin_fail_before_any_request(capsys, monkeypatch, tmp_p
     err = capsys.readouterr().err
     assert err.splitlines() == ["error: stdin line 2: handler: Input should be a valid string",
                                 "error: 1 of 2 lines are not valid jobs: nothing was created"], err
+
+
+def test_a_busy_api_server_is_asked_again_after_its_retry_after():
+    from sextant.client import retry_after
+
+    busy = {"message": "storage is (re)initializing", "details": {"retryAfterSeconds": 2}}
+    assert retry_after(ApiError(429, busy)) == 2.0
+    assert retry_after(ApiError(429, {"message": "x"})) == 1.0
+    assert retry_after(ApiError(429, {"details": {"retryAfterSeconds": 60}})) == 5.0  # bounded
