@@ -8,13 +8,17 @@ import json
 import os
 import re
 import secrets
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Required, TypedDict
 
 import httpx
 
 from .lifecycle import idempotency
+from .lifecycle.selection import Selector, Verb
 from .lifecycle.worker_view import WorkerView, read_worker_object
 from .resources import inputs
 from .kube.client import ApiError, Conflict, NotFound
@@ -24,6 +28,12 @@ from .resources import API_VERSION, contract
 from .resources.common import format_time, parse_time
 from .resources.job import job_id, object_name
 
+# Requests at once of one create_many or bulk action: enough to hide the round trips, few enough not to crowd out
+# everyone else's requests to the API server (its flow control counts them per user).
+CONCURRENCY = 8
+# A create the API server answered 429 (its flow control, or storage still initializing: nothing was done) is sent
+# again after its Retry-After, this many times at most, so that one busy moment does not fail items of a batch.
+TOO_MANY_TRIES = 5
 _REFUSAL = re.compile(r"(?:^|: )Forbidden: (cannot (?:cancel|retry): .*?)(?:, <nil>)?$")
 
 
@@ -45,6 +55,73 @@ def _raise_for(resp: httpx.Response) -> None:
         body = None
     status = {**body, "message": body.get("message", resp.text)} if isinstance(body, dict) else resp.text
     raise ApiError(resp.status_code, status, resp.request.method, resp.request.url.path)
+
+
+class JobRequest(TypedDict, total=False):
+    """One job of create_many: create_job's keyword arguments (the HTTP API's CreateJob fields, by name)."""
+
+    queue: Required[str]
+    handler: Required[str]
+    payload: dict[str, Any]
+    run_at: datetime | None
+    idempotency_key: str | None
+    priority: int
+    concurrency_key: str | None
+
+
+@dataclass(frozen=True)
+class CreateResult:
+    """One item of create_many: the job (created, or the one already holding its idempotency key), or why not:
+    KeyConflict (its key is held by a job with another queue, handler or payload) or the API server's ApiError."""
+
+    job: dict[str, Any] | None
+    created: bool = False
+    error: Exception | None = None
+
+    @property
+    def id(self) -> str | None:
+        return job_id(self.job["metadata"]["name"]) if self.job is not None else None
+
+    @property
+    def status(self) -> int:
+        """As the HTTP API answers one create: 201 created, 200 the key's job, 409 a key conflict, else the API
+        server's status."""
+        if self.job is not None:
+            return 201 if self.created else 200
+        if isinstance(self.error, KeyConflict):
+            return 409
+        return self.error.status if isinstance(self.error, ApiError) else 500
+
+
+def retry_after(exc: ApiError, most: float = 5.0) -> float:
+    """Seconds to wait before sending a request the API server answered 429 again: its retryAfterSeconds (1 s
+    without one), at most `most`."""
+    details = exc.body.get("details") if isinstance(exc.body, dict) else None
+    seconds = details.get("retryAfterSeconds") if isinstance(details, dict) else None
+    return min(most, float(seconds)) if isinstance(seconds, int | float) and seconds > 0 else 1.0
+
+
+def first_uses(keys: Sequence[str | None]) -> tuple[list[int], list[int]]:
+    """The items of a batch in two rounds: those without a key or with its first use in the batch, then the later
+    uses of a key, which are created after the first so that they return it (or are refused: another job)."""
+    seen: set[str] = set()
+    first, later = [], []
+    for index, key in enumerate(keys):
+        if key is not None and key in seen:
+            later.append(index)
+        else:
+            first.append(index)
+            if key is not None:
+                seen.add(key)
+    return first, later
+
+
+def in_parallel(call: Callable[[int], Any], indices: Sequence[int], concurrency: int = CONCURRENCY) -> list[Any]:
+    """call(i) for each index, at most `concurrency` at once (the client's connection pool is shared); in order."""
+    if len(indices) <= 1 or concurrency <= 1:
+        return [call(i) for i in indices]
+    with ThreadPoolExecutor(min(concurrency, len(indices))) as pool:
+        return list(pool.map(call, indices))
 
 
 class Client:
@@ -150,6 +227,44 @@ class Client:
             # The key's claim ran out (or, rarely, another key hashed to this name): the next generation.
         raise ApiError(409, {"message": f"no free name for idempotency key {idempotency_key!r}"}, "POST",
                        contract.jobs_path(namespace))
+
+    def create_many(self, namespace: str, jobs: Sequence[JobRequest], *, annotations: dict[str, str] | None = None,
+                    concurrency: int = CONCURRENCY) -> list[CreateResult]:
+        """Create many jobs: one CreateResult per item, in order. Each item is created exactly as create_job creates
+        one (its idempotency rule included), `concurrency` at a time. A later item with a key that an earlier item
+        of the batch uses is created after it, so the first one is created and the later ones return it (or are
+        refused, KeyConflict, when they differ). Nothing is checked here that create_job does not check: callers
+        validate every item before calling (the CLI, the HTTP API and the SDK do, with the HTTP API's CreateJob)."""
+        results: list[CreateResult | None] = [None] * len(jobs)
+
+        def one(index: int) -> None:
+            for attempt in range(1, TOO_MANY_TRIES + 1):
+                try:
+                    job, created = self.create_job(namespace, **jobs[index], annotations=annotations)
+                    results[index] = CreateResult(job, created)
+                    return
+                except (KeyConflict, ApiError) as exc:
+                    results[index] = CreateResult(None, error=exc)
+                    if not (isinstance(exc, ApiError) and exc.status == 429 and attempt < TOO_MANY_TRIES):
+                        return
+                    time.sleep(retry_after(exc))
+
+        for indices in first_uses([item.get("idempotency_key") for item in jobs]):
+            in_parallel(one, indices, concurrency)
+        return [r for r in results if r is not None]
+
+    def select_jobs(self, namespace: str, selector: Selector) -> list[dict[str, Any]]:
+        """The namespace's jobs that a selector matches: one list, filtered by the API server (the Job CRD's
+        selectable fields, and the label selector); with CRDs older than this client, the fields are filtered
+        here."""
+        path = contract.jobs_path(namespace)
+        fields = selector.field_selector()
+        try:
+            return self.list_all(path, field_selector=fields, label_selector=selector.labels)[0]
+        except ApiError as exc:
+            if not (fields and exc.status == 400 and "field label not supported" in exc.message):
+                raise
+        return [j for j in self.list_all(path, label_selector=selector.labels)[0] if selector.matches_fields(j)]
 
     def key_holder(self, namespace: str, key: str, now: datetime) -> dict[str, Any] | None:
         """The job that holds an idempotency key now, by any name, or None. One list selected by the field
@@ -370,6 +485,46 @@ def retry(client: Client, namespace: str, name: str) -> str:
     job = _job_request(lambda: client.retry_job(namespace, name), namespace, name)
     state = (job.get("status") or {}).get("state")
     return f"job {job_id(name)}: retry requested (it was {state}); its attempts start again from 1"
+
+
+@dataclass
+class BulkOutcome:
+    """What a bulk cancel or retry did: the jobs it was requested for, and those refused (id, why): their state
+    changed since they were selected, or they are gone."""
+
+    verb: Verb
+    requested: list[str] = field(default_factory=list)
+    refused: list[tuple[str, str]] = field(default_factory=list)
+
+    def words(self, what: str) -> str:
+        """"retry requested for 3 of 3 jobs (queue q, state dead)", and the first refusal's words."""
+        total = len(self.requested) + len(self.refused)
+        text = f"{self.verb} requested for {len(self.requested)} of {total} jobs ({what})"
+        return text + (f"; {len(self.refused)} refused, e.g. {self.refused[0][1]}" if self.refused else "")
+
+
+def bulk(client: Client, verb: Verb, jobs: Sequence[tuple[str, str]],
+         concurrency: int = CONCURRENCY) -> BulkOutcome:
+    """Cancel or retry each job (namespace, name), each with the request of a single cancel or retry (spec.cancel,
+    a fresh spec.retryToken), `concurrency` at a time; a refusal is counted, and the others go on. The one path of
+    the CLI's, the HTTP API's and the dashboard's bulk actions."""
+    ask = cancel if verb == "cancel" else retry
+
+    def one(index: int) -> str | None:
+        namespace, name = jobs[index]
+        try:
+            ask(client, namespace, name)
+            return None
+        except Refused as exc:
+            return str(exc)
+
+    outcome = BulkOutcome(verb)
+    for (_, name), refusal in zip(jobs, in_parallel(one, range(len(jobs)), concurrency)):
+        if refusal is None:
+            outcome.requested.append(job_id(name))
+        else:
+            outcome.refused.append((job_id(name), refusal))
+    return outcome
 
 
 def pause(client: Client, namespace: str, name: str, paused: bool = True) -> str:

@@ -274,6 +274,7 @@ def test_openapi_document_covers_every_route_and_error():
     assert doc["openapi"].startswith("3.")
     ops = {(path, method) for path, item in doc["paths"].items() for method in item}
     assert ops == {("/v2/jobs", "post"), ("/v2/jobs", "get"), ("/v2/jobs/{job_id}", "get"),
+                   ("/v2/jobs:batch", "post"), ("/v2/jobs:cancel", "post"), ("/v2/jobs:retry", "post"),
                    ("/v2/jobs/{job_id}/cancel", "post"), ("/v2/jobs/{job_id}/retry", "post"), ("/v2/queues", "get"),
                    ("/v2/queues/{queue}/pause", "post"), ("/v2/queues/{queue}/resume", "post")}
     create = doc["paths"]["/v2/jobs"]["post"]["responses"]

@@ -16,7 +16,7 @@ from ..kube.client import ApiError, Gone
 from ..resources import contract
 from ..resources.common import age, parse_time, precise_duration, time_or_none, until
 from ..resources.job import is_finished, job_id
-from . import output
+from . import bulk, output
 from .context import CliError, Context
 
 EXIT_TIMEOUT = 124  # as timeout(1)
@@ -28,14 +28,22 @@ def register(sub: argparse._SubParsersAction, flags: argparse.ArgumentParser) ->
                                        "list: `sextant jobs --state failed` is `sextant jobs list --state failed`.")
     cmds = group.add_subparsers(dest="jobs_command", required=True, metavar="COMMAND")
 
-    create = cmds.add_parser("create", parents=[flags], help="create a job and print its id",
+    create = cmds.add_parser("create", parents=[flags], help="create a job (or many: --from-file) and print its id",
                              description="Create a job and print its id alone on stdout, so that "
                                          "ID=$(sextant jobs create ...) works. With an idempotency key used "
                                          "within the last 24 hours, print the first job's id instead (and say so "
                                          "on stderr); exit 1, creating nothing, when that job has another queue, "
-                                         "handler or payload.")
-    create.add_argument("--queue", required=True, help="the Queue it runs on")
-    create.add_argument("--handler", required=True, help="the Handler that runs it")
+                                         "handler or payload. With --from-file, one job per line (JSON objects "
+                                         "with the fields of POST /v2/jobs: queue, handler, payload, run_at, "
+                                         "idempotency_key, priority): every line is checked first (a bad one: "
+                                         "each named by line and field, exit 2, nothing created), then one id "
+                                         "per job is printed in the file's order (an empty line, and an error "
+                                         "naming the line on stderr, for a job not created: exit 1).")
+    create.add_argument("--queue", help="the Queue it runs on (required; with --from-file, for lines without one)")
+    create.add_argument("--handler", help="the Handler that runs it (required; with --from-file, for lines "
+                                          "without one)")
+    create.add_argument("-f", "--from-file", metavar="FILE", help="create the jobs of an ndjson file, one JSON "
+                                                                  "object per line (- reads stdin)")
     create.add_argument("--payload", default=None,
                         help="the JSON object handed to the handler: inline JSON, @FILE, or - (stdin)")
     when = create.add_mutually_exclusive_group()
@@ -46,7 +54,7 @@ def register(sub: argparse._SubParsersAction, flags: argparse.ArgumentParser) ->
     create.add_argument("--idempotency-key", metavar="KEY",
                         help="a second create with this key within 24 h returns the first job (refused "
                              "when that job has another queue, handler or payload)")
-    create.add_argument("--priority", type=int, default=0, help="higher runs first within its queue (default 0)")
+    create.add_argument("--priority", type=int, default=None, help="higher runs first within its queue (default 0)")
     create.add_argument("--concurrency-key", metavar="KEY",
                         help="its concurrency key (spec.concurrencyKey), e.g. a tenant: the queue's "
                              "perKeyConcurrency limits running attempts per key, and keys take turns")
@@ -67,12 +75,21 @@ def register(sub: argparse._SubParsersAction, flags: argparse.ArgumentParser) ->
     get.add_argument("-o", "--output", choices=output.FORMATS, help="json or yaml instead of a table")
     get.set_defaults(func=get_cmd, cli=True)
 
-    cancel = cmds.add_parser("cancel", parents=[flags], help="cancel a scheduled, queued, running or failed job")
-    cancel.add_argument("id", metavar="ID")
+    selected = ("Instead of an ID, --queue, --state, --handler and -l select jobs (all must match): the command "
+                "counts those whose state allows it, asks once for confirmation (--yes in scripts: without a "
+                "terminal it refuses, changing nothing), then asks for each as for one ID and prints how many.")
+    cancel = cmds.add_parser("cancel", parents=[flags], help="cancel a scheduled, queued, running or failed job "
+                                                             "(or all that --queue/--state/... select)",
+                             description="Cancel a scheduled, queued, running or failed job. " + selected)
+    cancel.add_argument("id", metavar="ID", nargs="?")
+    bulk.selection_flags(cancel)
     cancel.set_defaults(func=cancel_cmd, cli=True)
 
-    retry = cmds.add_parser("retry", parents=[flags], help="retry a failed or dead job (attempts start again)")
-    retry.add_argument("id", metavar="ID")
+    retry = cmds.add_parser("retry", parents=[flags], help="retry a failed or dead job (attempts start again; or "
+                                                           "all that --queue/--state/... select)",
+                            description="Retry a failed or dead job: its attempts start again. " + selected)
+    retry.add_argument("id", metavar="ID", nargs="?")
+    bulk.selection_flags(retry)
     retry.set_defaults(func=retry_cmd, cli=True)
 
     wait = cmds.add_parser("wait", parents=[flags], help="wait until a job finishes; exit 0 only if it succeeded",
@@ -151,6 +168,10 @@ def _payload(ctx: Context, text: str | None) -> dict[str, Any]:
 
 def create_cmd(ctx: Context) -> int:
     a = ctx.args
+    if a.from_file is not None:
+        return bulk.create_from_file(ctx)
+    if a.queue is None or a.handler is None:
+        raise CliError("--queue and --handler are required (or --from-file FILE)", 2)
     queue = inputs.object_name("--queue", a.queue, "queue name")
     handler = inputs.object_name("--handler", a.handler, "handler name")
     payload = _payload(ctx, a.payload)
@@ -158,7 +179,7 @@ def create_cmd(ctx: Context) -> int:
     if a.delay:
         run_at = inputs.delay("--in", a.delay, ctx.now())
     key = inputs.idempotency_key("--idempotency-key", a.idempotency_key) if a.idempotency_key is not None else None
-    priority = inputs.priority("--priority", a.priority)
+    priority = inputs.priority("--priority", a.priority if a.priority is not None else 0)
     concurrency_key = (inputs.concurrency_key("--concurrency-key", a.concurrency_key)
                        if a.concurrency_key is not None else None)
     ns = ctx.single_namespace("jobs create")
@@ -269,14 +290,29 @@ def get_cmd(ctx: Context) -> int:
     return 0
 
 
+def _one_or_selected(ctx: Context, verb: str) -> str | None:
+    """The job name of `jobs cancel|retry ID`, or None when flags select the jobs instead (exactly one way)."""
+    a = ctx.args
+    selecting = any(getattr(a, name) is not None for name in ("queue", "state", "handler", "selector"))
+    if a.id is not None and selecting:
+        raise CliError("give a job ID or select jobs with --queue, --state, --handler or -l, not both", 2)
+    if a.id is None and not selecting:
+        raise CliError(f"name what to {verb}: a job ID, or --queue, --state, --handler or -l", 2)
+    return inputs.job_name("ID", a.id) if a.id is not None else None
+
+
 def cancel_cmd(ctx: Context) -> int:
-    name = inputs.job_name("ID", ctx.args.id)
+    name = _one_or_selected(ctx, "cancel")
+    if name is None:
+        return bulk.act_on_selection(ctx, "cancel")
     ctx.say(client.cancel(ctx.client, ctx.single_namespace("jobs cancel"), name))
     return 0
 
 
 def retry_cmd(ctx: Context) -> int:
-    name = inputs.job_name("ID", ctx.args.id)
+    name = _one_or_selected(ctx, "retry")
+    if name is None:
+        return bulk.act_on_selection(ctx, "retry")
     ctx.say(client.retry(ctx.client, ctx.single_namespace("jobs retry"), name))
     return 0
 

@@ -10,7 +10,8 @@ from typing import Any
 from urllib.parse import urlencode
 
 from ..resources.common import age, human_duration, time_or_none, until
-from ..resources.job import CANCELLABLE, RETRYABLE, State, job_id, sequence_of
+from ..lifecycle.selection import question
+from ..resources.job import job_id, sequence_of
 from ..resources.inputs import STATES
 from .views import Bar, JobFilter, QueueRow, ScheduleRow, can, chart_svg, last_error, millis, waiting_reason
 
@@ -116,19 +117,13 @@ def job_link(namespace: str, name: str) -> str:
     return f"/jobs/{namespace}/{job_id(name)}"
 
 
-def _states(allowed: frozenset[State]) -> str:
-    names = [st.value for st in State if st in allowed]
-    return ", ".join(names[:-1]) + " or " + names[-1]
-
-
 def bulk_buttons(flt: JobFilter, extra: dict[str, str], cancellable: int, retryable: int) -> str:
     """Cancel or retry all that the filter selects (where the state allows it), with one confirmation."""
     query = urlencode({**flt.query(), **extra})
     buttons = []
-    for verb, count, allowed in (("retry", retryable, RETRYABLE), ("cancel", cancellable, CANCELLABLE)):
+    for verb, count in (("retry", retryable), ("cancel", cancellable)):
         if count:
-            ask = (f"{verb.capitalize()} the {count} {_states(allowed)} job{'s' if count != 1 else ''} that match "
-                   f"({flt.words()})?")
+            ask = question(verb, count, flt.words())  # the CLI's prompt too
             buttons.append(f'<button class="bulk" data-action="/api/bulk/{verb}?{e(query)}" data-confirm="{e(ask)}">'
                            f'{verb} all {count}</button>')
     return f'<div class="actions bulk">{"".join(buttons)}</div>' if buttons else ""

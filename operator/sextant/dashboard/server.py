@@ -384,7 +384,10 @@ class Dashboard:
 
     async def bulk_action(self, request: web.Request) -> web.Response:
         """Cancel or retry every job that the jobs view's filter selects and whose state allows it (at most
-        BULK_MAX), each with the CLI's own request; one answer that counts what was done and refused."""
+        BULK_MAX): client.bulk, the one path of `sextant jobs cancel|retry --queue ...` and POST /v2/jobs:cancel
+        and :retry, which asks for each job as a single cancel or retry does; one answer that counts what was done
+        and refused. The jobs come from the dashboard's cache (its watch of the same jobs), by the same rule
+        (lifecycle/selection.py)."""
         verb = request.match_info["verb"]
         try:
             flt = JobFilter.parse(request.query)
@@ -394,20 +397,7 @@ class Dashboard:
         await self._wait_synced()
         targets = [(j["metadata"]["namespace"], j["metadata"]["name"])
                    for j in bulk_targets(list(self.cache.jobs.values()), flt, ns, verb)]
-        ask = requests.cancel if verb == "cancel" else requests.retry
-
-        def call() -> str:
-            done, refusals = 0, []
-            for namespace, name in targets:
-                try:
-                    ask(self.client, namespace, name)
-                    done += 1
-                except Refused as exc:  # its state changed since: say so, go on with the others
-                    refusals.append(str(exc))
-            words = f"{verb} requested for {done} of {len(targets)} jobs ({flt.words()})"
-            return words + (f"; {len(refusals)} refused, e.g. {refusals[0]}" if refusals else "")
-
-        return await self._act(call)
+        return await self._act(lambda: requests.bulk(self.client, verb, targets).words(flt.words()))
 
     async def trigger(self, request: web.Request) -> web.Response:
         ns, name = request.match_info["ns"], request.match_info["name"]

@@ -15,10 +15,10 @@ from urllib.parse import urlencode, urlsplit
 from ..resources import inputs
 from ..lifecycle.queueing import QueueStats, queue_stats
 from ..resources.common import time_or_none
-from ..resources.job import CANCELLABLE, RETRYABLE, is_finished, job_id
+from ..lifecycle.selection import BULK_MAX, Verb, actionable, creation_order, targets
+from ..resources.job import is_finished, job_id
 
 PAGE_SIZE = 50  # rows of the jobs view
-BULK_MAX = 1000  # jobs at most that one bulk cancel or retry acts on (the rest: click again)
 LABEL_SCHEDULE = "sextant.dev/schedule"
 LOOPBACK_NAMES = ("localhost",)
 
@@ -85,9 +85,8 @@ class JobFilter:
 
 
 def newest_first(job: Mapping[str, Any]) -> tuple[str, str]:
-    """The jobs view's order key, to sort descending: creation time (RFC 3339 in UTC sorts as text), then name."""
-    meta = job["metadata"]
-    return meta.get("creationTimestamp") or "", meta["name"]
+    """The jobs view's order key, to sort descending: creation time, then name."""
+    return creation_order(job)
 
 
 def cursor_of(job: Mapping[str, Any]) -> str:
@@ -122,21 +121,15 @@ def jobs_page(jobs: Iterable[Mapping[str, Any]], flt: JobFilter, namespace: str 
 
 
 def bulk_targets(jobs: Iterable[Mapping[str, Any]], flt: JobFilter, namespace: str | None,
-                 verb: str) -> list[Mapping[str, Any]]:
-    """What a bulk cancel or retry of a filter acts on: the jobs it selects whose state allows the verb
-    (resources/job.py's CANCELLABLE, RETRYABLE), oldest first, at most BULK_MAX."""
-    allowed = CANCELLABLE if verb == "cancel" else RETRYABLE
-    chosen = [j for j in jobs if flt.matches(j, namespace) and (j.get("status") or {}).get("state") in allowed
-              and not (verb == "cancel" and (j.get("spec") or {}).get("cancel"))]
-    return sorted(chosen, key=newest_first)[:BULK_MAX]
+                 verb: Verb) -> list[Mapping[str, Any]]:
+    """What a bulk cancel or retry of a filter acts on: of the jobs it selects, those the verb applies to, oldest
+    first, at most BULK_MAX (lifecycle/selection.py: the rule of the CLI's and the HTTP API's bulk actions too)."""
+    return targets((j for j in jobs if flt.matches(j, namespace)), verb, BULK_MAX)
 
 
-def can(verb: str, job: Mapping[str, Any]) -> bool:
+def can(verb: Verb, job: Mapping[str, Any]) -> bool:
     """Whether the job's state allows the action (the API server's CEL rules say the same)."""
-    status, spec = job.get("status") or {}, job.get("spec") or {}
-    if verb == "cancel":
-        return status.get("state") in CANCELLABLE and not spec.get("cancel")
-    return status.get("state") in RETRYABLE
+    return actionable(verb, job)
 
 
 def last_error(job: Mapping[str, Any]) -> str:

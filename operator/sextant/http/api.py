@@ -5,6 +5,12 @@
                                        headers when its queue or handler does not exist
     GET  /v2/jobs?queue=&state=&handler=&limit=&continue=     list, a page at a time (the API server's pages)
     GET  /v2/jobs/{job_id}             one job (job_8f3k2m9q or job-8f3k2m9q)
+    POST /v2/jobs:batch                create many ({"items": [...]}, each a POST /v2/jobs body; at most
+                                       models.BATCH_MAX): every item checked first (one invalid: 422, nothing
+                                       created), then one answer per item in order with its own status
+    POST /v2/jobs:cancel, :retry       act on what a selection matches ({"queue", "state", "handler",
+                                       "label_selector", "dry_run"}): the count, the ids, each job asked for as
+                                       the single routes below ask (at most selection.BULK_MAX per call)
     POST /v2/jobs/{job_id}/cancel      409 when the job's state forbids it
     POST /v2/jobs/{job_id}/retry       409 unless the job is failed or dead
     GET  /v2/queues                    jobs per state, running vs concurrency, oldest queued job (the Queues'
@@ -40,7 +46,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from aiohttp import web
 from multidict import CIMultiDict
@@ -49,9 +55,10 @@ from pydantic import ValidationError
 from ..kube.clock import utcnow
 from ..resources import inputs
 from ..kube import metrics
-from ..client import Client, KeyConflict, missing_warning, refusal_message
+from ..client import Client, CreateResult, JobRequest, KeyConflict, bulk, missing_warning, refusal_message
 from ..kube import jsontext
 from ..kube.client import ApiError, Gone, Kube, NotFound
+from ..lifecycle import selection
 from ..lifecycle.queueing import QueueNumbers, count_unfinished, numbers_of_status
 from ..resources import contract
 from ..resources.common import json_depth
@@ -101,18 +108,8 @@ def _from_input_error(exc: inputs.InputError) -> HttpError:
     return invalid(exc.field, exc.message)
 
 
-def _from_validation(exc: ValidationError, prefix: str = "") -> HttpError:
-    first = exc.errors()[0]
-    field = ".".join(str(p) for p in first["loc"]) or "body"
-    if prefix:
-        field = f"{prefix}.{field}" if first["loc"] else prefix
-    message = first["msg"].removeprefix("Value error, ")
-    if first["type"] == "extra_forbidden":
-        message = ("unknown field (the fields are queue, handler, payload, run_at, idempotency_key, priority, "
-                   "concurrency_key)")
-    if first["type"] == "missing":
-        message = "this field is required"
-    return invalid(field, message)
+def _from_validation(exc: ValidationError, fields: str = models.CREATE_FIELDS) -> HttpError:
+    return invalid(*models.validation_problem(exc, fields))
 
 
 def not_a_continue_token() -> HttpError:
@@ -164,6 +161,9 @@ class Api:
         app.middlewares.append(self._guard)
         app.router.add_get("/v2/openapi.json", self.openapi)
         app.router.add_post("/v2/jobs", self.create)
+        app.router.add_post("/v2/jobs:batch", self.create_batch)
+        app.router.add_post("/v2/jobs:cancel", self.cancel_selected)
+        app.router.add_post("/v2/jobs:retry", self.retry_selected)
         app.router.add_get("/v2/jobs", self.list_jobs)
         app.router.add_get("/v2/jobs/{job_id}", self.get_job)
         app.router.add_post("/v2/jobs/{job_id}/cancel", self.cancel)
@@ -329,18 +329,25 @@ class Api:
     async def openapi(self, _: web.Request) -> web.Response:
         return _json(self._document)
 
-    async def create(self, request: web.Request) -> web.Response:
-        ns = await self._allowed(request, "create", "jobs")
+    @staticmethod
+    async def _body(request: web.Request, depth: int, wanted: str) -> bytes:
+        """The request's body, when it is a JSON object nested at most `depth` levels (checked before anything
+        walks it recursively); else 422 naming body."""
         raw_body = await request.read()
         try:
             data = jsontext.loads(raw_body) if raw_body.strip() else None  # any depth, without recursion
         except ValueError:  # orjson's JSONDecodeError, bad UTF-8 included
             raise invalid("body", "not valid JSON") from None
-        if json_depth(data, MAX_BODY_DEPTH) > MAX_BODY_DEPTH:  # before anything walks it recursively
-            raise invalid("body", f"the JSON nests deeper than {MAX_BODY_DEPTH} levels (the payload at most "
+        if json_depth(data, depth) > depth:
+            raise invalid("body", f"the JSON nests deeper than {depth} levels (the payload at most "
                                   f"{MAX_PAYLOAD_DEPTH})")
         if not isinstance(data, dict):
-            raise invalid("body", "a JSON object with at least queue and handler is required")
+            raise invalid("body", f"{wanted} is required")
+        return raw_body
+
+    async def create(self, request: web.Request) -> web.Response:
+        ns = await self._allowed(request, "create", "jobs")
+        raw_body = await self._body(request, MAX_BODY_DEPTH, "a JSON object with at least queue and handler")
         try:
             spec = models.CreateJob.model_validate_json(raw_body)  # JSON mode: strict types, RFC 3339 strings
         except ValidationError as exc:
@@ -363,6 +370,88 @@ class Api:
         for text in warnings:
             headers.add("Warning", warning_header(text))
         return _json(out, 201 if created else 200, headers)
+
+    async def create_batch(self, request: web.Request) -> web.Response:
+        """Every item is checked before any is created; then each is created as POST /v2/jobs creates one
+        (client.create_many), and answered with its own status."""
+        ns = await self._allowed(request, "create", "jobs")
+        raw_body = await self._body(request, MAX_BODY_DEPTH + 2, 'a JSON object {"items": [{"queue": ..., '
+                                                                 '"handler": ...}, ...]}')
+        try:
+            batch = models.CreateJobs.model_validate_json(raw_body)
+        except ValidationError as exc:
+            raise _from_validation(exc, "items") from None
+        wanted = [cast(JobRequest, spec.model_dump()) for spec in batch.items]  # create_job's keyword arguments
+        annotations = {ANNOTATION_REQUESTED_BY: request["user"].username[:4096]}
+        results = await self.as_caller(request, lambda client: client.create_many(ns, wanted,
+                                                                                  annotations=annotations))
+        warnings = {pair: await self._warnings(ns, *pair)
+                    for pair in dict.fromkeys((r.job["spec"]["queue"], r.job["spec"]["handler"])
+                                              for r in results if r.job is not None)}
+        now = self.now()
+        items = [self._batch_item(r, ns, warnings, now) for r in results]
+        body = models.BatchResult(items=items, created=sum(i.status == 201 for i in items),
+                                  replayed=sum(i.status == 200 for i in items),
+                                  failed=sum(i.status not in (200, 201) for i in items))
+        return _json(models.dump(body))
+
+    def _batch_item(self, result: CreateResult, ns: str, warnings: dict[tuple[str, str], list[str]],
+                    now: datetime) -> models.BatchItem:
+        if result.job is not None:
+            spec = result.job["spec"]
+            return models.BatchItem(status=result.status, job=models.created_job_out(
+                result.job, warnings.get((spec["queue"], spec["handler"]), []), now))
+        exc = result.error
+        if isinstance(exc, KeyConflict):
+            error = HttpError(409, "Conflict", exc.words(""), field=exc.fields[0])
+        elif isinstance(exc, ApiError):
+            error = self._upstream(exc, ns)
+        else:
+            error = HttpError(500, "InternalError", "internal error; see the operator's log")
+        return models.BatchItem(status=error.status, error=models.ErrorDetail(
+            status=error.status, reason=error.reason, message=error.message, field=error.field))
+
+    async def _act_on_selection(self, request: web.Request, verb: selection.Verb) -> web.Response:
+        """A bulk cancel or retry: the jobs the selection matches whose state allows it, oldest first, at most
+        BULK_MAX, each asked for as the single route asks (client.bulk: the CLI's and the dashboard's path)."""
+        ns = await self._allowed(request, "list", "jobs")
+        await self.auth.authorize(request["user"], "patch", "jobs", ns, None)  # the verb of the writes
+        raw_body = await self._body(request, 2, "a JSON object naming the jobs (queue, state, handler, "
+                                                "label_selector)")
+        try:
+            wanted = models.JobSelection.model_validate_json(raw_body)
+        except ValidationError as exc:
+            raise _from_validation(exc, "queue, state, handler, label_selector, dry_run") from None
+        try:
+            chosen = selection.selector(verb, queue=wanted.queue, state=wanted.state, handler=wanted.handler,
+                                        labels=wanted.label_selector, names={"labels": "label_selector"})
+        except inputs.InputError as exc:
+            raise _from_input_error(exc) from None
+
+        def act(client: Client) -> tuple[int, list[str], Any]:
+            matched = selection.targets(client.select_jobs(ns, chosen), verb)
+            names = [j["metadata"]["name"] for j in matched[:selection.BULK_MAX]]
+            outcome = None if wanted.dry_run else bulk(client, verb, [(ns, name) for name in names])
+            return len(matched), names, outcome
+
+        try:
+            matched, names, outcome = await self.as_caller(request, act)
+        except ApiError as exc:
+            if exc.status == 400 and wanted.label_selector:  # the API server's parse of the label selector
+                raise invalid("label_selector", exc.message) from None
+            raise self._upstream(exc, ns) from None
+        body = models.BulkResult(
+            action=verb, dry_run=wanted.dry_run, matched=matched, ids=[job_id(n) for n in names],
+            requested=len(outcome.requested) if outcome else 0,
+            refused=[models.Refusal(id=i, message=m) for i, m in outcome.refused] if outcome else [],
+            remaining=matched - len(names))
+        return _json(models.dump(body))
+
+    async def cancel_selected(self, request: web.Request) -> web.Response:
+        return await self._act_on_selection(request, "cancel")
+
+    async def retry_selected(self, request: web.Request) -> web.Response:
+        return await self._act_on_selection(request, "retry")
 
     async def get_job(self, request: web.Request) -> web.Response:
         name = self._job_name(request)

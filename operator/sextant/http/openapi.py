@@ -11,7 +11,8 @@ from pydantic.json_schema import models_json_schema
 
 from ..resources import inputs
 from . import models
-from .models import CONTINUE_MAX, CONTINUE_PATTERN, DEFAULT_LIMIT, MAX_LIMIT
+from ..lifecycle.selection import BULK_MAX
+from .models import BATCH_MAX, CONTINUE_MAX, CONTINUE_PATTERN, DEFAULT_LIMIT, MAX_LIMIT
 
 REF = "#/components/schemas/{model}"
 
@@ -91,6 +92,22 @@ def _transition(verb: str, summary: str) -> dict[str, Any]:
     }}
 
 
+def _selected(verb: str, summary: str) -> dict[str, Any]:
+    return {"post": {
+        "operationId": f"{verb}SelectedJobs", "summary": summary, "parameters": [NAMESPACE],
+        "description": "Authorized as `list` and `patch` on jobs.sextant.dev. Selects the namespace's jobs that match "
+                       "every given field of the body (at least one) and whose state allows the action, oldest "
+                       f"first, and asks for each as POST /v2/jobs/{{job_id}}/{verb} does (the same request, per "
+                       f"job; `sextant jobs {verb} --queue ...` and the dashboard's bulk buttons take this path "
+                       f"too), at most {BULK_MAX} per call: `remaining` counts the rest, so call again until it "
+                       "is 0. With `dry_run` nothing changes: the count and the ids to confirm. A job whose state "
+                       "changed since it was selected is listed in `refused`, and the others go on. A `state` the "
+                       "action never applies to (retry of queued jobs) is refused (422, field state).",
+        "requestBody": {"required": True, "content": _content("JobSelection")},
+        "responses": _responses({200: ("BulkResult", "What was done (or, with dry_run, would be).")}, 404, 422),
+    }}
+
+
 QUEUE = {
     "name": "queue", "in": "path", "required": True, "description": "The queue's name.",
     "schema": {"type": "string", "pattern": inputs.NAME_PATTERN, "minLength": 1, "maxLength": inputs.NAME_MAX},
@@ -109,7 +126,8 @@ def _pause(verb: str, summary: str) -> dict[str, Any]:
 def document() -> dict[str, Any]:
     _, schemas = models_json_schema(
         [(models.CreateJob, "validation"), (models.Job, "serialization"), (models.CreatedJob, "serialization"),
-         (models.JobList, "serialization"),
+         (models.JobList, "serialization"), (models.CreateJobs, "validation"), (models.BatchResult, "serialization"),
+         (models.JobSelection, "validation"), (models.BulkResult, "serialization"),
          (models.QueueList, "serialization"), (models.Queue, "serialization"), (models.Error, "serialization")],
         ref_template=REF, by_alias=True)
     return {
@@ -164,6 +182,29 @@ def document() -> dict[str, Any]:
                     "responses": _responses({200: ("JobList", "A page of jobs.")}, 404, 410, 422),
                 },
             },
+            "/v2/jobs:batch": {
+                "post": {
+                    "operationId": "createJobs", "summary": f"Create many jobs (at most {BATCH_MAX} per call)",
+                    "description": "Authorized as one create is (`create` on jobs.sextant.dev, and `list` to find "
+                                   "a key's holder). `items` are bodies of POST /v2/jobs. Every item is checked "
+                                   "before any is created: one invalid item refuses the call (422, error.field "
+                                   "`items[i].FIELD`) and nothing is created; more than "
+                                   f"{BATCH_MAX} items too (field `items`), and a body over 1 MiB (413). Then each "
+                                   "is created as POST /v2/jobs creates one, a few at a time, and answered in "
+                                   "order with the status that route would give it: 201 created, 200 the job "
+                                   "already holding its idempotency_key, 409 when that job has another queue, "
+                                   "handler or payload (error.field names it). An item whose key an earlier item "
+                                   "uses returns that item's job (or 409). The call itself answers 200.",
+                    "parameters": [NAMESPACE],
+                    "requestBody": {"required": True, "content": _content("CreateJobs")},
+                    "responses": _responses({200: ("BatchResult", "One answer per item, in order.")}, 404, 422,
+                                            words={422: "An item is invalid (error.field items[i].FIELD), or "
+                                                        f"there are more than {BATCH_MAX}: nothing is created."}),
+                },
+            },
+            "/v2/jobs:cancel": _selected("cancel", "Cancel every job that a selection matches (queue, state, "
+                                                   "handler, labels)"),
+            "/v2/jobs:retry": _selected("retry", "Retry every failed or dead job that a selection matches"),
             "/v2/jobs/{job_id}": {
                 "get": {
                     "operationId": "getJob", "summary": "Get a job, with its timeline of attempts",

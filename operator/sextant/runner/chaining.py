@@ -1,13 +1,16 @@
-"""ctx.jobs: create the next job from a handler (job chaining), with idempotency keys."""
+"""ctx.jobs: create the next job (or many) from a handler (job chaining), with idempotency keys."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
+
+from pydantic import ValidationError
 
 from ..resources import inputs
-from ..client import Client
+from ..client import Client, CreateResult, JobRequest
+from ..http import models
 from ..resources.job import job_id
 
 
@@ -28,9 +31,30 @@ class Jobs:
         payload = inputs.payload("payload", payload or {})
         if concurrency_key is not None:
             inputs.concurrency_key("concurrency_key", concurrency_key)
+        job, _ = self._connected().create_job(namespace or self.namespace, queue=queue, handler=handler,
+                                              payload=payload, idempotency_key=idempotency_key, run_at=run_at,
+                                              priority=priority, concurrency_key=concurrency_key)
+        return job_id(job["metadata"]["name"])
+
+    def create_many(self, jobs: Iterable[Mapping[str, Any]], *, namespace: str | None = None) -> list[CreateResult]:
+        """Create many jobs in one call: each item has create()'s keyword arguments (queue, handler, payload,
+        idempotency_key, run_at, priority, concurrency_key). Returns one sextant.client.CreateResult per item, in order: .id (the
+        job's, or that of the job already holding its key), .created, .error (sextant.client.KeyConflict, or the
+        API server's refusal) and .status (201, 200, 409, ...), as POST /v2/jobs:batch answers.
+
+        Every item is checked first, as the HTTP API checks a body: InputError naming jobs[i].FIELD, and nothing
+        is created."""
+        wanted: list[JobRequest] = []
+        for index, item in enumerate(jobs):
+            try:
+                spec = models.CreateJob.model_validate(dict(item))
+            except ValidationError as exc:
+                field, message = models.validation_problem(exc)
+                raise inputs.InputError(f"jobs[{index}].{field}", message) from None
+            wanted.append(cast(JobRequest, spec.model_dump()))
+        return self._connected().create_many(namespace or self.namespace, wanted)
+
+    def _connected(self) -> Client:
         if self._client is None:
             self._client = self._connect()
-        job, _ = self._client.create_job(namespace or self.namespace, queue=queue, handler=handler,
-                                         payload=payload, idempotency_key=idempotency_key, run_at=run_at,
-                                         priority=priority, concurrency_key=concurrency_key)
-        return job_id(job["metadata"]["name"])
+        return self._client
