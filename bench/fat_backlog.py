@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT / "operator"))
 
 from sextant.dev.localcluster import LocalCluster, new_name  # noqa: E402
 from sextant.kube import kubeconfig  # noqa: E402
-from sextant.kube.client import Kube  # noqa: E402
+from sextant.kube.client import Conflict, Kube  # noqa: E402
 from sextant.resources import API_VERSION as API, contract  # noqa: E402
 from sextant.resources.job import PAYLOAD_MAX_BYTES, payload_size  # noqa: E402
 
@@ -68,7 +68,10 @@ async def create_jobs(kube: Kube, namespace: str, count: int, payload: dict[str,
         for i in names:
             body = {"apiVersion": API, "kind": "Job", "metadata": {"name": f"fat-{i:06d}"},
                     "spec": {"queue": "held", "handler": "nobody", "payload": payload}}
-            await kube.request("POST", path, body=body, timeout=120)
+            try:
+                await kube.request("POST", path, body=body, timeout=120)
+            except Conflict:
+                pass  # a create that timed out on a loaded machine landed all the same, and its retry met it
 
     started = time.monotonic()
     await asyncio.gather(*(worker() for _ in range(in_flight)))
