@@ -32,11 +32,12 @@ def test_lines_are_the_bodies_of_post_v2_jobs_with_the_flags_as_defaults():
     jobs = parse_ndjson(text, "jobs.ndjson", {"queue": "default-q", "handler": "default-h"})
     assert jobs == [
         {"queue": "emails", "handler": "send", "payload": {"orderId": 1}, "run_at": None, "idempotency_key": "r-1",
-         "priority": 0},
+         "priority": 0, "concurrency_key": None},
         {"queue": "default-q", "handler": "other", "payload": {},
-         "run_at": datetime(2026, 12, 1, 10, 0, tzinfo=timezone.utc), "idempotency_key": None, "priority": 5},
+         "run_at": datetime(2026, 12, 1, 10, 0, tzinfo=timezone.utc), "idempotency_key": None, "priority": 5,
+         "concurrency_key": None},
         {"queue": "sms", "handler": "default-h", "payload": {}, "run_at": None, "idempotency_key": None,
-         "priority": 0}]
+         "priority": 0, "concurrency_key": None}]
     assert line_numbers(text) == [1, 3, 5]  # the output's n-th id is the n-th job: blank lines hold none
 
 
@@ -45,7 +46,7 @@ def test_lines_are_the_bodies_of_post_v2_jobs_with_the_flags_as_defaults():
     ('{"queue": "q"}', "handler", "this field is required"),
     ('{"queue": "q", "handler": "h", "payload": [1]}', "payload", "Input should be an object"),
     ('{"queue": "q", "handler": "h", "idempotencyKey": "k"}', "idempotencyKey",
-     "unknown field (the fields are queue, handler, payload, run_at, idempotency_key, priority)"),
+     "unknown field (the fields are queue, handler, payload, run_at, idempotency_key, priority, concurrency_key)"),
     ('{"queue": "q", "handler": "h", "run_at": "2026-12-01T10:00:00"}', "run_at", "timezone"),
     ('{"queue": "q", "handler": "h", "priority": "5"}', "priority", "valid integer"),
     ('{"queue": "q", "handler": "h", "payload": {"big": "' + "x" * 300_000 + '"}}', "payload", "256 KiB"),
