@@ -149,3 +149,20 @@ def read_pod_report(text: str | None) -> dict[str, Any] | None:
         return None
     report = body.get(POD_REPORT_KEY) if isinstance(body, dict) else None
     return report if isinstance(report, dict) else None
+
+
+def report_facts(status: dict[str, Any]) -> list[tuple[str, str]]:
+    """For people (`sextant inspect`, the dashboard's job page): a raw Job status's progress (while it runs), snoozes
+    and output, each as (label, text); what is absent or unreadable is left out."""
+    facts = []
+    progress = status.get("progress")
+    if isinstance(progress, dict) and isinstance(progress.get("fraction"), (int, float)):
+        text = f"{progress['fraction']:.0%}" + (f" {progress['message']}" if progress.get("message") else "")
+        facts.append(("Progress", text + (f" (at {progress['updatedAt']})" if progress.get("updatedAt") else "")))
+    if status.get("snoozes"):
+        facts.append(("Snoozes", str(status["snoozes"])))
+    if "output" in status:
+        facts.append(("Output", json.dumps(status["output"], ensure_ascii=False)))
+    if status.get("outputNote"):
+        facts.append(("Output note", str(status["outputNote"])))
+    return facts

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..resources import inputs
 from ..client import Client
-from ..resources.job import job_id
+from ..resources.job import job_id, object_name
 
 
 class Jobs:
@@ -32,3 +32,13 @@ class Jobs:
                                          payload=payload, idempotency_key=idempotency_key, run_at=run_at,
                                          priority=priority)
         return job_id(job["metadata"]["name"])
+
+    def get(self, job: str, *, namespace: str | None = None) -> dict[str, Any]:
+        """The job (job_8f3k2m9q or job-8f3k2m9q) as stored: its status has state, output, progress."""
+        if self._client is None:
+            self._client = self._connect()
+        return self._client.get_job(namespace or self.namespace, object_name(job))
+
+    def output(self, job: str, *, namespace: str | None = None) -> Any:
+        """What the job's handler returned (status.output), None while it has not succeeded (or returned nothing)."""
+        return (self.get(job, namespace=namespace).get("status") or {}).get("output")
