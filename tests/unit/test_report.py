@@ -6,8 +6,10 @@ input checks resources/report.py's, shared by the SDK, the runner, the worker an
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
+import os
 from datetime import timedelta
 
 import pytest
@@ -23,6 +25,7 @@ from sextant.resources.report import (MAX_SNOOZES, OUTPUT_MAX_BYTES, POD_REPORT_
                                       SNOOZE_EXIT_CODE, Progress, check_fraction, output_json, parse_progress_line,
                                       pod_report, read_pod_report, snooze_seconds)
 from sextant.resources.worker import WorkerResult
+from sextant.runner.execution import Ended
 
 
 def queued(**kw) -> Job:
@@ -345,3 +348,103 @@ def test_no_progress_write_before_the_job_is_recorded_running():
 def test_the_timeline_result_is_documented():
     assert "snoozed" in JobStatus.model_json_schema(by_alias=True)["$defs"]["Attempt"]["properties"]["result"][
         "description"]
+
+
+# --- running a handler: what it reports, as real threads and processes ------------------------------------------
+def _run(work):
+    from sextant.runner.execution import Execution
+
+    return asyncio.run(Execution(work, 5.0).run())
+
+
+SDK_JOB = sdk.Job(id="job_a", name="job-a", namespace="shop", queue="q", handler="h", attempt=1, payload={},
+                  scheduled_at="2026-03-01T12:00:00Z")
+
+
+def _function(fn, seen: list | None = None):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from sextant.runner.execution import FunctionWork
+
+    ctx = sdk.Context(jobs=None, on_progress=(lambda f, m: seen.append((f, m))) if seen is not None else None)
+    return FunctionWork(fn, SDK_JOB, ctx, ThreadPoolExecutor(1), None)
+
+
+def test_an_sdk_handlers_return_value_snooze_and_progress():
+    async def returns(job, ctx):
+        return {"rows": 3}
+
+    def snoozes(job, ctx):
+        ctx.snooze("2m")
+
+    seen: list = []
+
+    def reports(job, ctx):
+        ctx.progress(0.5, "half")
+
+    assert _run(_function(returns)) == Ended(0, output='{"rows":3}')
+    assert _run(_function(snoozes)) == Ended(SNOOZE_EXIT_CODE, "snoozed for 120s", snooze_seconds=120)
+    assert _run(_function(reports, seen)) == Ended(0) and seen == [(0.5, "half")]
+    big = _run(_function(lambda job, ctx: "x" * OUTPUT_MAX_BYTES))
+    assert (big.exit_code, big.output) == (0, None) and "over the cap" in big.output_note
+
+
+def _command(script: str, seen: list | None = None):
+    from sextant.runner.execution import CommandWork
+
+    work = CommandWork(["sh", "-c", script], {"PATH": os.environ["PATH"]}, {}, "[job-a#1]")
+    if seen is not None:
+        work.on_progress = lambda f, m: seen.append((f, m))
+    return work
+
+
+@pytest.mark.parametrize("script, want", [
+    ('echo \'{"a": [1]}\' > "$SEXTANT_OUTPUT_FILE"', Ended(0, output='{"a":[1]}')),
+    ("exit 0", Ended(0)),
+    ('echo 30s > "$SEXTANT_SNOOZE_FILE"; exit 85', Ended(85, "snoozed for 30s", snooze_seconds=30)),
+    ('echo 2.5 > "$SEXTANT_SNOOZE_FILE"; exit 85', Ended(85, "snoozed for 2.5s", snooze_seconds=2.5)),
+])
+def test_a_commands_files(script, want):
+    assert _run(_command(script)) == want
+
+
+@pytest.mark.parametrize("script, words", [
+    ("exit 85", "SEXTANT_SNOOZE_FILE was not written"),
+    ('echo -3s > "$SEXTANT_SNOOZE_FILE"; exit 85', "SEXTANT_SNOOZE_FILE: "),
+    ('echo 9999h > "$SEXTANT_SNOOZE_FILE"; exit 85', "from 0s to 7 days"),
+])
+def test_a_commands_bad_snooze_says_what_is_wrong(script, words):
+    ended = _run(_command(script))
+    assert ended.exit_code == 85 and ended.snooze_seconds is None and words in ended.message
+
+
+@pytest.mark.parametrize("script, words", [
+    ('echo "{not json" > "$SEXTANT_OUTPUT_FILE"', "does not hold JSON"),
+    (f'head -c {OUTPUT_MAX_BYTES + 10} /dev/zero | tr "\\0" a > "$SEXTANT_OUTPUT_FILE"', "the output's cap"),
+])
+def test_a_commands_bad_output_is_a_note_and_still_a_success(script, words):
+    ended = _run(_command(script))
+    assert (ended.exit_code, ended.output) == (0, None) and words in ended.output_note
+
+
+def test_a_commands_progress_file_is_read_while_it_runs():
+    seen: list = []
+    ended = _run(_command('echo "0.4 resized 4/10" > "$SEXTANT_PROGRESS_FILE"; sleep 1.5', seen))
+    assert ended == Ended(0) and seen == [(0.4, "resized 4/10")]
+
+
+def test_inspect_the_dashboard_and_the_api_show_what_was_reported():
+    from sextant.http.models import job_out
+    from sextant.resources.report import report_facts
+
+    status = {"state": "running", "snoozes": 2, "output": {"rows": 3},
+              "progress": {"fraction": 0.4, "message": "resized 4/10", "updatedAt": "2026-03-01T12:00:05Z"}}
+    assert report_facts(status) == [("Progress", "40% resized 4/10 (at 2026-03-01T12:00:05Z)"), ("Snoozes", "2"),
+                                    ("Output", '{"rows": 3}')]
+    assert report_facts({"outputNote": "over the cap"}) == [("Output note", "over the cap")]
+    assert report_facts({"progress": {"fraction": "odd"}}) == []
+    raw = {"metadata": {"name": "job-a", "namespace": "shop"}, "spec": {"queue": "q", "handler": "h"},
+           "status": status}
+    out = job_out(raw).model_dump(mode="json", by_alias=True)
+    assert (out["output"], out["snoozes"], out["progress"]["fraction"], out["progress"]["message"]) == (
+        {"rows": 3}, 2, 0.4, "resized 4/10")
