@@ -19,6 +19,11 @@ FAST = {"backoff": {"policy": "fixed", "initial": "200ms"}, "leaseDuration": "3s
 POD_ENV = {"PYTHONPATH": str(HANDLERS_DIR)}
 
 
+def module_handlers() -> list[dict[str, Any]]:
+    """A Handler for every function of the module (`sextant worker --module` refuses a function without one)."""
+    return [worker_handler(name) for name in ("snoozer", "producer", "consumer", "progresser")]
+
+
 def snooze_then_output(marker: Path) -> str:
     """A command that snoozes once (exit 85, the delay in its file), then succeeds with an output (its file)."""
     return (f'cat >/dev/null; if [ -e {marker} ]; then echo \'{{"rows": 2}}\' > "$SEXTANT_OUTPUT_FILE"; exit 0; '
@@ -54,7 +59,7 @@ def consumer_of(cluster, namespace: str) -> dict[str, Any] | None:
 # --- worker mode -------------------------------------------------------------------------------------------------
 def test_a_worker_snoozes_sdk_functions_and_commands_without_counting_the_attempt(cluster, namespace, operator,
                                                                                  workers, tmp_path):
-    apply(cluster, namespace, queue("q", maxAttempts=1, **FAST), worker_handler("snoozer"),
+    apply(cluster, namespace, queue("q", maxAttempts=1, **FAST), *module_handlers(),
           worker_handler("cmd", ["sh", "-c", snooze_then_output(tmp_path / "cmd.snoozed")]),
           job("job-sdk", handler_name="snoozer", payload={"dir": str(tmp_path)}),
           job("job-cmd", handler_name="cmd"))
@@ -68,8 +73,8 @@ def test_a_worker_snoozes_sdk_functions_and_commands_without_counting_the_attemp
 
 
 def test_a_workers_output_is_kept_shown_and_read_by_a_chained_job(cluster, namespace, operator, workers):
-    apply(cluster, namespace, queue("q", maxAttempts=2, **FAST), worker_handler("producer"),
-          worker_handler("consumer"), job("job-producer", handler_name="producer"))
+    apply(cluster, namespace, queue("q", maxAttempts=2, **FAST), *module_handlers(),
+          job("job-producer", handler_name="producer"))
     workers("w", "--module", "reporting")
     produced = wait_state(cluster, namespace, "job-producer", "succeeded", timeout=60)
     assert produced["output"] == {"rows": 3, "by": "job_producer"}
@@ -79,14 +84,15 @@ def test_a_workers_output_is_kept_shown_and_read_by_a_chained_job(cluster, names
     assert consumed["output"] == {"got": {"rows": 3, "by": "job_producer"}}
     assert consumed["attempt"] == 1  # however often it snoozed while the producer's end was being recorded
     shown = ok(sextant(cluster, "inspect", "job_producer", "-n", namespace))
-    assert 'Output:' in shown and '{"rows": 3, "by": "job_producer"}' in shown
+    line = next(line for line in shown.splitlines() if line.startswith("Output:"))
+    assert json.loads(line.removeprefix("Output:")) == {"rows": 3, "by": "job_producer"}
     as_json = json.loads(ok(sextant(cluster, "inspect", "job_producer", "-n", namespace, "-o", "json")))
     assert as_json["output"] == {"rows": 3, "by": "job_producer"}
 
 
 def test_a_workers_progress_shows_while_it_runs(cluster, namespace, operator, workers, tmp_path):
     until = tmp_path / "go"
-    apply(cluster, namespace, queue("q", maxAttempts=1, **FAST), worker_handler("progresser"),
+    apply(cluster, namespace, queue("q", maxAttempts=1, **FAST), *module_handlers(),
           worker_handler("cmd", ["sh", "-c", f'cat >/dev/null; echo "0.4 resized 4/10" > "$SEXTANT_PROGRESS_FILE"; '
                                              f'while [ ! -e {until} ]; do sleep 0.1; done']),
           job("job-sdk", handler_name="progresser", payload={"until": str(until)}), job("job-cmd", handler_name="cmd"))
