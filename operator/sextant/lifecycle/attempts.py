@@ -17,7 +17,7 @@ POD_LOST = "PodLost"
 NON_RETRYABLE = "NonRetryableExitCode"
 CANCELLED = "Cancelled"
 DRAINED = "Drained"  # a worker stopped (SIGTERM) before the handler finished: docs/workers.md §6
-SNOOZED = "Snoozed"  # the handler asked to run again later: the attempt is not counted (README, "Snooze")
+SNOOZED = "Snoozed"  # the handler asked to run again later: the attempt is not counted (README, "Snooze, output and progress")
 TOO_MANY_SNOOZES = "TooManySnoozes"  # a snooze past MAX_SNOOZES: an ordinary failed attempt
 # A pod that did not start its handler within the queue's startTimeout: the scheduler found no node for it
 # (Unschedulable), its container waits with a reason (the kubelet's: ErrImagePull, ImagePullBackOff,

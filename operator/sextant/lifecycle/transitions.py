@@ -655,7 +655,7 @@ def _watch_running(s: _Step) -> None:
 
 
 def _snooze(s: _Step, outcome: A.Outcome, label: str) -> A.Outcome:
-    """A snoozed attempt (README, "Snooze"): not counted, the job `scheduled` for the delay its handler asked for,
+    """A snoozed attempt (README, "Snooze, output and progress"): not counted, the job `scheduled` for the delay its handler asked for,
     recorded in the timeline as `snoozed`. Past MAX_SNOOZES: the failed attempt TooManySnoozes (returned, for the
     rules of an ordinary failure)."""
     st = s.status
@@ -671,11 +671,11 @@ def _snooze(s: _Step, outcome: A.Outcome, label: str) -> A.Outcome:
     st.snoozes = snoozes + 1
     st.attempt = max(0, st.attempt - 1)  # not counted against maxAttempts
     st.next_attempt_at = format_time(due)
-    entry = _set_result(st, replace(outcome, message=f"snoozed for {format_duration(delay)} "
-                                                     f"(snooze {st.snoozes} of at most {MAX_SNOOZES})"))
+    _set_result(st, replace(outcome, message=f"snoozed for {format_duration(delay)} "
+                                             f"(snooze {st.snoozes} of at most {MAX_SNOOZES})"))
     s.cond(COND_RUNNING, False, "AttemptFinished", f"{label} snoozed")
-    s.move(SCHEDULED, "Snoozed", f"{label} snoozed until {st.next_attempt_at}; not counted"
-           + (f" ({entry.message})" if entry is not None and entry.message else ""))
+    s.move(SCHEDULED, "Snoozed", f"{label} snoozed for {format_duration(delay)}, until {st.next_attempt_at}; not "
+           f"counted (snooze {st.snoozes} of at most {MAX_SNOOZES})")
     s.decision.wake(due)
     return outcome
 

@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .. import sdk
-from ..resources.report import (OUTPUT_FILE_ENV, OUTPUT_MAX_BYTES, PROGRESS_FILE_ENV, SNOOZE_EXIT_CODE, SNOOZE_FILE_ENV, output_json,
-                                parse_progress_line, snooze_seconds)
+from ..resources.report import (OUTPUT_FILE_ENV, OUTPUT_MAX_BYTES, PROGRESS_FILE_ENV, SNOOZE_EXIT_CODE,
+                                SNOOZE_FILE_ENV, output_json, parse_progress_line, snooze_seconds)
 from .process import GroupReaper, die_with_parent, shell_exit_code
 
 KILLED = 128 + signal.SIGKILL
@@ -88,10 +88,18 @@ class Ended:
     output_note: str | None = None
 
 
-def returned(value: Any) -> Ended:
-    """A handler that returned `value`: succeeded, its output kept when it is JSON within the cap."""
-    output, note = output_json(value)
-    return Ended(0, None, output=output, output_note=note)
+def returned(value: Any, note: str) -> Ended:
+    """A handler that returned `value`: succeeded, its output kept when it is JSON within the cap (else why not, also
+    said in its output after `note`, the prefix of what we say about it)."""
+    output, why = output_json(value)
+    return said(Ended(0, None, output=output, output_note=why), note)
+
+
+def said(ended: Ended, note: str) -> Ended:
+    """Why an output is not kept goes to the handler's output too, where its author looks."""
+    if ended.output_note:
+        print(f"{note}{ended.output_note}", file=sys.stderr, flush=True)
+    return ended
 
 
 def snoozed(seconds: float) -> Ended:
@@ -148,10 +156,7 @@ class FunctionWork:
             print("".join(f"{self.prefix}{line}" for line in "".join(lines).splitlines(True)), end="",
                   file=sys.stderr, flush=True)
             return Ended(1, f"{type(exc).__name__}: {exc}")
-        ended = returned(value)
-        if ended.output_note:
-            print(f"{self.note}{ended.output_note}", file=sys.stderr, flush=True)
-        return ended
+        return returned(value, self.note)
 
     def terminate(self) -> None:
         self.ctx.cancelled.set()
@@ -240,15 +245,15 @@ class CommandWork:
         except FileNotFoundError:
             return Ended(0)
         except OSError as exc:
-            return self._noted(Ended(0, output_note=f"{OUTPUT_FILE_ENV} cannot be read ({exc}); not kept"))
+            return said(Ended(0, output_note=f"{OUTPUT_FILE_ENV} cannot be read ({exc}); not kept"), self.note)
         if len(data) > OUTPUT_MAX_BYTES:
-            return self._noted(Ended(0, output_note=f"{OUTPUT_FILE_ENV} holds over {OUTPUT_MAX_BYTES} bytes, the "
-                                                    "output's cap; not kept"))
+            return said(Ended(0, output_note=f"{OUTPUT_FILE_ENV} holds over {OUTPUT_MAX_BYTES} bytes, the output's "
+                                             "cap; not kept"), self.note)
         try:
             value = json.loads(data)
         except ValueError as exc:
-            return self._noted(Ended(0, output_note=f"{OUTPUT_FILE_ENV} does not hold JSON ({exc}); not kept"))
-        return self._noted(returned(value))
+            return said(Ended(0, output_note=f"{OUTPUT_FILE_ENV} does not hold JSON ({exc}); not kept"), self.note)
+        return returned(value, self.note)
 
     def _snooze(self) -> Ended:
         """Exit SNOOZE_EXIT_CODE: snoozed for the delay in SEXTANT_SNOOZE_FILE; without a valid one the attempt fails
@@ -262,11 +267,6 @@ class CommandWork:
             why = f"{SNOOZE_FILE_ENV}: {exc}"
         print(f"{self.note}{why}", file=sys.stderr, flush=True)
         return Ended(SNOOZE_EXIT_CODE, why)
-
-    def _noted(self, ended: Ended) -> Ended:
-        if ended.output_note:
-            print(f"{self.note}{ended.output_note}", file=sys.stderr, flush=True)
-        return ended
 
     async def _watch_progress(self) -> None:
         """Read SEXTANT_PROGRESS_FILE whenever it changes (polled each PROGRESS_POLL seconds): its latest line is the

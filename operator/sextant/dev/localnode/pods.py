@@ -25,7 +25,6 @@ from ...kube.client import ApiError, Conflict, Kube, NotFound
 from ...kube.clock import utcnow
 from ...resources import contract
 from ...resources.common import format_time
-from ...runner.env import TERMINATION_LOG_ENV
 from .logs import log_path
 
 log = logging.getLogger(__name__)
@@ -43,7 +42,9 @@ class Node(Protocol):
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 # What a kubelet keeps of a failed container's log as its termination message (FallbackToLogsOnError).
 MESSAGE_LINES, MESSAGE_BYTES = 80, 2048
-
+# Where `sextant run` writes its termination message here (runner/env.TERMINATION_LOG_ENV: the same name; not
+# imported, so that the node agent loads nothing of the runner).
+TERMINATION_LOG_ENV = "SEXTANT_TERMINATION_LOG"
 _FIELD_LABEL = re.compile(r"metadata\.(labels|annotations)\['([^']+)'\]")
 
 
