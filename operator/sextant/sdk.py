@@ -24,8 +24,12 @@ from typing import Any
 
 # The runner exits with this code for NonRetryableError; the operator always treats it as non-retryable.
 from .lifecycle.attempts import RUNNER_NON_RETRYABLE
+from .resources import report
+from .resources.report import check_fraction, clip_progress_message, snooze_seconds
 
 NON_RETRYABLE_EXIT_CODE = RUNNER_NON_RETRYABLE
+# A command handler snoozes by exiting with this code (the delay in $SEXTANT_SNOOZE_FILE); Snooze does the same.
+SNOOZE_EXIT_CODE = report.SNOOZE_EXIT_CODE
 
 
 _HANDLERS: dict[str, Callable[..., Any]] = {}
@@ -33,6 +37,16 @@ _HANDLERS: dict[str, Callable[..., Any]] = {}
 
 class NonRetryableError(Exception):
     """The attempt failed and retrying cannot help (bad input, a refused card): the job ends dead."""
+
+
+class Snooze(Exception):
+    """Run the job again after `delay` ("30s", seconds, a timedelta; at most 7 days): the job goes `scheduled`, this
+    attempt is not counted against maxAttempts (at most 100 snoozes per job; past that a snooze counts as a failed
+    attempt)."""
+
+    def __init__(self, delay: Any) -> None:
+        self.seconds = snooze_seconds(delay)  # a bad delay is the handler's ValueError, at the call
+        super().__init__(f"snoozed for {self.seconds:g}s")
 
 
 def handler(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -67,3 +81,16 @@ class Job:
 class Context:
     jobs: Any  # sextant.runner.chaining.Jobs: create() the next job
     cancelled: threading.Event = field(default_factory=threading.Event)  # set on SIGTERM (cancel, timeout)
+    # Told of each progress report (the runner's lease keeper, or the worker's next write): it must not block.
+    on_progress: Callable[[float, str | None], None] | None = None
+
+    def snooze(self, delay: Any) -> None:
+        """Run the job again after `delay` without counting this attempt: raises Snooze (nothing after it runs)."""
+        raise Snooze(delay)
+
+    def progress(self, fraction: float, message: str | None = None) -> None:
+        """How far the handler has come: a fraction from 0 to 1 and a short message (at most 200 characters).
+        Cheap to call often: the job shows the latest, written at most once every 5 seconds."""
+        value = check_fraction(fraction)
+        if self.on_progress is not None:
+            self.on_progress(value, clip_progress_message(message))

@@ -12,6 +12,7 @@ from ..client import refused
 from ..kube.client import ApiError, NotFound
 from ..resources.common import age, parse_time, precise_duration, until
 from ..resources.job import job_id, sequence_of
+from ..resources.report import report_facts
 from . import output
 from .context import CliError, Context
 from .jobs import attempt_text, error_text, fetch, state_text
@@ -86,6 +87,8 @@ def inspect_cmd(ctx: Context) -> int:
                      "queue": spec.get("queue"), "handler": spec.get("handler"), "state": status.get("state"),
                      "attempt": status.get("attempt", 0), "maxAttempts": status.get("maxAttempts"),
                      "duplicateOf": status.get("duplicateOf"), "message": status.get("message"),
+                     "snoozes": status.get("snoozes") or 0, "output": status.get("output"),
+                     "outputNote": status.get("outputNote"), "progress": status.get("progress"),
                      "attempts": timeline(job, now)}, ctx.args.output, ctx.out)
         return 0
     created = parse_time(meta.get("creationTimestamp"))
@@ -109,6 +112,7 @@ def inspect_cmd(ctx: Context) -> int:
     fields.append(("Payload", json.dumps(spec.get("payload") or {}, ensure_ascii=False)))
     if status.get("message"):
         fields.append(("Message", status["message"]))
+    fields.extend(report_facts(status))
     for cond in status.get("conditions") or []:
         if cond.get("type") == "Blocked" and cond.get("status") == "True":
             fields.append(("Blocked", f"{cond.get('reason')}: {cond.get('message')}"))

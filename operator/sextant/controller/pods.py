@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from ..lifecycle.attempts import DISRUPTION_TARGET, PodObservation
+from ..lifecycle.attempts import DISRUPTION_TARGET, PodObservation, Report
 from ..lifecycle.transitions import CreatePod, JobSnapshot
 from ..resources import API_VERSION, GROUP
 from ..resources.common import parse_duration, time_or_none
@@ -14,6 +14,7 @@ from ..resources.contract import (ANNOTATION_JOB_ID, LABEL_ATTEMPT, LABEL_HANDLE
                                   LABEL_SEQUENCE, sequence_label)
 from ..resources.job import job_id
 from ..resources.queue import QueueSpec
+from ..resources.report import output_json, read_pod_report, snooze_seconds
 from ..runner.env import ATTEMPT_REF, IDENTITY_VARIABLES, POD_VARIABLES, attempt_ref, attempt_variables
 from ..lifecycle.reading import job_scheduled_at
 
@@ -145,6 +146,9 @@ def observe(pod: dict[str, Any]) -> PodObservation | None:
         elif "waiting" in state:
             waiting = state["waiting"].get("reason")
             message = message or state["waiting"].get("message") or waiting
+    report = report_in(message)
+    if report is not None:
+        message = report.message
     conditions = status.get("conditions") or []
     scheduling = next((c for c in conditions if c.get("type") == "PodScheduled" and c.get("status") == "False"
                        and c.get("reason") == "Unschedulable"), None)
@@ -170,4 +174,23 @@ def observe(pod: dict[str, Any]) -> PodObservation | None:
         owner_uid=controller_uid(pod),
         created_at=time_or_none(meta.get("creationTimestamp")),
         waiting_reason=waiting,
+        report=report,
     )
+
+
+def report_in(message: str | None) -> Report | None:
+    """The runner's report in a termination message (resources/report.pod_report): a snooze's delay, the output, each
+    checked again as a worker's are (a pod's handler may write anything there). None for a plain message."""
+    body = read_pod_report(message)
+    if body is None:
+        return None
+    try:
+        snooze = snooze_seconds(body["snoozeSeconds"]) if "snoozeSeconds" in body else None
+    except ValueError:
+        snooze = None  # an exit code 85 without a valid delay is an ordinary failure (lifecycle/attempts.snoozed)
+    output, note = output_json(body.get("output"))
+    text = body.get("message")
+    given_note = body.get("outputNote")
+    return Report(snooze_seconds=snooze, output=output,
+                  output_note=note or (given_note[:1000] if isinstance(given_note, str) else None),
+                  message=text if isinstance(text, str) else None)

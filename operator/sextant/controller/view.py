@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import sys
 from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
+
+from pydantic import ValidationError
 
 from ..kube.clock import utcnow
 from ..lifecycle.idempotency import WINDOW, claimant, undecided
@@ -24,6 +27,7 @@ from ..resources.common import parse_duration, parse_time, time_or_none
 from ..resources.handler import HandlerSpec
 from ..resources.job import State, sequence_of
 from ..resources.queue import QueueSpec
+from ..resources.report import Progress
 from ..resources.worker import Assignment
 from ..kube.informer import Key, key_of
 from .pods import controller_uid, observe
@@ -191,6 +195,18 @@ class LeaseObservation:
 
     renewed_at: datetime  # its renewTime, but never later than when the operator saw it
     pod_uid: str | None  # the uid of the Pod its ownerReference names
+    progress: Progress | None = None  # its handler's latest, as the runner annotated it
+
+
+def lease_progress(lease: dict[str, Any]) -> Progress | None:
+    """The progress annotation of an attempt's Lease; None when absent or unreadable (never an error)."""
+    text = ((lease["metadata"].get("annotations") or {}).get(contract.ANNOTATION_PROGRESS))
+    if not isinstance(text, str) or len(text) > 4096:
+        return None
+    try:
+        return Progress.model_validate(json.loads(text))
+    except (ValueError, ValidationError):
+        return None
 
 
 def attempt_of(obj: dict[str, Any]) -> tuple[str, int] | None:
@@ -382,7 +398,8 @@ class View:
             return None
         job, sequence = attempt
         key = (lease["metadata"].get("namespace", ""), job)
-        self.leases[key][sequence] = LeaseObservation(min(renewed, self.now()), controller_uid(lease, "Pod", ""))
+        self.leases[key][sequence] = LeaseObservation(min(renewed, self.now()), controller_uid(lease, "Pod", ""),
+                                                      lease_progress(lease))
         return key
 
     def delete_lease(self, lease: dict[str, Any]) -> Key | None:
@@ -578,6 +595,9 @@ class View:
         pods = self.pods_of(key, job.uid)
         gone = self.gone.get(key, {}).get(job.status.sequence)
         seen, heartbeat = tuple(pods.values()), self._heartbeat(key, job.status.sequence, pods, handler)
+        progress = self._progress(key, job.status.sequence, pods)
+        if progress is not None:
+            seen = tuple(replace(p, progress=progress) if p.sequence == job.status.sequence else p for p in seen)
         assigned = self.worker_observations(key, job.uid, now)
         seen = (*seen, *assigned)
         entry = W.current_entry(job.status)
@@ -633,6 +653,11 @@ class View:
         renewed = lease.renewed_at if lease is not None and pod is not None and lease.pod_uid == pod.uid else None
         signs = [t for t in (renewed, pod.started_at if pod else None) if t is not None]
         return max(signs) if signs else None
+
+    def _progress(self, key: Key, sequence: int, pods: dict[int, PodObservation]) -> Progress | None:
+        """The running attempt's progress, from its own Lease (the one its pod owns, as for its heartbeat)."""
+        pod, lease = pods.get(sequence), self.leases.get(key, {}).get(sequence)
+        return lease.progress if lease is not None and pod is not None and lease.pod_uid == pod.uid else None
 
     def has_strays(self, key: Key, raw: dict[str, Any]) -> bool:
         """Pods of sequence numbers the status does not know (an operator stopped between creating a pod and

@@ -13,6 +13,7 @@ from ..resources.common import age, human_duration, time_or_none, until
 from ..lifecycle.selection import question
 from ..resources.job import job_id, sequence_of
 from ..resources.inputs import STATES
+from ..resources.report import report_facts
 from .views import Bar, JobFilter, QueueRow, ScheduleRow, can, chart_svg, last_error, millis, waiting_reason
 
 NAV = [("queues", "/"), ("jobs", "/jobs"), ("schedules", "/schedules"), ("workers", "/workers")]
@@ -179,7 +180,8 @@ def job_page_body(namespace: str, job: dict[str, Any], bars: list[Bar], now: dat
              ("created", meta.get("creationTimestamp")), ("run at", spec.get("runAt")),
              ("idempotency key", spec.get("idempotencyKey")), ("schedule", (meta.get("labels") or {}).get(
                  "sextant.dev/schedule")), ("message", status.get("message")),
-             ("cancel requested", "yes" if spec.get("cancel") else None), ("finished", status.get("finishedAt"))]
+             ("cancel requested", "yes" if spec.get("cancel") else None), ("finished", status.get("finishedAt")),
+             *((label.lower(), text) for label, text in report_facts(status))]
     dl = "".join(f'<dt>{e(k)}</dt><dd{" id=job-waiting" if k == "waiting" else ""}>{e(v)}</dd>'
                  for k, v in facts if v not in (None, ""))
     line = []

@@ -128,6 +128,12 @@ class Attempt(Out):
     message: str | None = None
 
 
+class Progress(Out):
+    fraction: float = Field(description="From 0 to 1.")
+    message: str | None = None
+    updated_at: str | None = Field(default=None, description="When it was written (at most every 5 s).")
+
+
 class Job(Out):
     id: str = Field(description="The job's id, e.g. job_8f3k2m9q.")
     name: str = Field(description="The Kubernetes object name, e.g. job-8f3k2m9q.")
@@ -154,6 +160,10 @@ class Job(Out):
     schedule: str | None = Field(default=None, description="The Schedule that created the job.")
     message: str | None = None
     attempts: list[Attempt] = Field(default_factory=list, description="The timeline.")
+    snoozes: int = Field(default=0, description="Snoozes since creation or the last retry (attempts not counted).")
+    output: Any = Field(default=None, description="What the handler of the succeeded attempt returned (JSON).")
+    output_note: str | None = Field(default=None, description="Why the output is not kept (over 32 KiB, not JSON).")
+    progress: Progress | None = Field(default=None, description="How far the running attempt has come.")
 
 
 class CreatedJob(Job):
@@ -305,7 +315,18 @@ def _job_fields(raw: dict[str, Any], meta: dict[str, Any], spec: dict[str, Any],
                           result=a.get("result", ""), exit_code=a.get("exitCode"), reason=a.get("reason"),
                           message=a.get("message"))
                   for a in status.get("attempts") or []],
+        snoozes=status.get("snoozes") or 0, output=status.get("output"), output_note=status.get("outputNote"),
+        progress=_progress(status.get("progress")),
     )
+
+
+def _progress(raw: Any) -> Progress | None:
+    """status.progress while its attempt runs; None when absent or unreadable."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("fraction"), (int, float)):
+        return None
+    message = raw.get("message")
+    return Progress(fraction=raw["fraction"], message=message if isinstance(message, str) else None,
+                    updated_at=raw.get("updatedAt") if isinstance(raw.get("updatedAt"), str) else None)
 
 
 def queue_out(key: tuple[str, str], queue: dict[str, Any] | None, numbers: QueueNumbers,

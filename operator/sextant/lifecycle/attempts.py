@@ -6,6 +6,9 @@ from collections.abc import Collection
 from dataclasses import dataclass, replace
 from datetime import datetime
 
+from ..resources.common import format_time, parse_time
+from ..resources.report import MAX_SNOOZES, PROGRESS_INTERVAL, SNOOZE_EXIT_CODE, Progress
+
 # Timeline reasons: a contract (README, "Timeline reasons").
 ERROR = "Error"
 TIMEOUT = "Timeout"
@@ -14,6 +17,8 @@ POD_LOST = "PodLost"
 NON_RETRYABLE = "NonRetryableExitCode"
 CANCELLED = "Cancelled"
 DRAINED = "Drained"  # a worker stopped (SIGTERM) before the handler finished: docs/workers.md §6
+SNOOZED = "Snoozed"  # the handler asked to run again later: the attempt is not counted (README, "Snooze, output and progress")
+TOO_MANY_SNOOZES = "TooManySnoozes"  # a snooze past MAX_SNOOZES: an ordinary failed attempt
 # A pod that did not start its handler within the queue's startTimeout: the scheduler found no node for it
 # (Unschedulable), its container waits with a reason (the kubelet's: ErrImagePull, ImagePullBackOff,
 # InvalidImageName, CreateContainerConfigError, ...: named as is), or neither (StartTimeout).
@@ -41,6 +46,18 @@ RUNNER_NON_RETRYABLE = 86
 SUCCEEDED = "succeeded"
 FAILED = "failed"
 CANCELLED_RESULT = "cancelled"
+SNOOZED_RESULT = "snoozed"
+
+
+@dataclass(frozen=True)
+class Report:
+    """What a handler said besides its exit code (resources/report.py), as its pod's termination message or its
+    worker's result carries it; checked already (output as compact JSON, within the cap)."""
+
+    snooze_seconds: float | None = None  # with SNOOZE_EXIT_CODE: run again after this long
+    output: str | None = None  # compact JSON
+    output_note: str | None = None  # why the output was not kept
+    message: str | None = None  # a failure's message, when the report carries it
 
 
 @dataclass(frozen=True)
@@ -67,6 +84,8 @@ class PodObservation:
     worker: str | None = None  # the worker it is assigned to, as <name>/<incarnation>
     stop: str | None = None  # the stop the assignment carries (Cancelled, Timeout), if any
     finished_at: datetime | None = None  # when the worker reported it ended (its clock)
+    report: Report | None = None  # snooze, output (README, "Snooze, output and progress")
+    progress: Progress | None = None  # the latest the running attempt reported (its fraction and message)
 
     @property
     def started(self) -> bool:
@@ -93,6 +112,9 @@ class Outcome:
     # A worker's report: when its handler ran (the worker's clock), for the timeline entry.
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    snooze_seconds: float | None = None  # a snoozed attempt's delay
+    output: str | None = None  # a succeeded attempt's output (compact JSON)
+    output_note: str | None = None
 
 
 def outcome_of(
@@ -125,7 +147,8 @@ def outcome_of(
     if pod.worker is not None:
         return _reported(_worker_outcome(pod, non_retryable), pod) if pod.finished else None
     if pod.phase == "Succeeded":
-        return Outcome(SUCCEEDED, None, 0 if pod.exit_code is None else pod.exit_code, pod.message, pod.node)
+        return with_output(Outcome(SUCCEEDED, None, 0 if pod.exit_code is None else pod.exit_code, pod.message,
+                                   pod.node), pod.report)
     if pod.disruption is not None and (pod.phase == "Failed" or vanished):
         # The cluster took it away (node deleted, eviction, preemption): not the handler's failure, whatever its
         # exit code says (137 after the eviction's SIGKILL).
@@ -140,6 +163,8 @@ def outcome_of(
         return Outcome(FAILED, POD_LOST, pod.exit_code, f"{pod.reason}: {pod.message or 'the pod was lost'}", node)
     if pod.deleting:  # killed by someone else's delete (137 after SIGKILL): not the handler's own failure
         return Outcome(FAILED, POD_LOST, pod.exit_code, "the attempt's pod was deleted before it finished", node)
+    if pod.exit_code == SNOOZE_EXIT_CODE:
+        return snoozed(pod.exit_code, pod.report, pod.message, node)
     if pod.exit_code == RUNNER_NON_RETRYABLE:
         return Outcome(FAILED, NON_RETRYABLE, pod.exit_code, pod.message or "the handler raised NonRetryableError", node)
     if pod.exit_code is not None and pod.exit_code in non_retryable:
@@ -155,11 +180,14 @@ def _worker_outcome(seen: PodObservation, non_retryable: Collection[int]) -> Out
     worker (LeaseExpired)."""
     node = seen.node
     if seen.phase == "Succeeded":
-        return Outcome(SUCCEEDED, None, 0 if seen.exit_code is None else seen.exit_code, None, node)
+        return with_output(Outcome(SUCCEEDED, None, 0 if seen.exit_code is None else seen.exit_code, None, node),
+                           seen.report)
     if seen.reason in (DRAINED, LEASE_EXPIRED):
         default = "the worker stopped before the handler finished" if seen.reason == DRAINED else \
             _stop_message(LEASE_EXPIRED)
         return Outcome(FAILED, seen.reason, seen.exit_code, seen.message or default, node)
+    if seen.exit_code == SNOOZE_EXIT_CODE:
+        return snoozed(seen.exit_code, seen.report, seen.message, node)
     if seen.exit_code == RUNNER_NON_RETRYABLE:
         return Outcome(FAILED, NON_RETRYABLE, seen.exit_code, seen.message or "the handler raised NonRetryableError",
                        node)
@@ -170,6 +198,30 @@ def _worker_outcome(seen: PodObservation, non_retryable: Collection[int]) -> Out
         return Outcome(FAILED, seen.reason, None, seen.message or f"the worker did not run it ({seen.reason})", node)
     message = seen.message or (f"exit code {seen.exit_code}" if seen.exit_code is not None else "the attempt failed")
     return Outcome(FAILED, ERROR, seen.exit_code, message, node)
+
+
+def with_output(outcome: Outcome, report: Report | None) -> Outcome:
+    """A succeeded attempt keeps its handler's output (or the note that says why not)."""
+    if report is None:
+        return outcome
+    return replace(outcome, output=report.output, output_note=report.output_note)
+
+
+def snoozed(exit_code: int, report: Report | None, message: str | None, node: str | None) -> Outcome:
+    """An attempt that exited SNOOZE_EXIT_CODE: snoozed for the delay its report says. Without one (a command that
+    wrote no delay, an image without the runner) it is an ordinary failure, saying what was missing."""
+    if report is not None and report.snooze_seconds is not None:
+        return Outcome(SNOOZED_RESULT, SNOOZED, exit_code, None, node, snooze_seconds=report.snooze_seconds)
+    why = (report.message if report is not None else None) or message
+    return Outcome(FAILED, ERROR, exit_code, f"exit code {SNOOZE_EXIT_CODE} asks for a snooze, but no delay was given"
+                   + (f": {why}" if why else ""), node)
+
+
+def snooze_allowed(snoozes: int) -> bool:
+    """Whether one more snooze is not counted: the job has snoozed fewer than MAX_SNOOZES times since its creation
+    or last retry. Past that, a snooze is an ordinary failed attempt (TooManySnoozes), so that a handler that always
+    snoozes ends dead after maxAttempts instead of running for ever."""
+    return snoozes < MAX_SNOOZES
 
 
 def _reported(outcome: Outcome, seen: PodObservation | None) -> Outcome:
@@ -209,3 +261,21 @@ def _stop_message(stop_reason: str) -> str:
         TIMEOUT: "ran longer than the queue's timeout",
         LEASE_EXPIRED: "the lease expired: the worker stopped renewing it",
     }[stop_reason]
+
+
+def progress_to_write(stored: Progress | None, reported: Progress | None, sequence: int,
+                      now: datetime) -> tuple[Progress | None, datetime | None]:
+    """The running attempt's progress to store on the job now (None: nothing to write), and when to look again
+    (None: no need). At most one write per PROGRESS_INTERVAL per job: a change reported sooner waits for the
+    interval's end (only the latest then is written); a report that changes nothing writes nothing."""
+    if reported is None:
+        return None, None
+    same_attempt = stored is not None and stored.sequence == sequence
+    if same_attempt and stored is not None and (stored.fraction, stored.message) == (reported.fraction,
+                                                                                     reported.message):
+        return None, None
+    last = parse_time(stored.updated_at) if same_attempt and stored is not None else None
+    if last is not None and last <= now < last + PROGRESS_INTERVAL:  # a stored time ahead of ours: no waiting on it
+        return None, last + PROGRESS_INTERVAL
+    return Progress(fraction=reported.fraction, message=reported.message, sequence=sequence,
+                    updated_at=format_time(now)), None

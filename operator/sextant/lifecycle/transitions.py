@@ -35,13 +35,15 @@ that status write: the acknowledgement).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 
-from ..resources.common import Condition, format_time, parse_duration, parse_time
+from ..resources.common import Condition, format_duration, format_time, parse_duration, parse_time
 from ..resources.handler import HandlerSpec
 from ..resources.job import Attempt, JobSpec, JobStatus, State, cancel_wanted, payload_refusal, size_refusal
 from ..resources.queue import QueueSpec
+from ..resources.report import MAX_SNOOZES
 from . import attempts as A
 from .health import health
 from .workers import REPORT_AFTER_GRACE, on_worker, wanted
@@ -525,6 +527,7 @@ def _retry(s: _Step) -> None:
         s.event("RetryRefused", refusal, warning=True)
         return
     st.attempt = 0
+    st.snoozes = None  # a fresh start: its snoozes too
     st.finished_at = None
     _clear_condition(st, COND_DEAD, "Retried", s.now, s.job.generation)
     s.queued(s.now, "Retried", "retry requested: the attempt counter is reset to 0")
@@ -640,10 +643,50 @@ def _watch_running(s: _Step) -> None:
         if now >= force_at:
             s.decision.actions.append(DeletePod(pod.name, 0))
         s.decision.wake(force_at if now < force_at else now + FORCE_DELETE_AFTER)
+    if pod is not None and not pod.finished and st.stop_reason is None:
+        progress, later = A.progress_to_write(st.progress, pod.progress, st.sequence, now)
+        if progress is not None:
+            st.progress = progress
+        s.decision.wake(later)
     non_retryable = s.obs.handler.non_retryable_exit_codes if s.obs.handler else ()
     outcome = A.outcome_of(pod, st.stop_reason, non_retryable, s.obs.gone_pod(st.sequence) if pod is None else None)
     if outcome is not None:
         _finish_attempt(s, outcome)
+
+
+def _snooze(s: _Step, outcome: A.Outcome, label: str) -> A.Outcome:
+    """A snoozed attempt (README, "Snooze, output and progress"): not counted, the job `scheduled` for the delay its handler asked for,
+    recorded in the timeline as `snoozed`. Past MAX_SNOOZES: the failed attempt TooManySnoozes (returned, for the
+    rules of an ordinary failure)."""
+    st = s.status
+    snoozes = st.snoozes or 0
+    if not A.snooze_allowed(snoozes):
+        failed = replace(outcome, result=A.FAILED, reason=A.TOO_MANY_SNOOZES,
+                         message=f"the job snoozed {snoozes} times, the most allowed ({MAX_SNOOZES}); this snooze "
+                                 "counts as a failed attempt")
+        _set_result(st, failed)
+        return failed
+    delay = timedelta(seconds=outcome.snooze_seconds or 0)
+    due = s.now + delay
+    st.snoozes = snoozes + 1
+    st.attempt = max(0, st.attempt - 1)  # not counted against maxAttempts
+    st.next_attempt_at = format_time(due)
+    _set_result(st, replace(outcome, message=f"snoozed for {format_duration(delay)} "
+                                             f"(snooze {st.snoozes} of at most {MAX_SNOOZES})"))
+    s.cond(COND_RUNNING, False, "AttemptFinished", f"{label} snoozed")
+    s.move(SCHEDULED, "Snoozed", f"{label} snoozed for {format_duration(delay)}, until {st.next_attempt_at}; not "
+           f"counted (snooze {st.snoozes} of at most {MAX_SNOOZES})")
+    s.decision.wake(due)
+    return outcome
+
+
+def _set_result(st: JobStatus, outcome: A.Outcome) -> Attempt | None:
+    """The current timeline entry's result, as the outcome says."""
+    if not (st.attempts and st.attempts[-1].sequence == st.sequence):
+        return None
+    entry = st.attempts[-1]
+    entry.result, entry.reason, entry.message = outcome.result, outcome.reason, outcome.message
+    return entry
 
 
 def _finish_attempt(s: _Step, outcome: A.Outcome) -> None:
@@ -662,10 +705,17 @@ def _finish_attempt(s: _Step, outcome: A.Outcome) -> None:
     st.stop_reason = st.stop_requested_at = st.timeout_at = None
     st.worker = None  # no longer assigned: the worker's watch lets go of it
     s.decision.wake_at = None  # the attempt's timeout, lease and force-delete deadlines are moot now
+    st.progress = None  # the attempt's; the next one reports its own
     max_attempts = st.max_attempts or s.queue.max_attempts
     label = f"attempt {st.attempt} of {max_attempts}"
+    if outcome.result == A.SNOOZED_RESULT:
+        outcome = _snooze(s, outcome, label)
+        if outcome.result == A.SNOOZED_RESULT:
+            return
     s.cond(COND_RUNNING, False, "AttemptFinished", f"{label} {outcome.result}")
     if outcome.result == A.SUCCEEDED:
+        st.output = json.loads(outcome.output) if outcome.output is not None else None
+        st.output_note = outcome.output_note
         s.finish(SUCCEEDED, "Succeeded", f"{label} succeeded" + (f": {outcome.message}" if outcome.message else ""))
     elif outcome.result == A.CANCELLED_RESULT:
         s.finish(CANCELLED, "Cancelled", f"{label} was stopped by cancel")

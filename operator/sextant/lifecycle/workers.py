@@ -20,8 +20,9 @@ from ..resources import contract
 from ..resources.common import parse_duration, parse_time, time_or_none
 from ..resources.job import Attempt, JobStatus
 from ..resources.queue import QueueSpec
-from ..resources.worker import DRAINING, EXPIRED, LIVE, Assignment, WorkerResult, WorkerSpec
-from .attempts import LEASE_EXPIRED, PodObservation, heartbeat
+from ..resources.report import Progress, output_json
+from ..resources.worker import DRAINING, EXPIRED, LIVE, Assignment, WorkerProgress, WorkerResult, WorkerSpec
+from .attempts import LEASE_EXPIRED, PodObservation, Report, heartbeat
 from .states import QUEUED, RUNNING
 
 # How long past its grace period a stopped attempt's worker may take to report before the operator records the
@@ -58,6 +59,7 @@ class Believed:
     deleting: bool = False
     finalizers: tuple[str, ...] = ()
     results: tuple[WorkerResult, ...] = ()
+    progress: tuple[WorkerProgress, ...] = ()
     assignments: tuple[Assignment, ...] = ()  # its status, as last written (by the operator)
     status: dict[str, Any] = field(default_factory=dict, compare=False)  # the status as stored, raw
     invalid: str | None = None  # why its spec was not believed (names the field)
@@ -66,6 +68,7 @@ class Believed:
     def __post_init__(self) -> None:
         index = {(r.job, r.uid, r.sequence, r.incarnation): r for r in self.results}
         object.__setattr__(self, "_by_attempt", index)  # frozen: set once, here
+        object.__setattr__(self, "_progress", {(p.job, p.uid, p.sequence, p.incarnation): p for p in self.progress})
 
     @property
     def holder(self) -> str:
@@ -76,6 +79,10 @@ class Believed:
         index: dict[tuple[str, str, int, str], WorkerResult] = getattr(self, "_by_attempt")
         return index.get((assignment.job, assignment.uid, assignment.sequence, assignment.incarnation))
 
+    def progress_for(self, assignment: Assignment) -> WorkerProgress | None:
+        """The latest progress the worker reported for an assignment (the same key as its result)."""
+        index: dict[tuple[str, str, int, str], WorkerProgress] = getattr(self, "_progress")
+        return index.get((assignment.job, assignment.uid, assignment.sequence, assignment.incarnation))
 
     def serves(self, queue: str, handler: str) -> bool:
         return queue in self.queues and handler in self.handlers
@@ -118,12 +125,13 @@ def read_worker(obj: Mapping[str, Any], max_slots: int = MAX_WORKER_SLOTS,
     except ValidationError as exc:
         incarnation = raw_spec.get("incarnation")
         return Believed(**common, incarnation=incarnation if isinstance(incarnation, str) else "",
-                        results=_valid_items(WorkerResult, raw_spec.get("results")), invalid=_problem(exc))
+                        results=_valid_items(WorkerResult, raw_spec.get("results")),
+                        progress=_valid_items(WorkerProgress, raw_spec.get("progress")), invalid=_problem(exc))
     slots = min(spec.slots, max_slots)
     return Believed(
         **common, incarnation=spec.incarnation, queues=frozenset(spec.queues), handlers=frozenset(spec.handlers),
         slots=slots, lease_duration=min(timedelta(seconds=spec.lease_duration_seconds), max_lease),
-        draining=spec.draining, results=tuple(spec.results),
+        draining=spec.draining, results=tuple(spec.results), progress=tuple(spec.progress),
         capped_from=spec.slots if spec.slots > slots else None,
     )
 
@@ -141,7 +149,8 @@ def changed_jobs(before: Believed | None, after: Believed | None, liveness_chang
     out = set()
     for a in new:
         previous = was.pop((a.uid, a.sequence), None)
-        if previous != a or before.result_for(a) != after.result_for(a):
+        if previous != a or before.result_for(a) != after.result_for(a) or \
+                before.progress_for(a) != after.progress_for(a):
             out.add(a.job)
     out.update(a.job for a in was.values())
     return out
@@ -220,7 +229,7 @@ def observe_assignment(assignment: Assignment, worker_name: str, worker: Believe
     if result is not None:
         succeeded = result.exit_code == 0 and result.reason is None
         return PodObservation(**base, phase="Succeeded" if succeeded else "Failed", exit_code=result.exit_code,
-                              reason=result.reason, message=result.message,
+                              reason=result.reason, message=result.message, report=report_of(result),
                               started_at=time_or_none(result.started_at) or assigned, created_at=assigned,
                               finished_at=time_or_none(result.finished_at) or now)
     lost = _lost(assignment, worker, live)
@@ -233,7 +242,17 @@ def observe_assignment(assignment: Assignment, worker_name: str, worker: Believe
         return PodObservation(**base, phase="Failed", started_at=assigned, created_at=assigned,
                               message="the worker did not report the stopped attempt in time")
     since = max(assigned, landed_at) if landed_at is not None else assigned
-    return PodObservation(**base, phase="Running", started_at=since, created_at=assigned)
+    said = worker.progress_for(assignment) if worker is not None else None
+    progress = Progress(fraction=said.fraction, message=said.message) if said is not None else None
+    return PodObservation(**base, phase="Running", started_at=since, created_at=assigned, progress=progress)
+
+
+def report_of(result: WorkerResult) -> Report:
+    """A worker's result as the lifecycle reads a report: its output checked again (any worker may write any JSON
+    there: over the cap, or nested too deep, it is not kept and the note says why)."""
+    output, note = output_json(result.output)
+    return Report(snooze_seconds=result.snooze_seconds, output=output, output_note=note or result.output_note,
+                  message=result.message)
 
 
 def report_deadline(assignment: Assignment) -> datetime | None:

@@ -142,6 +142,10 @@ Duration = Annotated[
 ]
 
 
+# Marks a field of any JSON value (object, array, string, number, boolean) in the CRDs: no type, unknown fields kept.
+ANY_JSON = "x-sextant-any-json"
+
+
 def validations(*rules: dict[str, str]) -> dict[str, Any]:
     """json_schema_extra for CEL rules the schema cannot express (copied into the CRD)."""
     return {"x-kubernetes-validations": list(rules)}

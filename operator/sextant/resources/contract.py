@@ -19,6 +19,10 @@ LEGACY_LABEL_SEQUENCE = "sextant.dev/run"
 # The job-id annotation of an attempt's pod (`sextant.dev/job-id=job_8f3k2m9q`, the id users see: the CLI, the /v2 API).
 ANNOTATION_JOB_ID = "sextant.dev/job-id"
 
+# An attempt's Lease (pod mode): its handler's latest progress, {"fraction": 0.4, "message": "..."} as JSON, written
+# by the runner with its renewals (README, "Snooze, output and progress").
+ANNOTATION_PROGRESS = "sextant.dev/progress"
+
 # A job created through the HTTP API: who asked for it.
 ANNOTATION_REQUESTED_BY = "sextant.dev/requested-by"
 

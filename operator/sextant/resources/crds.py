@@ -21,6 +21,7 @@ import yaml
 from pydantic import BaseModel
 
 from . import CATEGORY, GROUP, VERSION, handler, job, queue, schedule, worker, workerpool
+from .common import ANY_JSON
 
 PRESERVE = "x-kubernetes-preserve-unknown-fields"
 _DROP = {"title", "additionalProperties"}
@@ -59,7 +60,9 @@ def _resolve(node: Any, defs: dict[str, Any], in_status: bool) -> Any:
             out[key] = value
     if open_object:
         out[PRESERVE] = True
-    if out.get(PRESERVE) and "type" not in out:
+    if out.pop(ANY_JSON, False):  # any JSON value: a structural schema allows no type only with this
+        out[PRESERVE] = True
+    elif out.get(PRESERVE) and "type" not in out:
         out["type"] = "object"
     return out
 

@@ -9,8 +9,9 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from .common import (MAX_TIME, MIN_TIME, NAME_MAX, NAME_PATTERN, TIME_RANGE_TEXT, Condition, Model, Timestamp,
-                     format_time, json_depth, parse_time, validations)
+from .common import (ANY_JSON, MAX_TIME, MIN_TIME, NAME_MAX, NAME_PATTERN, TIME_RANGE_TEXT, Condition, Model,
+                     Timestamp, format_time, json_depth, parse_time, validations)
+from .report import Progress
 
 KIND = "Job"
 PLURAL = "jobs"
@@ -232,11 +233,12 @@ class Attempt(Model):
         default=None, description="When the handler started: its container's start in pod mode (RFC 3339)."
     )
     finished_at: Timestamp | None = Field(default=None, description="When it ended (RFC 3339).")
-    result: str = Field(description="running, succeeded, failed or cancelled.")
+    result: str = Field(description="running, succeeded, failed, cancelled or snoozed (run again later, not counted).")
     exit_code: int | None = Field(default=None, description="The handler's exit code, when it exited.")
     reason: str | None = Field(
         default=None,
-        description="Error, Timeout, LeaseExpired, PodLost, Drained, NonRetryableExitCode, Cancelled; a pod that "
+        description="Error, Timeout, LeaseExpired, PodLost, Drained, NonRetryableExitCode, Cancelled, Snoozed, "
+        "TooManySnoozes; a pod that "
         "did not start: Unschedulable, StartTimeout or the kubelet's waiting reason (ErrImagePull, ImagePullBackOff, ...).",
     )
     message: str | None = Field(default=None, description="What went wrong, for a person.")
@@ -284,6 +286,13 @@ class JobStatus(Model):
         "Succeeded, Dead, Cancelled, Running, Blocked, Invalid; Ready, Reconciling, Stalled for GitOps tools "
         "(docs/gitops.md)."))
     observed_generation: int | None = Field(default=None, description="The spec generation last acted upon.")
+    snoozes: int | None = Field(default=None, ge=0, description="Snoozes since creation or the last retry (each one "
+                                "an attempt not counted).")
+    output: Any = Field(default=None, description="What the handler of the succeeded attempt returned (JSON, at most "
+                        "32 KiB).", json_schema_extra={ANY_JSON: True})
+    output_note: str | None = Field(default=None, description="Why the output is not kept (over the cap, not JSON).")
+    progress: Progress | None = Field(default=None, description="How far the running attempt has come, as its "
+                                      "handler said (written at most every 5 s).")
 
     model_config = Model.model_config | {"json_schema_extra": _with_legacy_sequence}
 

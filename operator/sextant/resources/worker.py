@@ -9,9 +9,12 @@ Each side is the only writer of its half, so neither ever conflicts with the oth
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field
 
-from .common import NAME_MAX, NAME_PATTERN, Condition, Model, Timestamp
+from .common import ANY_JSON, NAME_MAX, NAME_PATTERN, Condition, Model, Timestamp
+from .report import MAX_SNOOZE, PROGRESS_MESSAGE_MAX
 
 KIND = "Worker"
 PLURAL = "workers"
@@ -49,6 +52,23 @@ class WorkerResult(Model):
                                 description="What went wrong, for a person (the output's last lines, the exception).")
     started_at: Timestamp | None = Field(default=None, description="When the handler started (the worker's clock).")
     finished_at: Timestamp | None = Field(default=None, description="When it ended (the worker's clock).")
+    snooze_seconds: float | None = Field(default=None, ge=0, le=MAX_SNOOZE.total_seconds(), description=(
+        "With exitCode 85: the handler snoozed; run it again after this many seconds (not counted)."))
+    output: Any = Field(default=None, description="What the handler returned (JSON; the operator keeps at most "
+                        "32 KiB of it, else outputNote).", json_schema_extra={ANY_JSON: True})
+    output_note: str | None = Field(default=None, max_length=MESSAGE_MAX_LENGTH,
+                                    description="Why the output is not reported (over the cap, not JSON).")
+
+
+class WorkerProgress(Model):
+    """How far a running attempt has come, as its handler last said (rides on the worker's next write)."""
+
+    job: str = Field(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN, description="The job's name.")
+    uid: str = Field(min_length=1, max_length=64, description="The job's metadata.uid, as assigned.")
+    sequence: int = Field(ge=1, description="The assignment's sequence number.")
+    incarnation: str = Field(pattern=INCARNATION_PATTERN, description="The incarnation that runs it.")
+    fraction: float = Field(ge=0, le=1, description="From 0 to 1.")
+    message: str | None = Field(default=None, max_length=PROGRESS_MESSAGE_MAX, description="For a person.")
 
 
 class WorkerSpec(Model):
@@ -67,6 +87,8 @@ class WorkerSpec(Model):
         "Outside a pod: the user its credentials authenticate as (for people; admission checks pods by name)."))
     results: list[WorkerResult] = Field(default_factory=list, max_length=2 * MAX_SLOTS,
                                         description="Attempts that ended, until their assignments are dropped.")
+    progress: list[WorkerProgress] = Field(default_factory=list, max_length=MAX_SLOTS, description=(
+        "The latest progress of running attempts that reported some."))
 
 
 class Assignment(Model):

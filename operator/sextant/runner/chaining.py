@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from ..resources import inputs
 from ..client import Client, CreateResult, JobRequest
 from ..http import models
-from ..resources.job import job_id
+from ..resources.job import job_id, object_name
 
 
 class Jobs:
@@ -58,3 +58,11 @@ class Jobs:
         if self._client is None:
             self._client = self._connect()
         return self._client
+
+    def get(self, job: str, *, namespace: str | None = None) -> dict[str, Any]:
+        """The job (job_8f3k2m9q or job-8f3k2m9q) as stored: its status has state, output, progress."""
+        return self._connected().get_job(namespace or self.namespace, object_name(job))
+
+    def output(self, job: str, *, namespace: str | None = None) -> Any:
+        """What the job's handler returned (status.output), None while it has not succeeded (or returned nothing)."""
+        return (self.get(job, namespace=namespace).get("status") or {}).get("output")

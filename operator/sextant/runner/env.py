@@ -28,6 +28,9 @@ from ..resources.job import PAYLOAD_ENV_MAX_BYTES, job_id, payload_json
 from ..resources.queue import QueueSpec
 
 ATTEMPT_REF = "SEXTANT_ATTEMPT_REF"
+# Where the runner writes its termination message instead of /dev/termination-log: set by the local node only
+# (dev/localnode), whose processes cannot write there.
+TERMINATION_LOG_ENV = "SEXTANT_TERMINATION_LOG"
 # The pod's own fields (downward API in an attempt pod; the worker sets them for its processes).
 POD_VARIABLES = ("SEXTANT_NODE_NAME", "SEXTANT_POD_NAME", "SEXTANT_POD_UID")
 # The keys of SEXTANT_ATTEMPT_REF, all required. The previous version's operator wrote `run` for `sequence`: read too.

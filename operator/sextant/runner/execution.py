@@ -23,14 +23,18 @@ import json
 import os
 import signal
 import sys
+import tempfile
 import traceback
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Protocol
 
 from .. import sdk
+from ..resources.report import (OUTPUT_FILE_ENV, OUTPUT_MAX_BYTES, PROGRESS_FILE_ENV, SNOOZE_EXIT_CODE,
+                                SNOOZE_FILE_ENV, output_json, parse_progress_line, snooze_seconds)
 from .process import GroupReaper, die_with_parent, shell_exit_code
 
 KILLED = 128 + signal.SIGKILL
@@ -43,6 +47,7 @@ GIVE_UP_AFTER_KILL = 1.0  # seconds a killed handler gets to be gone before we s
 TAIL_LINES, TAIL_BYTES = 80, 2048
 TAIL_KEPT = 16 * 1024  # bytes of output kept to find those lines in
 CHUNK = 64 * 1024
+PROGRESS_POLL = 1.0  # seconds between looks at a command's SEXTANT_PROGRESS_FILE
 
 
 @dataclass(frozen=True)
@@ -76,6 +81,29 @@ def import_handlers(module: str) -> ImportProblem | None:
 class Ended:
     exit_code: int | None  # None: the handler never started (stopped before it could)
     message: str | None = None
+    # What the handler said besides its exit code (resources/report.py): a snooze's delay (with SNOOZE_EXIT_CODE),
+    # its output as compact JSON within the cap, or why the output is not kept.
+    snooze_seconds: float | None = None
+    output: str | None = None
+    output_note: str | None = None
+
+
+def returned(value: Any, note: str) -> Ended:
+    """A handler that returned `value`: succeeded, its output kept when it is JSON within the cap (else why not, also
+    said in its output after `note`, the prefix of what we say about it)."""
+    output, why = output_json(value)
+    return said(Ended(0, None, output=output, output_note=why), note)
+
+
+def said(ended: Ended, note: str) -> Ended:
+    """Why an output is not kept goes to the handler's output too, where its author looks."""
+    if ended.output_note:
+        print(f"{note}{ended.output_note}", file=sys.stderr, flush=True)
+    return ended
+
+
+def snoozed(seconds: float) -> Ended:
+    return Ended(SNOOZE_EXIT_CODE, f"snoozed for {seconds:g}s", snooze_seconds=seconds)
 
 
 class Work(Protocol):
@@ -106,11 +134,13 @@ class FunctionWork:
                 self.task = asyncio.ensure_future(self.fn(self.job, self.ctx))
                 if self.ctx.cancelled.is_set():  # stopped while it was being started
                     self.task.cancel()
-                await self.task
+                value = await self.task
             else:
                 # The thread cannot be cancelled: shield it, so that a stop never pretends it ended.
-                await asyncio.shield(asyncio.get_running_loop().run_in_executor(self.executor, self.fn, self.job,
-                                                                                self.ctx))
+                value = await asyncio.shield(asyncio.get_running_loop().run_in_executor(self.executor, self.fn,
+                                                                                        self.job, self.ctx))
+        except sdk.Snooze as exc:
+            return snoozed(exc.seconds)
         except sdk.NonRetryableError as exc:
             print(f"{self.note}non-retryable: {exc}", file=sys.stderr, flush=True)
             return Ended(sdk.NON_RETRYABLE_EXIT_CODE, f"NonRetryableError: {exc}")
@@ -126,7 +156,7 @@ class FunctionWork:
             print("".join(f"{self.prefix}{line}" for line in "".join(lines).splitlines(True)), end="",
                   file=sys.stderr, flush=True)
             return Ended(1, f"{type(exc).__name__}: {exc}")
-        return Ended(0)
+        return returned(value, self.note)
 
     def terminate(self) -> None:
         self.ctx.cancelled.set()
@@ -152,16 +182,27 @@ class CommandWork:
         self.proc: asyncio.subprocess.Process | None = None
         self.terminated = False
         self.tail = bytearray()  # the last TAIL_KEPT bytes of its output
+        self.files = Path()
+        self.on_progress: Callable[[float, str | None], None] | None = None  # told what SEXTANT_PROGRESS_FILE says
 
     async def run(self) -> Ended:
+        # The attempt's own directory for the files it may write (its output, a snooze's delay, its progress).
+        with tempfile.TemporaryDirectory(prefix="sextant-attempt-") as files:
+            self.files = Path(files)
+            return await self._run({**self.env, OUTPUT_FILE_ENV: str(self.files / "output.json"),
+                                    SNOOZE_FILE_ENV: str(self.files / "snooze"),
+                                    PROGRESS_FILE_ENV: str(self.files / "progress")})
+
+    async def _run(self, env: dict[str, str]) -> Ended:
         pipe = asyncio.subprocess.PIPE
         try:
             self.proc = await asyncio.create_subprocess_exec(
                 *self.command, stdin=pipe, stdout=pipe, stderr=asyncio.subprocess.STDOUT if self.prefix else pipe,
-                env=self.env, start_new_session=True, preexec_fn=die_with_parent(self.reaper))
+                env=env, start_new_session=True, preexec_fn=die_with_parent(self.reaper))
         except OSError as exc:  # not found, not executable
             print(f"{self.note}cannot start {self.command[0]!r}: {exc}", file=sys.stderr, flush=True)
             return Ended(COMMAND_NOT_FOUND, f"cannot start {self.command[0]!r}: {exc.strerror or exc}")
+        watching = asyncio.ensure_future(self._watch_progress()) if self.on_progress is not None else None
         assert self.proc.stdin is not None and self.proc.stdout is not None
         streams = [(self.proc.stdout, sys.stdout.buffer)]
         if self.proc.stderr is not None:
@@ -179,6 +220,8 @@ class CommandWork:
         try:
             code = shell_exit_code(await self.proc.wait())
         finally:
+            if watching is not None:
+                watching.cancel()
             self._signal_group(signal.SIGKILL)  # what it left behind goes with it, as with a pod's container
             if self.reaper is not None:
                 self.reaper.discard(self.proc.pid)
@@ -187,10 +230,62 @@ class CommandWork:
             except asyncio.TimeoutError:
                 pass  # wait_for cancelled it
         if code == 0:
-            return Ended(0)
+            return self._output()
+        if code == SNOOZE_EXIT_CODE:
+            return self._snooze()
         lines = bytes(self.tail).decode(errors="replace").splitlines(True)[-TAIL_LINES:]
         text = "".join(lines).strip()[-TAIL_BYTES:]
         return Ended(code, text or f"exit code {code}")
+
+    def _output(self) -> Ended:
+        """Exit 0: succeeded, with the JSON the command wrote to SEXTANT_OUTPUT_FILE, if any, as its output."""
+        try:
+            with open(self.files / "output.json", "rb") as f:
+                data = f.read(OUTPUT_MAX_BYTES + 1)
+        except FileNotFoundError:
+            return Ended(0)
+        except OSError as exc:
+            return said(Ended(0, output_note=f"{OUTPUT_FILE_ENV} cannot be read ({exc}); not kept"), self.note)
+        if len(data) > OUTPUT_MAX_BYTES:
+            return said(Ended(0, output_note=f"{OUTPUT_FILE_ENV} holds over {OUTPUT_MAX_BYTES} bytes, the output's "
+                                             "cap; not kept"), self.note)
+        try:
+            value = json.loads(data)
+        except ValueError as exc:
+            return said(Ended(0, output_note=f"{OUTPUT_FILE_ENV} does not hold JSON ({exc}); not kept"), self.note)
+        return returned(value, self.note)
+
+    def _snooze(self) -> Ended:
+        """Exit SNOOZE_EXIT_CODE: snoozed for the delay in SEXTANT_SNOOZE_FILE; without a valid one the attempt fails
+        (the lifecycle says so), with why."""
+        try:
+            text = (self.files / "snooze").read_text(errors="replace")[:100]
+            return snoozed(snooze_seconds(text))
+        except FileNotFoundError:
+            why = f"{SNOOZE_FILE_ENV} was not written (write a delay such as 30s there before exit {SNOOZE_EXIT_CODE})"
+        except (OSError, ValueError) as exc:
+            why = f"{SNOOZE_FILE_ENV}: {exc}"
+        print(f"{self.note}{why}", file=sys.stderr, flush=True)
+        return Ended(SNOOZE_EXIT_CODE, why)
+
+    async def _watch_progress(self) -> None:
+        """Read SEXTANT_PROGRESS_FILE whenever it changes (polled each PROGRESS_POLL seconds): its latest line is the
+        attempt's progress. A line that cannot be read is said once, in the handler's output."""
+        path, seen = self.files / "progress", None
+        while True:
+            await asyncio.sleep(PROGRESS_POLL)
+            try:
+                stat = path.stat()
+                if (stat.st_mtime_ns, stat.st_size) == seen:
+                    continue
+                seen = (stat.st_mtime_ns, stat.st_size)
+                lines = path.read_text(errors="replace")[-4096:].strip().splitlines()
+                if lines and self.on_progress is not None:
+                    self.on_progress(*parse_progress_line(lines[-1]))
+            except FileNotFoundError:
+                continue
+            except (OSError, ValueError) as exc:
+                print(f"{self.note}{exc}", file=sys.stderr, flush=True)
 
     async def _forward(self, stream: asyncio.StreamReader, out: Any) -> None:
         """Copy stream to out in chunks (a line of any length passes), each line prefixed when there is one."""

@@ -11,6 +11,7 @@ know). So a Lease written by another job's pod, labelled as this attempt's, can 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
 from collections.abc import Callable
@@ -20,9 +21,11 @@ from ..kube.client import ApiError, Conflict, Kube
 from ..kube.clock import utcnow
 from ..resources import API_VERSION, contract
 from ..resources.common import format_time
+from ..resources.report import PROGRESS_INTERVAL
 from .env import AttemptEnv
 
 log = logging.getLogger("sextant.runner")
+PROGRESS_STEP = 1.0  # seconds between looks at the handler's progress while waiting to renew
 
 
 def owner_references(env: AttemptEnv) -> list[dict]:
@@ -65,12 +68,21 @@ class LeaseKeeper:
         self.renewed_at: datetime | None = None
         self.lost = asyncio.Event()
         self._path = contract.leases_path(env.namespace, env.lease_name)
+        # The handler's latest progress, and what the Lease says: a change is written with the next renewal, or
+        # sooner, but at most once per PROGRESS_INTERVAL (so a handler may report as often as it likes).
+        self.progress: tuple[float, str | None] | None = None
+        self._sent: tuple[float, str | None] | None = None
+        self._sent_at = -math.inf
+
+    def report(self, fraction: float, message: str | None) -> None:
+        """The handler's progress (ctx.progress, a command's progress file); from its thread too: one assignment."""
+        self.progress = (fraction, message)
 
     async def run(self) -> None:
         started = self.now()
         while True:
             if await self._renew():
-                await asyncio.sleep(self.period)
+                await self._wait(self.period)
                 continue
             deadline = (self.renewed_at or started) + self.env.lease_duration
             if self.now() >= deadline:
@@ -79,6 +91,23 @@ class LeaseKeeper:
                 self.lost.set()
                 return
             await asyncio.sleep(min(1.0, self.period))
+
+    async def _wait(self, seconds: float) -> None:
+        """Until the next renewal is due, or sooner for a progress change that may be written now."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + seconds
+        while (left := until - loop.time()) > 0:
+            await asyncio.sleep(min(left, PROGRESS_STEP))
+            if self.progress != self._sent and loop.time() >= self._sent_at + PROGRESS_INTERVAL.total_seconds():
+                return
+
+    def _progress_annotation(self) -> dict[str, str] | None:
+        """The Lease's progress annotation, when it has changed since the last write."""
+        if self.progress is None or self.progress == self._sent:
+            return None
+        fraction, message = self.progress
+        value = {"fraction": fraction, **({"message": message} if message else {})}
+        return {contract.ANNOTATION_PROGRESS: json.dumps(value, separators=(",", ":"))}
 
     async def _renew(self) -> bool:
         now = self.now()
@@ -96,6 +125,12 @@ class LeaseKeeper:
         self.renewed_at = now
         return True
 
+    def _sending(self) -> dict[str, str] | None:
+        annotations = self._progress_annotation()
+        if annotations is not None:
+            self._sent, self._sent_at = self.progress, asyncio.get_running_loop().time()
+        return annotations
+
     async def _take_over(self, now: datetime) -> None:
         """Make the existing Lease of this name ours: holder, owner, labels and times (a merge patch replaces the
         ownerReferences list whole)."""
@@ -104,4 +139,13 @@ class LeaseKeeper:
         await self.kube.merge_patch(self._path, {"metadata": meta, "spec": body["spec"]}, retry=False)
 
     async def _patch(self, now: datetime) -> None:
-        await self.kube.merge_patch(self._path, {"spec": {"renewTime": format_time(now)}}, retry=False)
+        body: dict = {"spec": {"renewTime": format_time(now)}}
+        sent = self._sent, self._sent_at
+        annotations = self._sending()
+        if annotations is not None:
+            body["metadata"] = {"annotations": annotations}
+        try:
+            await self.kube.merge_patch(self._path, body, retry=False)
+        except ApiError:
+            self._sent, self._sent_at = sent  # not written: sent again with the next one
+            raise

@@ -17,7 +17,8 @@ from ..kube import kubeconfig
 from .. import sdk
 from ..kube.client import Kube
 from ..kube.clock import utcnow
-from .env import AttemptEnv
+from ..resources.report import SNOOZE_EXIT_CODE, pod_report
+from .env import TERMINATION_LOG_ENV, AttemptEnv
 from .execution import (COMMAND_NOT_FOUND, LEASE_LOST, TERMINATED, CommandWork, Ended, Execution, FunctionWork,
                         Work, import_handlers)
 from .lease import LeaseKeeper
@@ -27,10 +28,12 @@ TERMINATION_LOG = Path("/dev/termination-log")
 
 
 def _termination_message(text: str) -> None:
-    """What the kubelet puts in the container status (and so the job's timeline), where it can."""
+    """What the kubelet puts in the container status (and so the job's timeline), where it can. The local node
+    (sextant dev) names a file of its own: a process there cannot write /dev/termination-log."""
+    path = Path(os.environ[TERMINATION_LOG_ENV]) if os.environ.get(TERMINATION_LOG_ENV) else TERMINATION_LOG
     try:
-        if TERMINATION_LOG.parent.exists():
-            TERMINATION_LOG.write_text(text[-4000:])
+        if path.parent.exists():
+            path.write_text(text[-4000:])
     except OSError:
         pass
 
@@ -46,6 +49,14 @@ class ModuleWork:
         self.context = sdk.Context(jobs=Jobs(lambda: Client(kubeconfig.load(), user_agent="sextant-sdk"),
                                              env.namespace))
         self.function: FunctionWork | None = None
+
+    @property
+    def on_progress(self) -> Callable[[float, str | None], None] | None:
+        return self.context.on_progress
+
+    @on_progress.setter
+    def on_progress(self, report: Callable[[float, str | None], None] | None) -> None:
+        self.context.on_progress = report
 
     async def run(self) -> Ended:
         if problem := import_handlers(self.module):
@@ -118,10 +129,13 @@ async def supervise(env: AttemptEnv, work_for: Callable[[AttemptEnv], Work]) -> 
                 _termination_message(str(exc))
                 return LEASE_LOST
         _expand_environ(env)
-        execution = Execution(work_for(env), env.cancel_grace.total_seconds())
+        work = work_for(env)
+        execution = Execution(work, env.cancel_grace.total_seconds())
         loop.add_signal_handler(signal.SIGTERM, lambda: execution.stop("SIGTERM", utcnow()))
         if kube is not None and env.heartbeat and env.lease_name:
             keeper = LeaseKeeper(kube, env)
+            if isinstance(work, (ModuleWork, CommandWork)):  # its progress rides on the Lease
+                work.on_progress = keeper.report
 
             async def stop_when_lost() -> None:
                 await keeper.lost.wait()
@@ -132,7 +146,13 @@ async def supervise(env: AttemptEnv, work_for: Callable[[AttemptEnv], Work]) -> 
         code = TERMINATED if ended.exit_code is None else ended.exit_code
         if keeper is not None and keeper.lost.is_set():
             code = LEASE_LOST
-        if code != 0 and ended.message:
+        # A snooze's delay and the output travel in the termination message, which the pod's status carries to the
+        # operator with the attempt's end: no write of their own (README, "Snooze, output and progress").
+        report = pod_report(snooze_seconds=ended.snooze_seconds, output=ended.output, output_note=ended.output_note,
+                            message=ended.message if code != 0 else None) if code in (0, SNOOZE_EXIT_CODE) else None
+        if report is not None:
+            _termination_message(report)
+        elif code != 0 and ended.message:
             _termination_message(ended.message)
         return code
     finally:

@@ -109,7 +109,7 @@ class Offer:
 
 
 def worker_spec(offer: Offer, incarnation: str, now: datetime, results: list[dict[str, Any]],
-                user: str | None = None) -> dict[str, Any]:
+                user: str | None = None, progress: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The whole spec, as every write replaces it."""
     spec: dict[str, Any] = {
         "incarnation": incarnation, "queues": sorted(offer.queues), "handlers": sorted(offer.handlers),
@@ -118,6 +118,8 @@ def worker_spec(offer: Offer, incarnation: str, now: datetime, results: list[dic
     }
     if user:
         spec["user"] = user
+    if progress:
+        spec["progress"] = progress
     return spec
 
 
@@ -152,9 +154,11 @@ class Registration:
     def __init__(self, kube: Kube, namespace: str, name: str, offer: Callable[[], Offer],
                  results: Callable[[], list[dict[str, Any]]], on_lost: Callable[[str], None] = lambda why: None,
                  owner: dict[str, str] | None = None, user: str | None = None, now: Callable[[], datetime] = utcnow,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic,
+                 progress: Callable[[], list[dict[str, Any]]] = list) -> None:
         self.kube, self.namespace, self.name = kube, namespace, name
         self.offer, self.results, self.on_lost = offer, results, on_lost
+        self.progress = progress  # rides on whatever write comes next: a progress report never makes one
         self.owner, self.user = owner, user
         self.now, self.monotonic = now, monotonic
         self.path = workers_path(namespace, name)
@@ -185,7 +189,7 @@ class Registration:
         """expected: the incarnation this process last wrote (re-registering), None at start (any earlier one)."""
         for _ in range(20):
             offer, sent = self.offer(), self.monotonic()
-            spec = worker_spec(offer, self.incarnation, self.now(), self.results(), self.user)
+            spec = worker_spec(offer, self.incarnation, self.now(), self.results(), self.user, self.progress())
             if expected is None:
                 try:
                     await self.kube.request("POST", workers_path(self.namespace),
@@ -302,7 +306,7 @@ class Registration:
             if sent >= deadline:
                 return (f"no write acknowledged within its renew deadline ({renew_deadline:g}s, of a leaseDuration "
                         f"of {self._acked_seconds}s): {problem}")
-            spec = worker_spec(offer, self.incarnation, self.now(), self.results(), self.user)
+            spec = worker_spec(offer, self.incarnation, self.now(), self.results(), self.user, self.progress())
             try:
                 await self.kube.request("PATCH", self.path, body=spec_patch(self.incarnation, spec),
                                         content_type=JSON_PATCH, retry=False, timeout=deadline - sent)

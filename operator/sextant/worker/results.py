@@ -8,6 +8,7 @@ write carries all the results held (registration.py keeps one write in flight).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -29,7 +30,8 @@ def key_of(assignment: Assignment) -> Key:
 def result_of(assignment: Assignment, ended: Ended, stop: str | None, started_at: datetime | None,
               finished_at: datetime) -> dict[str, Any]:
     """The result as spec.results carries it: exitCode when the handler ran; reason when the worker stopped it
-    (Cancelled, Timeout, Drained) or could not run it (NotFound, Drained); the message of a failure."""
+    (Cancelled, Timeout, Drained) or could not run it (NotFound, Drained); the message of a failure; a snooze's
+    snoozeSeconds; the output (or outputNote)."""
     result: dict[str, Any] = {"job": assignment.job, "uid": assignment.uid, "sequence": assignment.sequence,
                               "incarnation": assignment.incarnation}
     if ended.exit_code is not None:
@@ -38,6 +40,12 @@ def result_of(assignment: Assignment, ended: Ended, stop: str | None, started_at
         result["reason"] = stop
     if ended.message and ended.exit_code != 0:
         result["message"] = ended.message[-MESSAGE_MAX_LENGTH:]
+    if ended.snooze_seconds is not None:
+        result["snoozeSeconds"] = ended.snooze_seconds
+    if ended.output is not None:
+        result["output"] = json.loads(ended.output)  # within the cap: execution.returned checked it
+    if ended.output_note:
+        result["outputNote"] = ended.output_note[:MESSAGE_MAX_LENGTH]
     if started_at is not None:
         result["startedAt"] = format_time(started_at)
     result["finishedAt"] = format_time(finished_at)
@@ -66,3 +74,12 @@ class Results:
 
     def __contains__(self, key: object) -> bool:
         return key in self._held
+
+
+def progress_of(assignment: Assignment, fraction: float, message: str | None) -> dict[str, Any]:
+    """A running attempt's progress as spec.progress carries it (the latest only; it rides on the next write)."""
+    entry: dict[str, Any] = {"job": assignment.job, "uid": assignment.uid, "sequence": assignment.sequence,
+                             "incarnation": assignment.incarnation, "fraction": fraction}
+    if message:
+        entry["message"] = message
+    return entry

@@ -42,7 +42,7 @@ from .metrics import WorkerMetrics
 from .environment import command_environment
 from .plan import Served, serving
 from .registration import Offer, Registration, workers_path
-from .results import NOT_FOUND, Key, Results, key_of, result_of
+from .results import NOT_FOUND, Key, Results, key_of, progress_of, result_of
 from .settings import Settings
 
 log = logging.getLogger("sextant.worker")
@@ -124,8 +124,11 @@ class Worker:
         self.draining = False
         self.executor = ThreadPoolExecutor(max_workers=settings.concurrency, thread_name_prefix="handler")
         self.reaper: GroupReaper | None = None  # for its commands' process groups (runner/process.py)
+        # The latest progress of each running attempt that reported some: sent with the next write.
+        self.progress: dict[Key, dict[str, Any]] = {}
         self.registration = Registration(kube, self.namespace, self.name, self.offer, self.results.to_write,
-                                         self._lost, owner, user, now, monotonic)
+                                         self._lost, owner, user, now, monotonic,
+                                         progress=lambda: list(self.progress.values()))
         self.informers = [
             Informer(kube, contract.queues_path(self.namespace), self._on_queue, name="queues"),
             Informer(kube, contract.handlers_path(self.namespace), self._on_handler, name="handlers"),
@@ -278,7 +281,9 @@ class Worker:
             env = command_environment(os.environ, dict(self.settings.command_env), variables)
             if self.reaper is None:
                 self.reaper = GroupReaper()
-            return CommandWork(list(command), env, payload, label, self.reaper)
+            work = CommandWork(list(command), env, payload, label, self.reaper)
+            work.on_progress = self._progress_of(assignment)
+            return work
         fn = self.functions.get(assignment.handler) if assignment.handler in self.served.functions else None
         if fn is None and assignment.handler in self.served.refused:  # assigned as its Handler became a command
             return Ended(1, f"worker {self.name} does not run Handler {assignment.handler!r}: it is a command, and "
@@ -292,8 +297,18 @@ class Worker:
                           payload=payload, scheduled_at=scheduled_at_of(raw))
         from ..runner.chaining import Jobs
 
-        ctx = sdk.Context(jobs=Jobs(self.jobs_client, self.namespace))
+        ctx = sdk.Context(jobs=Jobs(self.jobs_client, self.namespace), on_progress=self._progress_of(assignment))
         return FunctionWork(fn, sdk_job, ctx, self.executor, label)
+
+    def _progress_of(self, assignment: Assignment) -> Callable[[float, str | None], None]:
+        """Keeps an attempt's latest progress for the next write (called from a handler's thread too: one dict
+        assignment, no loop call)."""
+        key = key_of(assignment)
+
+        def report(fraction: float, message: str | None) -> None:
+            if key in self.running:
+                self.progress[key] = progress_of(assignment, fraction, message)
+        return report
 
     def _cancel_grace(self, assignment: Assignment) -> float:
         if assignment.cancel_grace_seconds is not None:
@@ -349,6 +364,7 @@ class Worker:
         finally:
             if running.timer is not None:
                 running.timer.cancel()
+            self.progress.pop(key, None)
             if self.running.get(key) is running:
                 del self.running[key]
             running.ended.set()

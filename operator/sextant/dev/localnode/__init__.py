@@ -40,7 +40,8 @@ and init containers are not run (reported as waiting, reason NotRunOnLocalNode; 
 - No restarts, whatever the restartPolicy: Never as it is; OnFailure and Always are treated like Never.
 - spec.activeDeadlineSeconds is enforced (SIGTERM, SIGKILL after terminationGracePeriodSeconds; the pod ends
   Failed with reason DeadlineExceeded). terminationMessagePolicy FallbackToLogsOnError fills the terminated
-  message from the log's tail. Probes, volumes, resources, securityContext, ports are ignored.
+  message from the log's tail. The termination message itself is the file SEXTANT_TERMINATION_LOG names (a process
+  here cannot write /dev/termination-log): `sextant run` writes its report there. Probes, volumes, resources, securityContext, ports are ignored.
 - Graceful deletion: on a deletionTimestamp a running process gets SIGTERM, then SIGKILL when
   deletionGracePeriodSeconds have passed; its terminated state is reported, then the pod is deleted with
   gracePeriodSeconds=0 (what a kubelet does to finish a graceful deletion). A pod that already ended, or never

@@ -42,6 +42,9 @@ class Node(Protocol):
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 # What a kubelet keeps of a failed container's log as its termination message (FallbackToLogsOnError).
 MESSAGE_LINES, MESSAGE_BYTES = 80, 2048
+# Where `sextant run` writes its termination message here (runner/env.TERMINATION_LOG_ENV: the same name; not
+# imported, so that the node agent loads nothing of the runner).
+TERMINATION_LOG_ENV = "SEXTANT_TERMINATION_LOG"
 _FIELD_LABEL = re.compile(r"metadata\.(labels|annotations)\['([^']+)'\]")
 
 
@@ -218,6 +221,8 @@ class PodRunner:
             cwd.mkdir(parents=True, exist_ok=True)
         logfile = log_path(self.node.workdir, self.namespace, self.name, self.container_name)
         logfile.parent.mkdir(parents=True, exist_ok=True)
+        self._termination_log().parent.mkdir(parents=True, exist_ok=True)
+        self._termination_log().unlink(missing_ok=True)
         try:
             with logfile.open("wb") as out:
                 self.process = await asyncio.create_subprocess_exec(
@@ -230,9 +235,16 @@ class PodRunner:
         self._write_pidfile()
         log.info("pod %s/%s: started pid %d: %s", self.namespace, self.name, self.process.pid, argv)
 
+    def _termination_log(self) -> Path:
+        """Where the container's termination message is written: a kubelet mounts a file at terminationMessagePath
+        (/dev/termination-log), which a local process cannot write; the runner writes here instead, told by
+        SEXTANT_TERMINATION_LOG."""
+        return self.node.workdir / "pods" / self.namespace / self.name / ".termination-log"
+
     def _environment(self) -> dict[str, str]:
         env = dict(self.node.base_env)
         env["HOSTNAME"] = self.name
+        env[TERMINATION_LOG_ENV] = str(self._termination_log())
         for var in self.container.get("env") or []:
             name = var.get("name")
             if not name:
@@ -328,7 +340,12 @@ class PodRunner:
         code = exit_code_of(proc.returncode if proc.returncode is not None else -signal.SIGKILL)
         log.info("pod %s/%s: pid %d exited %d", self.namespace, self.name, proc.pid, code)
         outcome = Outcome(code, "Completed" if code == 0 else "Error")
-        if code != 0 and self.container.get("terminationMessagePolicy") == "FallbackToLogsOnError":
+        try:  # as a kubelet: the termination message, at most 4096 bytes of it
+            outcome.message = self._termination_log().read_bytes()[:4096].decode("utf-8", "replace")
+        except OSError:
+            pass
+        if code != 0 and not outcome.message and \
+                self.container.get("terminationMessagePolicy") == "FallbackToLogsOnError":
             outcome.message = self._log_tail()
         if stop_reason == "deadline":
             outcome.pod_reason = "DeadlineExceeded"
