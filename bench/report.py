@@ -19,10 +19,10 @@ def git_revision(checkout: Path | None = None) -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
 
-ORDER = ("W", "WB", "S", "SQ", "SB", "A0", "A1", "S0", "S16", "SK", "SG")
+ORDER = ("W", "WN", "WA", "WB", "S", "SA", "SQ", "SB", "A0", "A1", "S0", "S16", "SK", "SG")
 # Each job system against the baselines it must beat: the Job controller (A0 default, A1 tuned) and, for workers,
 # Sextant's own pod mode.
-RATIOS = (("W", "A1"), ("W", "WB"), ("W", "S"), ("S", "A0"), ("S", "A1"))
+RATIOS = (("W", "A1"), ("WN", "W"), ("WA", "W"), ("SA", "S"), ("W", "WB"), ("W", "S"), ("S", "A0"), ("S", "A1"))
 # The processes measured, each on its own row of CPU ms per job (the workers summed).
 COMPONENTS = ("operator", "kube-apiserver", "etcd", "kube-controller-manager", "kube-scheduler", "kwok-controller")
 
@@ -212,7 +212,7 @@ def writes_by_client(runs: dict[str, dict[str, Any]], configs: list[str]) -> str
 def _sustains(r: dict[str, Any]) -> bool:
     if r.get("terminal") != r.get("jobs"):
         return False
-    if r["config"] in ("W", "WB"):
+    if r["config"] in ("W", "WN", "WB"):
         p99 = _get(r, "latency_ms.create_to_running.p99")
         return p99 is not None and p99 < 250
     p99 = _get(r, "latency_ms.create_to_pod_created.p99")

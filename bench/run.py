@@ -58,10 +58,13 @@ class Config:
     operator_args: tuple[str, ...] = ()
     workers: bool = False  # worker mode: the Handlers are served by `sextant worker` processes, no pods
     admission: bool = False  # issue 32: the Queue with ADMISSION_SPEC, the jobs spread over ADMISSION_KEYS keys
+    node: bool = False  # issue 30: the workers are @sextant/node's sextant-worker (sdk/node, built by make node-sdk)
     baseline: bool = False  # the operator of another checkout (Options.baseline), for side-by-side figures
 
 
 WORKER_MODULE = "bench.workerhandlers"  # the no-op SDK handlers the workers of W serve
+NODE_WORKER = REPO / "sdk" / "node" / "dist" / "bin" / "sextant-worker.js"
+NODE_WORKER_MODULE = "bench/workerhandlers.mjs"  # the same handlers for WN's Node workers
 
 
 CONFIGS = {
@@ -108,6 +111,10 @@ CONFIGS = {
     "WB": Config("WB", SEXTANT, {"kube-scheduler": TUNED_SCHEDULER},
                  "W with the operator and `sextant worker` of the --baseline checkout; kube-scheduler "
                  + " ".join(TUNED_SCHEDULER), workers=True, baseline=True),
+    # Issue 30: W with @sextant/node's workers (same processes × slots, the same no-op handlers in JavaScript).
+    "WN": Config("WN", SEXTANT, {"kube-scheduler": TUNED_SCHEDULER},
+                 "W with @sextant/node's sextant-worker processes (no-op async JavaScript handler, --worker-processes "
+                 "× --worker-slots); kube-scheduler " + " ".join(TUNED_SCHEDULER), workers=True, node=True),
     # Not shipped (issue 32): S and W with a rate limit and 100 concurrency keys (ADMISSION_SPEC), beside S and W.
     "SA": Config("SA", SEXTANT, {"kube-scheduler": TUNED_SCHEDULER},
                  "S with a rate limit and perKeyConcurrency on the queue, jobs over 100 concurrency keys",
@@ -270,13 +277,19 @@ class WorkerProcess:
     """`sextant worker` serving the benchmark's namespace with the no-op SDK handlers of WORKER_MODULE."""
 
     def __init__(self, kubeconfig_path: Path, namespace: str, name: str, slots: int, log_path: Path,
-                 source: Path | None = None) -> None:
+                 source: Path | None = None, node: bool = False) -> None:
         self.name = name
         self.log_path = log_path
         self.source = source  # another checkout whose worker runs instead of this one's
-        self.cmd = [sys.executable, "-m", _entry(source), "--kubeconfig", str(kubeconfig_path), "worker",
-                    "-n", namespace, "--module", WORKER_MODULE, "--concurrency", str(slots), "--name", name,
-                    "--log-level", "warning"]
+        flags = ["-n", namespace, "--concurrency", str(slots), "--name", name, "--log-level", "warning"]
+        if node:  # @sextant/node's worker takes the same flags
+            if not NODE_WORKER.exists():
+                raise RuntimeError(f"{NODE_WORKER} is not built: run `make node-sdk` first")
+            self.cmd = ["node", str(NODE_WORKER), "--kubeconfig", str(kubeconfig_path), "--module",
+                        NODE_WORKER_MODULE, *flags]
+        else:
+            self.cmd = [sys.executable, "-m", _entry(source), "--kubeconfig", str(kubeconfig_path), "worker",
+                        "--module", WORKER_MODULE, *flags]
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -601,7 +614,7 @@ async def run_workload(cluster: LocalCluster, config: Config, workload: Workload
                 Api(conn.with_token(ids.loadgen_token), in_flight=opts.in_flight) as loadgen_api:
             if config.workers:
                 workers = [WorkerProcess(ids.worker, namespace, f"bench-w{i}", opts.worker_slots,
-                                         opts.out / f"worker-{label}-{i}.log", baseline)
+                                         opts.out / f"worker-{label}-{i}.log", baseline, node=config.node)
                            for i in range(opts.worker_processes)]
                 for w in workers:
                     w.start()
