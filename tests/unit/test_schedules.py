@@ -14,6 +14,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
+from pydantic import ValidationError
 
 from sextant.lifecycle import idempotency
 from sextant.lifecycle import schedule as S
@@ -294,6 +295,15 @@ def test_the_job_of_a_tick():
     assert st.active == [job["metadata"]["name"]] and st.next_schedule_time == "2026-03-01T12:00:20Z"
     assert st.evaluated_until == "2026-03-01T12:00:10Z" and st.observed_generation == 1
     assert d.wake_at == at(20)
+
+
+def test_a_templates_concurrency_key_is_every_jobs_and_none_is_left_out():
+    spec = ScheduleSpec.model_validate({"jobTemplate": {**TEMPLATE, "concurrencyKey": "tenant-7"}, "interval": "10s"})
+    snapshot = S.ScheduleSnapshot(NS, NAME, UID, 1, T0, spec, ScheduleStatus())
+    assert S.build_job(snapshot, at(10))["spec"]["concurrencyKey"] == "tenant-7"
+    assert "concurrencyKey" not in S.build_job(Sim(interval="10s").snapshot(), at(10))["spec"]
+    with pytest.raises(ValidationError, match="concurrencyKey"):
+        ScheduleSpec.model_validate({"jobTemplate": {**TEMPLATE, "concurrencyKey": ""}, "interval": "10s"})
 
 
 def test_job_names_differ_per_tick_schedule_and_namespace_and_are_stable():

@@ -351,6 +351,7 @@ def build_job(schedule: ScheduleSnapshot, tick: datetime) -> dict[str, Any]:
             "payload": copy.deepcopy(template.payload),
             "priority": template.priority,
             "idempotencyKey": key,
+            **({"concurrencyKey": template.concurrency_key} if template.concurrency_key is not None else {}),
         },
     }
 

@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from .common import NAME_MAX, NAME_PATTERN, Condition, Duration, Model, Timestamp, validations
-from .job import MAX_PRIORITY, MIN_PRIORITY, check_payload
+from .job import CONCURRENCY_KEY_MAX, MAX_PRIORITY, MIN_PRIORITY, check_payload
 
 KIND = "Schedule"
 PLURAL = "schedules"
@@ -112,6 +112,9 @@ class JobTemplate(Model):
         json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
     )
     priority: int = Field(default=0, ge=MIN_PRIORITY, le=MAX_PRIORITY, description="The jobs' priority.")
+    concurrency_key: str | None = Field(
+        default=None, min_length=1, max_length=CONCURRENCY_KEY_MAX,
+        description="The concurrency key of every job it creates (the Job's spec.concurrencyKey).")
 
     _payload_depth = field_validator("payload", mode="before")(check_payload)
 
