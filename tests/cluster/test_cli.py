@@ -412,6 +412,9 @@ def test_a_paused_queue_starts_nothing_until_it_is_resumed_and_then_in_order(clu
     row = {r[0]: r for r in (line.split() for line in ok(sextant(cluster, "queues", "-n", namespace)).splitlines())}
     assert row["q"][7] == "yes"
     assert "PAUSED" in cluster.kubectl("get", "squeue", "q", "-n", namespace).stdout.splitlines()[0].upper()
+    # inspect of a job held back says why: its Queue is paused
+    assert "Queue:" in (said := ok(sextant(cluster, "inspect", ids[2], "-n", namespace))) and \
+        "paused (sextant queues resume q)" in said, said
 
     assert ok(sextant(cluster, "queues", "resume", "q", "-n", namespace)).startswith("queue q resumed")
     wait_state(cluster, namespace, ids[1], "running")  # the first in line

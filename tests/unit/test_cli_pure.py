@@ -200,6 +200,17 @@ class QueuesOnly:
         return self.queues
 
 
+def test_inspect_of_a_queued_job_says_what_its_queue_holds_it_back_for():
+    paused = Q.read_queue(squeue("emails", LIVE, paused=True))
+    limited = Q.read_queue(squeue("emails", {**LIVE, "recentStarts": 100, "rateLimited": True},
+                                  rateLimit={"starts": 100, "per": "1m"}))
+    idle = Q.read_queue(squeue("emails", {**LIVE, "recentStarts": 3, "rateLimited": False},
+                               rateLimit={"starts": 100, "per": "1m"}))
+    assert Q.holding_back(paused) == "paused (sextant queues resume emails)"
+    assert Q.holding_back(limited) == "rate limited (RateLimited): 100 of 100 starts in the last 1m"
+    assert Q.holding_back(idle) is None and Q.holding_back(Q.read_queue(squeue("emails", LIVE))) is None
+
+
 @pytest.mark.parametrize("argv", [["queues", "list", "-n", "ns"], ["queues", "list", "-A", "-o", "json"],
                                   ["queues", "-n", "ns"], ["-A", "queues", "-o", "json"]])
 def test_queues_list_makes_one_list_of_queues(argv):

@@ -7,7 +7,7 @@ import json
 from datetime import datetime
 from typing import Any
 
-from ..resources import inputs
+from ..resources import contract, inputs
 from ..client import refused
 from ..kube.client import ApiError, NotFound
 from ..resources.common import age, parse_time, precise_duration, until
@@ -16,6 +16,7 @@ from ..resources.report import report_facts
 from . import output
 from .context import CliError, Context
 from .jobs import attempt_text, error_text, fetch, state_text
+from .queues import holding_back, read_queue
 
 TIMELINE = ["ATTEMPT", "POD", "NODE", "STARTED", "FINISHED", "DURATION", "RESULT", "ERROR"]
 
@@ -109,6 +110,8 @@ def inspect_cmd(ctx: Context) -> int:
     if spec.get("idempotencyKey"):
         fields.append(("Idempotency key", spec["idempotencyKey"]))
     fields.append(("Priority", str(spec.get("priority", 0))))
+    if spec.get("concurrencyKey"):
+        fields.append(("Concurrency key", spec["concurrencyKey"]))
     fields.append(("Payload", json.dumps(spec.get("payload") or {}, ensure_ascii=False)))
     if status.get("message"):
         fields.append(("Message", status["message"]))
@@ -116,6 +119,10 @@ def inspect_cmd(ctx: Context) -> int:
     for cond in status.get("conditions") or []:
         if cond.get("type") == "Blocked" and cond.get("status") == "True":
             fields.append(("Blocked", f"{cond.get('reason')}: {cond.get('message')}"))
+    if status.get("state") in (None, "queued") and spec.get("queue"):
+        held = _queue_holds_back(ctx, ns, spec["queue"])
+        if held:
+            fields.append(("Queue", held))
     width = max(len(k) for k, _ in fields) + 2
     for key, value in fields:
         ctx.say(f"{key + ':':<{width}}{value if value not in (None, '') else '<none>'}")
@@ -131,6 +138,14 @@ def inspect_cmd(ctx: Context) -> int:
     if status.get("droppedAttempts"):  # the timeline keeps the first attempt and the most recent ones
         ctx.say(f"({status['droppedAttempts']} attempts between the first and the ones shown are not kept)")
     return 0
+
+
+def _queue_holds_back(ctx: Context, ns: str, queue: str) -> str | None:
+    """Why a queued job's Queue holds it back (paused, rate limited): the Queue says it, not each job."""
+    try:
+        return holding_back(read_queue(ctx.client.request("GET", contract.queues_path(ns, queue))))
+    except NotFound:
+        return None  # the job's Blocked condition says QueueNotFound
 
 
 def logs_cmd(ctx: Context) -> int:

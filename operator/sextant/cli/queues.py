@@ -109,6 +109,17 @@ def read_queue(raw: dict[str, Any]) -> QueueRow:
                     _count(status.get("keys")))
 
 
+def holding_back(row: QueueRow) -> str | None:
+    """What the Queue itself says holds its queued jobs back (`sextant inspect` of a queued job): paused, or its
+    rate limit; None when neither."""
+    if row.paused:
+        return "paused (sextant queues resume " + row.name + ")"
+    if row.rate_limited and row.rate_limit:
+        starts, per = row.rate_limit
+        return f"rate limited (RateLimited): {_cell(row.recent_starts)} of {starts} starts in the last {per}"
+    return None
+
+
 def read_queues(raws: Iterable[dict[str, Any]]) -> list[QueueRow]:
     return sorted((read_queue(r) for r in raws), key=lambda q: (q.namespace, q.name))
 
