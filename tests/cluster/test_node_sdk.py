@@ -311,16 +311,22 @@ console.log(JSON.stringify(out));
 """
 
 
+def run_script(cluster, namespace: str, tmp_path: Path, script: str) -> Any:
+    """A Node script run in an app with @sextant/node installed (the namespace its argument): what it printed, as
+    JSON."""
+    app = node_app(tmp_path / "app", {"script.mjs": script})
+    done = subprocess.run(["node", "script.mjs", namespace], cwd=app, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig)})
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
 def test_the_node_client_creates_reads_cancels_with_the_python_clients_rules(cluster, namespace, operator, tmp_path):
     from sextant.client import Client
     from sextant.kube import kubeconfig
 
     apply(cluster, namespace, queue("q"))
-    app = node_app(tmp_path / "app", {"client.mjs": CLIENT_SCRIPT})
-    done = subprocess.run(["node", "client.mjs", namespace], cwd=app, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig)})
-    assert done.returncode == 0, done.stderr
-    out = json.loads(done.stdout)
+    out = run_script(cluster, namespace, tmp_path, CLIENT_SCRIPT)
     first = out["first"][0]
     assert out["first"] == [first, True] and out["again"] == [first, False], "the key returns the first job"
     assert out["conflict"] == (f"KeyConflict: idempotency key 'order-7' is held by job {first} with another "
@@ -344,6 +350,159 @@ def test_the_node_client_creates_reads_cancels_with_the_python_clients_rules(clu
         client.close()
     assert not created and held["metadata"]["name"] == first.replace("_", "-")
     assert len(jobs(cluster, namespace)) == 2, "nothing else was created"
+
+
+MANY_SCRIPT = """import { Sextant } from '@sextant/node';
+
+const sextant = new Sextant({ namespace: process.argv[2] });
+const keyed = await sextant.jobs.create({ queue: 'q', handler: 'h', concurrencyKey: 'tenant-a' });
+const results = await sextant.jobs.createMany([
+  { queue: 'q', handler: 'h', payload: { n: 1 }, idempotencyKey: 'many-1', concurrencyKey: 'tenant-b' },
+  { queue: 'q', handler: 'h', payload: { n: 1 }, idempotencyKey: 'many-1' },
+  { queue: 'q', handler: 'h', payload: { n: 2 }, idempotencyKey: 'many-1' },
+  { queue: 'q', handler: 'h', payload: { n: 3 } },
+]);
+let invalid;
+try { await sextant.jobs.createMany([{ queue: 'q', handler: 'h' }, { queue: 'q', handler: 'h', concurrencyKey: '' }]); }
+catch (err) { invalid = `${err.name}: ${err.message}`; }
+console.log(JSON.stringify({ keyed: keyed.id, keyedSpec: keyed.object.spec.concurrencyKey, invalid,
+  results: results.map((r) => ({ id: r.id ?? null, created: r.created, status: r.status, error: r.error ? r.error.name : null })) }));
+"""
+
+
+def test_the_node_client_sets_a_concurrency_key_and_creates_many(cluster, namespace, operator, tmp_path):
+    apply(cluster, namespace, queue("q"))
+    out = run_script(cluster, namespace, tmp_path, MANY_SCRIPT)
+    stored = get_json(cluster, namespace, "jobs.sextant.dev", out["keyed"].replace("_", "-"))
+    assert stored["spec"]["concurrencyKey"] == "tenant-a" == out["keyedSpec"]
+    first, again, conflict, plain = out["results"]
+    assert first["created"] is True and first["status"] == 201 and first["error"] is None
+    assert again == {"id": first["id"], "created": False, "status": 200, "error": None}, "a repeat of its key returns it"
+    assert conflict["status"] == 409 and conflict["error"] == "KeyConflict" and conflict["id"] is None
+    assert plain["created"] is True and plain["status"] == 201
+    assert get_json(cluster, namespace, "jobs.sextant.dev", first["id"].replace("_", "-"))["spec"]["concurrencyKey"] \
+        == "tenant-b"
+    assert out["invalid"] == "InputError: jobs[1].concurrencyKey: a concurrency key must not be empty"
+    assert len(jobs(cluster, namespace)) == 3, "the invalid batch created nothing"
+
+
+# ================================================================ output
+OUTPUT_HANDLERS = """import { defineHandler } from '@sextant/node';
+
+defineHandler('node-producer', async (job, ctx) => {
+  await ctx.jobs.create({ queue: 'q', handler: 'node-consumer', payload: { from: job.id }, idempotencyKey: `c-${job.id}` });
+  return { rows: 3, by: job.id };
+});
+
+defineHandler('node-consumer', async (job, ctx) => {
+  for (let i = 0; i < 300; i++) {
+    const got = await ctx.jobs.output(job.payload.from);
+    if (got !== undefined) return { got, state: (await ctx.jobs.get(job.payload.from)).state };
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+  throw new Error('no output');
+});
+
+defineHandler('node-huge', async () => ({ blob: 'x'.repeat(40000) }));
+"""
+
+
+def test_a_node_handlers_return_value_is_its_output_read_by_a_chained_job(cluster, namespace, operator, tmp_path,
+                                                                           node_workers):
+    from .plugin_support import ok, sextant
+
+    app = node_app(tmp_path / "app", {"handlers.mjs": OUTPUT_HANDLERS})
+    apply(cluster, namespace, queue("q", maxAttempts=1),
+          *(worker_handler(h) for h in ("node-producer", "node-consumer", "node-huge")))
+    worker = NodeWorker(cluster, namespace, app, "w-out", "--module", "./handlers.mjs", "--concurrency", "2")
+    node_workers.append(worker)
+    live(cluster, namespace, "w-out", worker)
+    apply(cluster, namespace, job("job-producer", handler_name="node-producer"),
+          job("job-huge", handler_name="node-huge"))
+    produced = wait_state(cluster, namespace, "job-producer", "succeeded", timeout=90)
+    assert produced["output"] == {"rows": 3, "by": "job_producer"}
+    consumer = next(n for n, j in jobs(cluster, namespace).items() if j["spec"]["handler"] == "node-consumer")
+    consumed = wait_state(cluster, namespace, consumer, "succeeded", timeout=90)
+    assert consumed["output"] == {"got": {"rows": 3, "by": "job_producer"}, "state": "succeeded"}
+    huge = wait_state(cluster, namespace, "job-huge", "succeeded", timeout=90)
+    assert "output" not in huge
+    assert huge["outputNote"] == "the output is 40011 bytes as JSON, over the cap of 32768 bytes; not kept"
+    shown = ok(sextant(cluster, "inspect", "job_producer", "-n", namespace))
+    line = next(line for line in shown.splitlines() if line.startswith("Output:"))
+    assert json.loads(line.removeprefix("Output:")) == {"rows": 3, "by": "job_producer"}
+
+
+# ================================================================ snooze
+SNOOZE_HANDLERS = """import { defineHandler, Snooze } from '@sextant/node';
+import { existsSync, writeFileSync } from 'node:fs';
+
+defineHandler('node-snoozer', async (job, ctx) => {
+  const marker = `${job.payload.dir}/${job.id}.snoozed`;
+  if (!existsSync(marker)) {
+    writeFileSync(marker, '');
+    if (job.payload.thrown) throw new Snooze(1);
+    ctx.snooze('1s');
+  }
+  return { ran: 'after the snooze', attempt: job.attempt };
+});
+"""
+
+
+def test_a_node_worker_snoozes_functions_and_commands_without_counting_the_attempt(cluster, namespace, operator,
+                                                                                   tmp_path, node_workers):
+    from .test_report import FAST, assert_snoozed_once, snooze_then_output
+
+    app = node_app(tmp_path / "app", {"handlers.mjs": SNOOZE_HANDLERS})
+    apply(cluster, namespace, queue("q", maxAttempts=1, **FAST), worker_handler("node-snoozer"),
+          {**worker_handler("cmd"), "spec": {"worker": {"command": ["sh", "-c", snooze_then_output(
+              tmp_path / "cmd.snoozed")]}}})
+    worker = NodeWorker(cluster, namespace, app, "w-snooze", "--module", "./handlers.mjs", "--allow-command", "cmd",
+                        "--concurrency", "3")
+    node_workers.append(worker)
+    live(cluster, namespace, "w-snooze", worker)
+    apply(cluster, namespace, job("job-called", handler_name="node-snoozer", payload={"dir": str(tmp_path)}),
+          job("job-thrown", handler_name="node-snoozer", payload={"dir": str(tmp_path), "thrown": True}),
+          job("job-cmd", handler_name="cmd"))
+    for name in ("job-called", "job-thrown"):
+        final = wait_state(cluster, namespace, name, "succeeded", "dead", timeout=60)
+        assert_snoozed_once(final)  # maxAttempts 1: a counted snooze would have ended it dead
+        assert final["output"] == {"ran": "after the snooze", "attempt": 1}
+    cmd = wait_state(cluster, namespace, "job-cmd", "succeeded", "dead", timeout=60)
+    assert_snoozed_once(cmd)
+    assert cmd["output"] == {"rows": 2}
+
+
+# ================================================================ progress
+PROGRESS_HANDLERS = """import { defineHandler } from '@sextant/node';
+import { existsSync } from 'node:fs';
+
+defineHandler('node-progresser', async (job, ctx) => {
+  ctx.progress(0.4, 'resized 4/10');
+  while (!existsSync(job.payload.until)) await new Promise((resolve) => setTimeout(resolve, 100));
+  return { done: true };
+});
+"""
+
+
+def test_a_node_workers_progress_shows_while_it_runs(cluster, namespace, operator, tmp_path, node_workers):
+    from .test_report import FAST, progress_seen
+
+    until = tmp_path / "go"
+    app = node_app(tmp_path / "app", {"handlers.mjs": PROGRESS_HANDLERS})
+    apply(cluster, namespace, queue("q", maxAttempts=1, **FAST), worker_handler("node-progresser"),
+          {**worker_handler("cmd"), "spec": {"worker": {"command": ["sh", "-c",
+              f'echo "0.7 seven of ten" > "$SEXTANT_PROGRESS_FILE"; while [ ! -e {until} ]; do sleep 0.1; done']}}})
+    worker = NodeWorker(cluster, namespace, app, "w-progress", "--module", "./handlers.mjs", "--allow-command",
+                        "cmd", "--concurrency", "2")
+    node_workers.append(worker)
+    live(cluster, namespace, "w-progress", worker)
+    apply(cluster, namespace, job("job-fn", handler_name="node-progresser", payload={"until": str(until)}),
+          job("job-cmd", handler_name="cmd"))
+    progress_seen(cluster, namespace, "job-fn", 0.4, "resized 4/10")
+    progress_seen(cluster, namespace, "job-cmd", 0.7, "seven of ten")
+    until.touch()
+    for name in ("job-fn", "job-cmd"):
+        assert wait_state(cluster, namespace, name, "succeeded", timeout=60)["state"] == "succeeded"
 
 
 # ================================================================ examples/node, as the README runs it

@@ -1,7 +1,7 @@
 // A client for Node apps that enqueue: new Sextant({ namespace }).jobs.create/get/list/cancel/retry, with the Python
 // client's validation, idempotency rule and refusals (operator/sextant/client.py, lifecycle/idempotency.py).
 import {
-  InputError, checkPayload, formatTime, idempotencyKey, idempotencyWindowMs, jobId, jobName, keyedName,
+  InputError, checkPayload, concurrencyKey, formatTime, idempotencyKey, idempotencyWindowMs, jobId, jobName, keyedName,
   namespaceName, objectName, priority as checkPriority, randomName, selectorValue,
 } from './common.js';
 import { API_VERSION, ApiError, ConnectOptions, Kube, Obj, path } from './kube.js';
@@ -15,9 +15,31 @@ export interface CreateJob<P = Record<string, unknown>> {
   /** When to run it (default: now). */
   runAt?: Date | string;
   priority?: number;
+  /** Its concurrency key (spec.concurrencyKey), e.g. a tenant: the queue's perKeyConcurrency limits running
+   * attempts per key, and keys take turns. */
+  concurrencyKey?: string;
   /** Another namespace than the client's. */
   namespace?: string;
 }
+
+/** One item of createMany: the job (created, or the one already holding its idempotency key), or why not. */
+export interface CreateResult {
+  /** The job's id, or that of the job already holding its key; undefined with an error. */
+  id?: string;
+  created: boolean;
+  /** KeyConflict, or the API server's refusal (Refused). */
+  error?: Error;
+  /** As the HTTP API answers one create: 201 created, 200 the key's job, 409 a key conflict, else the API
+   * server's status. */
+  status: number;
+  job?: JobRecord;
+}
+
+/** How many creates createMany has under way at once, and how often it sends one the API server answered 429. */
+const CONCURRENCY = 8;
+const TOO_MANY_TRIES = 5;
+
+interface Prepared { namespace: string; spec: Obj; key?: string }
 
 export interface JobRecord {
   /** job_8f3k2m9q */
@@ -31,10 +53,17 @@ export interface JobRecord {
   priority: number;
   idempotencyKey?: string;
   runAt?: string;
+  concurrencyKey?: string;
   /** scheduled, queued, running, succeeded, failed, dead or cancelled; '' before the operator has seen it */
   state: string;
   attempt: number;
   createdAt: string;
+  /** What its handler returned (status.output), once it succeeded. */
+  output?: unknown;
+  /** Why its output was not kept. */
+  outputNote?: string;
+  /** How far its running attempt has come: { fraction, message, sequence, updatedAt }. */
+  progress?: Obj;
   /** create(): false when an idempotency key returned an existing job */
   created?: boolean;
   /** The Job object as the API server returned it. */
@@ -123,6 +152,10 @@ export function record(raw: Obj, created?: boolean): JobRecord {
   };
   if (spec.idempotencyKey) out.idempotencyKey = spec.idempotencyKey;
   if (spec.runAt) out.runAt = spec.runAt;
+  if (spec.concurrencyKey) out.concurrencyKey = spec.concurrencyKey;
+  if (status.output !== undefined) out.output = status.output;
+  if (status.outputNote) out.outputNote = status.outputNote;
+  if (status.progress) out.progress = status.progress;
   if (created !== undefined) out.created = created;
   return out;
 }
@@ -135,6 +168,50 @@ export class JobsApi {
   /** Create a job. With an idempotency key used within 24 h, that job (created: false) — or KeyConflict when it
    * has another queue, handler or payload. InputError (naming the option) before anything is sent. */
   async create<P = Record<string, unknown>>(options: CreateJob<P>): Promise<JobRecord> {
+    return this.send(this.prepare(options));
+  }
+
+  /** Create many jobs in one call: each item has create()'s options. Every item is checked first (InputError
+   * naming jobs[i].FIELD, and nothing is created); then one CreateResult per item, in order, CONCURRENCY at a
+   * time. An item with an idempotency key that an earlier item uses is created after it, so that it returns that
+   * job (or is refused, KeyConflict, when it differs). */
+  async createMany<P = Record<string, unknown>>(items: CreateJob<P>[]): Promise<CreateResult[]> {
+    if (!Array.isArray(items)) throw new InputError('jobs', 'give an array of { queue, handler, payload }');
+    const wanted = items.map((item, i) => {
+      try {
+        return this.prepare(item);
+      } catch (err) {
+        if (err instanceof InputError) throw new InputError(`jobs[${i}].${err.field === 'create' ? 'body' : err.field}`, err.rule);
+        throw err;
+      }
+    });
+    const results: CreateResult[] = new Array(wanted.length);
+    const one = async (i: number): Promise<void> => {
+      for (let attempt = 1; ; attempt++) {
+        try {
+          const job = await this.send(wanted[i]);
+          results[i] = { id: job.id, created: Boolean(job.created), status: job.created ? 201 : 200, job };
+          return;
+        } catch (caught) {
+          const err = caught instanceof ApiError ? refused(caught, wanted[i].namespace) : caught;
+          if (!(err instanceof Refused)) throw err;
+          results[i] = { created: false, error: err, status: err.status || 500 };
+          if (!(err.status === 429 && attempt < TOO_MANY_TRIES)) return;
+          await new Promise((resolve) => setTimeout(resolve, 1000));
+        }
+      }
+    };
+    for (const indices of firstUses(wanted.map((w) => w.key))) {
+      let next = 0;
+      await Promise.all(Array.from({ length: Math.min(CONCURRENCY, indices.length) }, async () => {
+        while (next < indices.length) await one(indices[next++]);
+      }));
+    }
+    return results;
+  }
+
+  /** create()'s options checked and made a spec: InputError naming the option, before anything is sent. */
+  private prepare<P>(options: CreateJob<P>): Prepared {
     if (options === null || typeof options !== 'object') throw new InputError('create', 'give { queue, handler, payload }');
     const namespace = namespaceName('namespace', options.namespace ?? this.namespace);
     const spec: Obj = {
@@ -150,7 +227,12 @@ export class JobsApi {
       }
       spec.runAt = formatTime(when, false);
     }
+    if (options.concurrencyKey !== undefined) spec.concurrencyKey = concurrencyKey('concurrencyKey', options.concurrencyKey);
     const key = options.idempotencyKey === undefined ? undefined : idempotencyKey('idempotencyKey', options.idempotencyKey);
+    return { namespace, spec, key };
+  }
+
+  private async send({ namespace, spec, key }: Prepared): Promise<JobRecord> {
     const kube = this.kube();
     const jobs = path('jobs', namespace);
     if (key !== undefined) {
@@ -223,6 +305,11 @@ export class JobsApi {
     }
   }
 
+  /** What the job's handler returned (status.output), undefined while it has not succeeded (or returned nothing). */
+  async output(id: string, namespace = this.namespace): Promise<unknown> {
+    return (await this.get(id, namespace)).output;
+  }
+
   /** The namespace's jobs, oldest first, optionally of one state, queue or handler. */
   async list(options: ListJobs = {}): Promise<JobRecord[]> {
     if (options.state !== undefined && !STATES.includes(options.state)) {
@@ -269,6 +356,21 @@ export class JobsApi {
       throw refused(err, namespace, name);
     }
   }
+}
+
+/** The items of a batch in two rounds: those without a key or with its first use in the batch, then the later
+ * uses of a key (client.first_uses). */
+export function firstUses(keys: (string | undefined)[]): number[][] {
+  const seen = new Set<string>();
+  const first: number[] = [], later: number[] = [];
+  keys.forEach((key, i) => {
+    if (key !== undefined && seen.has(key)) later.push(i);
+    else {
+      first.push(i);
+      if (key !== undefined) seen.add(key);
+    }
+  });
+  return [first, later];
 }
 
 function replayed(held: Obj, key: string, spec: Obj): Obj {

@@ -40,6 +40,62 @@ export function parseDuration(text: string): number {
   return seconds;
 }
 
+/** A command exits with this code to snooze (the delay in $SEXTANT_SNOOZE_FILE); Snooze reports it too. */
+export const SNOOZE_EXIT_CODE = 85;
+const MAX_SNOOZE_SECONDS = 7 * 24 * 3600;
+
+/** A snooze's delay in seconds: a duration ("30s", "5m") or a number of seconds, from 0 to 7 days
+ * (report.snooze_seconds); an Error naming the rule otherwise. */
+export function snoozeSeconds(delay: unknown): number {
+  let seconds: number;
+  if (typeof delay === 'number') seconds = delay;
+  else if (typeof delay === 'string') {
+    const text = delay.trim();
+    seconds = text !== '' && Number.isFinite(Number(text)) ? Number(text) : parseDuration(text);
+  } else {
+    throw new TypeError(`snooze: the delay must be a duration such as "30s" or a number of seconds, not ${delay === null ? 'null' : typeof delay}`);
+  }
+  if (!Number.isFinite(seconds) || seconds < 0 || seconds > MAX_SNOOZE_SECONDS) {
+    throw new RangeError(`snooze: the delay must lie from 0s to 7 days, not ${show(delay)}`);
+  }
+  return seconds;
+}
+
+/** Progress: a fraction in [0, 1] and a short message (resources/report.py). */
+export const PROGRESS_MESSAGE_MAX = 200;
+
+export function clipProgressMessage(message: unknown): string | undefined {
+  if (message === undefined || message === null) return undefined;
+  const text = String(message);
+  return text.length <= PROGRESS_MESSAGE_MAX ? text : `${text.slice(0, PROGRESS_MESSAGE_MAX - 1)}…`;
+}
+
+/** A progress fraction: a number from 0 to 1; a RangeError naming the rule otherwise. */
+export function checkFraction(fraction: unknown): number {
+  if (typeof fraction !== 'number' || !Number.isFinite(fraction) || fraction < 0 || fraction > 1) {
+    throw new RangeError(`progress: the fraction must be a number from 0 to 1, not ${show(fraction)}`);
+  }
+  return fraction;
+}
+
+/** A command's progress file's line: "0.4 resized 4/10" (the fraction, then an optional message). */
+export function parseProgressLine(text: string): [number, string | undefined] {
+  const line = text.trim();
+  const space = line.indexOf(' ');
+  const head = space < 0 ? line : line.slice(0, space);
+  const rest = space < 0 ? '' : line.slice(space + 1).trim();
+  const fraction = head !== '' && Number.isFinite(Number(head)) ? Number(head) : NaN;
+  if (Number.isNaN(fraction)) {
+    throw new Error(`progress: SEXTANT_PROGRESS_FILE must start with a fraction from 0 to 1, not ${show(head.slice(0, 40))}`);
+  }
+  return [checkFraction(fraction), clipProgressMessage(rest || undefined)];
+}
+
+/** Seconds as Python's format :g writes them (30 → '30', 0.5 → '0.5'). */
+export function shortNumber(value: number): string {
+  return String(Number(value.toPrecision(6)));
+}
+
 /** RFC 3339 in UTC with microseconds (metav1.MicroTime), as the Python worker writes times. */
 export function formatTime(moment: Date, precise = true): string {
   const iso = moment.toISOString(); // 2026-12-03T08:41:07.412Z
@@ -103,6 +159,27 @@ function checkJson(field: string, value: unknown, depth: number): number {
   throw new InputError(field, `the payload must be JSON: ${kindOf(value)} (${Object.prototype.toString.call(value)}) is not`);
 }
 
+/** The output's cap, as compact UTF-8 JSON: over it the output is not kept and status.outputNote says why
+ * (resources/report.py). */
+export const OUTPUT_MAX_BYTES = 32 * 1024;
+
+/** A handler's return value as compact JSON, or why it is not kept (report.output_json): { json } or { note };
+ * {} for no output (undefined or null). */
+export function outputJson(value: unknown, limit = OUTPUT_MAX_BYTES): { json?: string; note?: string } {
+  if (value === undefined || value === null) return {};
+  try {
+    checkJson('output', value, 1);
+  } catch (err) {
+    const rule = (err as InputError).rule ?? String(err);
+    if (rule.includes('nests deeper')) return { note: `the output nests deeper than ${MAX_PAYLOAD_DEPTH} levels; not kept` };
+    return { note: `the output is not JSON (${rule.replace(/^the payload must be JSON: /, '')}); not kept` };
+  }
+  const json = JSON.stringify(value);
+  const size = Buffer.byteLength(json);
+  if (size > limit) return { note: `the output is ${size} bytes as JSON, over the cap of ${limit} bytes; not kept` };
+  return { json };
+}
+
 /** A JSON object within the size cap: the one check of every create path. */
 export function checkPayload(field: string, value: unknown): Record<string, unknown> {
   if (value === null || typeof value !== 'object' || Array.isArray(value)) {
@@ -119,6 +196,15 @@ export function checkPayload(field: string, value: unknown): Record<string, unkn
 export function idempotencyKey(field: string, value: unknown): string {
   if (typeof value !== 'string' || !value) throw new InputError(field, 'an idempotency key must not be empty');
   if (value.length > KEY_MAX) throw new InputError(field, `an idempotency key has at most ${KEY_MAX} characters, got ${value.length}`);
+  return value;
+}
+
+export const CONCURRENCY_KEY_MAX = 253;
+
+/** A job's concurrency key (spec.concurrencyKey): a tenant, a customer id. */
+export function concurrencyKey(field: string, value: unknown): string {
+  if (typeof value !== 'string' || !value) throw new InputError(field, 'a concurrency key must not be empty');
+  if (value.length > CONCURRENCY_KEY_MAX) throw new InputError(field, `a concurrency key has at most ${CONCURRENCY_KEY_MAX} characters, got ${value.length}`);
   return value;
 }
 

@@ -1,7 +1,7 @@
 // Handlers: defineHandler(name, fn) registers a function under its Handler's name, as the Python SDK's
 // @sextant.sdk.handler does. The registry lives on globalThis under a registered Symbol so that a handlers module
 // and the worker agree on it even when they load two copies of this package.
-import { objectName } from './common.js';
+import { objectName, shortNumber, snoozeSeconds } from './common.js';
 import type { JobsApi } from './client.js';
 
 /** The job an attempt runs. */
@@ -27,8 +27,16 @@ export interface Context {
   readonly signal: AbortSignal;
   /** signal.aborted, as the Python SDK's ctx.cancelled says it. */
   readonly cancelled: boolean;
-  /** Create the next job (chaining): ctx.jobs.create({queue, handler, payload, idempotencyKey}). */
-  readonly jobs: Pick<JobsApi, 'create'>;
+  /** Run the job again after `delay` ('30s', or seconds) without counting this attempt: throws a Snooze (nothing
+   * after it runs). */
+  snooze(delay: string | number): never;
+  /** How far the handler has come: a fraction from 0 to 1 and a short message (at most 200 characters). Cheap to
+   * call often: the latest rides on the worker's next write, and the job shows it while it runs. */
+  progress(fraction: number, message?: string): void;
+  /** Create the next job (chaining): ctx.jobs.create({queue, handler, payload, idempotencyKey, concurrencyKey}),
+   * or many: ctx.jobs.createMany([...]); read one: ctx.jobs.get(id) (its status has state, output, progress) and
+   * ctx.jobs.output(id) (what its handler returned). */
+  readonly jobs: Pick<JobsApi, 'create' | 'createMany' | 'get' | 'output'>;
 }
 
 export type HandlerFunction<P = any> = (job: Job<P>, ctx: Context) => unknown | Promise<unknown>;
@@ -47,6 +55,20 @@ export class NonRetryableError extends Error {
   constructor(message?: string, options?: ErrorOptions) {
     super(message, options);
     this.name = 'NonRetryableError';
+  }
+}
+
+/** Thrown to run the job again after `delay` ('30s', or seconds; at most 7 days) without counting this attempt:
+ * the job goes `scheduled` (at most 100 snoozes per job; past that a snooze counts as a failed attempt).
+ * ctx.snooze(delay) throws it; so can a handler: `throw new Snooze(30)`. A bad delay throws at the call. */
+export class Snooze extends Error {
+  readonly seconds: number;
+
+  constructor(delay: string | number) {
+    const seconds = snoozeSeconds(delay);
+    super(`snoozed for ${shortNumber(seconds)}s`);
+    this.seconds = seconds;
+    this.name = 'Snooze';
   }
 }
 

@@ -4,7 +4,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Sextant, InputError } from '../dist/index.js';
-import { differences, holder } from '../dist/client.js';
+import { differences, firstUses, holder } from '../dist/client.js';
 
 function offline() {
   const dir = mkdtempSync(join(tmpdir(), 'sextant-client-'));
@@ -45,4 +45,27 @@ test('the idempotency rule: the earliest job within the window holds the key', (
   assert.equal(holder([[0, false, 'job-a'], [day + 5, false, 'job-b']], day + 10, day), 'job-b');
   assert.deepEqual(differences({ queue: 'q', handler: 'h', payload: { a: 1 } }, { queue: 'q', handler: 'h', payload: { a: true } }), ['payload']);
   assert.deepEqual(differences({ queue: 'q', handler: 'h' }, { queue: 'q', handler: 'h', payload: {} }), []);
+});
+
+test('a concurrency key is checked as the Python client checks it', async () => {
+  const { jobs } = offline();
+  const refused = (options, re) => assert.rejects(jobs.create(options), (e) => e instanceof InputError && re.test(e.message));
+  await refused({ queue: 'q', handler: 'h', concurrencyKey: '' }, /^concurrencyKey: a concurrency key must not be empty/);
+  await refused({ queue: 'q', handler: 'h', concurrencyKey: 'k'.repeat(254) }, /^concurrencyKey: a concurrency key has at most 253 characters, got 254/);
+  await refused({ queue: 'q', handler: 'h', concurrencyKey: 7 }, /^concurrencyKey: a concurrency key must not be empty/);
+});
+
+test('createMany checks every item first, naming jobs[i].field', async () => {
+  const { jobs } = offline();
+  await assert.rejects(jobs.createMany([{ queue: 'q', handler: 'h' }, { queue: 'q', handler: 'h', concurrencyKey: '' }]),
+    (e) => e instanceof InputError && /^jobs\[1\]\.concurrencyKey: a concurrency key must not be empty/.test(e.message));
+  await assert.rejects(jobs.createMany([{ queue: 'Bad', handler: 'h' }]), /^InputError: jobs\[0\]\.queue: 'Bad' is not a valid queue name/);
+  const results = await jobs.createMany([{ queue: 'q', handler: 'h' }]);
+  assert.equal(results.length, 1);
+  assert.equal(results[0].status, 500);
+  assert.match(results[0].error.message, /cannot reach the API server/);
+});
+
+test('items repeating an earlier key go after it', () => {
+  assert.deepEqual(firstUses([undefined, 'a', 'b', 'a', undefined, 'b', 'a']), [[0, 1, 2, 4], [3, 5, 6]]);
 });

@@ -1,7 +1,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { CommandWork, Execution, FunctionWork, commandEnvironment } from '../dist/worker/work.js';
-import { NonRetryableError } from '../dist/index.js';
+import { parseProgressLine } from '../dist/common.js';
+import { NonRetryableError, Snooze } from '../dist/index.js';
 
 const job = { id: 'job_x', name: 'job-x', namespace: 'n', queue: 'q', handler: 'h', attempt: 1, payload: { a: 1 }, scheduledAt: '' };
 
@@ -12,7 +13,8 @@ function fn(body) {
 }
 
 test('a function: 0 on return, 1 with its error, 86 for NonRetryableError', async () => {
-  assert.deepEqual(await new Execution(fn(async () => 'ok'), 1).run(), { exitCode: 0 });
+  assert.deepEqual(await new Execution(fn(async () => 'ok'), 1).run(), { exitCode: 0, output: '"ok"' });
+  assert.deepEqual(await new Execution(fn(async () => {}), 1).run(), { exitCode: 0 });
   assert.deepEqual(await new Execution(fn(async () => { throw new TypeError('bad order'); }), 1).run(),
     { exitCode: 1, message: 'TypeError: bad order' });
   assert.deepEqual(await new Execution(fn(() => { throw new NonRetryableError('card declined'); }), 1).run(),
@@ -72,4 +74,57 @@ test("a command's environment is not the worker's", () => {
   const made = commandEnvironment({ PATH: '/bin', SECRET: 's', LC_ALL: 'C', KUBECONFIG: '/k' }, { SMTP: 'x' }, { SEXTANT_JOB_ID: 'j' });
   assert.deepEqual(made, { PATH: '/bin', LC_ALL: 'C', SMTP: 'x', SEXTANT_JOB_ID: 'j' });
   assert.equal(commandEnvironment({}, {}, {}).PATH, '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin');
+});
+
+test('a return value is the output: JSON within the 32 KiB cap, else a note saying why', async () => {
+  assert.deepEqual(await new Execution(fn(() => ({ total: 3, ids: [1, 2] })), 1).run(), { exitCode: 0, output: '{"total":3,"ids":[1,2]}' });
+  const big = await new Execution(fn(() => ({ blob: 'x'.repeat(40000) })), 1).run();
+  assert.deepEqual(big, { exitCode: 0, outputNote: 'the output is 40011 bytes as JSON, over the cap of 32768 bytes; not kept' });
+  const odd = await new Execution(fn(() => ({ when: new Map() })), 1).run();
+  assert.equal(odd.exitCode, 0);
+  assert.match(odd.outputNote, /^the output is not JSON \(.*\); not kept$/);
+  assert.match((await new Execution(fn(() => NaN), 1).run()).outputNote, /^the output is not JSON/);
+});
+
+test("a command's output is the JSON it wrote to $SEXTANT_OUTPUT_FILE, read on exit 0", async () => {
+  const env = commandEnvironment(process.env, {}, {});
+  const run = (script) => new Execution(new CommandWork(['sh', '-c', script], env, {}, '[job-x#1]'), 1).run();
+  assert.deepEqual(await run('echo \'{"rows": 4}\' > "$SEXTANT_OUTPUT_FILE"'), { exitCode: 0, output: '{"rows":4}' });
+  assert.deepEqual(await run('true'), { exitCode: 0 });
+  assert.match((await run('echo nope > "$SEXTANT_OUTPUT_FILE"')).outputNote, /^SEXTANT_OUTPUT_FILE does not hold JSON \(.*\); not kept$/s);
+  assert.match((await run('head -c 40000 /dev/zero | tr "\\0" 1 > "$SEXTANT_OUTPUT_FILE"')).outputNote, /^SEXTANT_OUTPUT_FILE holds over 32768 bytes, the output's cap; not kept$/);
+  const failed = await run('echo \'{"rows": 4}\' > "$SEXTANT_OUTPUT_FILE"; exit 3');
+  assert.equal(failed.exitCode, 3);
+  assert.equal(failed.output, undefined);
+});
+
+test('a snooze: exit 85 with snoozeSeconds, from ctx.snooze, throw new Snooze or a command with $SEXTANT_SNOOZE_FILE', async () => {
+  assert.deepEqual(await new Execution(fn(() => { throw new Snooze('1m30s'); }), 1).run(),
+    { exitCode: 85, message: 'snoozed for 90s', snoozeSeconds: 90 });
+  assert.deepEqual(await new Execution(fn(() => { throw new Snooze(0.5); }), 1).run(),
+    { exitCode: 85, message: 'snoozed for 0.5s', snoozeSeconds: 0.5 });
+  assert.throws(() => new Snooze(604801), /^RangeError: snooze: the delay must lie from 0s to 7 days, not 604801/);
+  assert.throws(() => new Snooze(-1), /snooze: the delay must lie from 0s to 7 days/);
+  assert.throws(() => new Snooze('soon'), /'soon' is not a duration/);
+  assert.throws(() => new Snooze(null), /^TypeError: snooze: the delay must be a duration such as "30s" or a number of seconds, not null/);
+  const env = commandEnvironment(process.env, {}, {});
+  const run = (script) => new Execution(new CommandWork(['sh', '-c', script], env, {}, '[job-x#1]'), 1).run();
+  assert.deepEqual(await run('echo 30s > "$SEXTANT_SNOOZE_FILE"; exit 85'), { exitCode: 85, message: 'snoozed for 30s', snoozeSeconds: 30 });
+  assert.deepEqual(await run('echo 12 > "$SEXTANT_SNOOZE_FILE"; exit 85'), { exitCode: 85, message: 'snoozed for 12s', snoozeSeconds: 12 });
+  assert.deepEqual(await run('exit 85'), { exitCode: 85, message: 'SEXTANT_SNOOZE_FILE was not written (write a delay such as 30s there before exit 85)' });
+  assert.deepEqual(await run('echo 8d > "$SEXTANT_SNOOZE_FILE"; exit 85'),
+    { exitCode: 85, message: 'SEXTANT_SNOOZE_FILE: \'8d\' is not a duration: use a number and a unit (ms, s, m, h), e.g. "30s" or "1h30m"' });
+});
+
+test("a command's progress: the latest line of $SEXTANT_PROGRESS_FILE, read while it runs", async () => {
+  const seen = [];
+  const env = commandEnvironment(process.env, {}, {});
+  const work = new CommandWork(['sh', '-c', 'echo "0.25 a quarter" > "$SEXTANT_PROGRESS_FILE"; sleep 1.5; printf "0.25 a quarter\\n0.5 half\\n" > "$SEXTANT_PROGRESS_FILE"; sleep 1.5'],
+    env, {}, '[job-x#1]', undefined, (fraction, message) => seen.push([fraction, message]));
+  assert.deepEqual(await new Execution(work, 1).run(), { exitCode: 0 });
+  assert.deepEqual(seen, [[0.25, 'a quarter'], [0.5, 'half']]);
+  assert.deepEqual(parseProgressLine('1'), [1, undefined]);
+  assert.equal(parseProgressLine(`0.1 ${'m'.repeat(300)}`)[1].length, 200);
+  assert.throws(() => parseProgressLine('1.5 over'), /^RangeError: progress: the fraction must be a number from 0 to 1, not 1.5/);
+  assert.throws(() => parseProgressLine('half done'), /progress: SEXTANT_PROGRESS_FILE must start with a fraction from 0 to 1, not 'half'/);
 });

@@ -102,7 +102,8 @@ export class Registration {
   constructor(private readonly kube: Kube, private readonly namespace: string, readonly name: string,
               private readonly offer: () => Offer, private readonly results: () => Obj[],
               private readonly onLost: (why: string) => void, private readonly log: Logger,
-              private readonly owner?: Obj, private readonly user?: string) {
+              private readonly owner?: Obj, private readonly user?: string,
+              private readonly progress: () => Obj[] = () => []) {
     this.p = path('workers', namespace, name);
   }
 
@@ -125,6 +126,9 @@ export class Registration {
       renewTime: formatTime(new Date()), results: this.results(),
     };
     if (this.user) spec.user = this.user;
+    // The latest progress of each running attempt rides on whatever write comes next: it never makes one.
+    const progress = this.progress();
+    if (progress.length) spec.progress = progress;
     return spec;
   }
 

@@ -3,9 +3,9 @@
 // fence and the drain. An assignment runs once, only for the incarnation it names when that is this process's current
 // one; the job is read once (GET) for its payload, and a job that is gone or has another uid is reported NotFound.
 import { ApiError, Informer, Kube, Obj, path } from '../kube.js';
-import { formatTime, jobId, parseDuration, payloadJson, scheduledAtOf } from '../common.js';
+import { checkFraction, clipProgressMessage, formatTime, jobId, parseDuration, payloadJson, scheduledAtOf } from '../common.js';
 import { JobsApi } from '../client.js';
-import type { Context, HandlerFunction, Job } from '../handlers.js';
+import { Snooze, type Context, type HandlerFunction, type Job } from '../handlers.js';
 import type { Logger } from './log.js';
 import { AllowCommands, HandlerSpec, Served, plan, servedHandlers, serving } from './plan.js';
 import { WorkerMetrics } from './metrics.js';
@@ -93,6 +93,8 @@ export class WorkerService {
   private readonly running = new Map<string, Running>();
   private readonly handled = new Set<string>(); // insertion-ordered: the oldest are forgotten first
   private readonly results = new Map<string, Obj>();
+  // The latest progress of each running attempt that reported some: sent with the next write.
+  private readonly progress = new Map<string, Obj>();
   private readonly tasks = new Set<Promise<void>>();
   private lingering = 0;
   private draining = false;
@@ -125,7 +127,7 @@ export class WorkerService {
     const owner = podOwner();
     const user = owner ? undefined : await this.user();
     this.registration = new Registration(this.kube, this.namespace, this.name, () => this.offer(),
-      () => [...this.results.values()], (why) => this.lost(why), this.log, owner, user);
+      () => [...this.results.values()], (why) => this.lost(why), this.log, owner, user, () => [...this.progress.values()]);
   }
 
   get holder(): string {
@@ -268,7 +270,8 @@ export class WorkerService {
         SEXTANT_NODE_NAME: this.name, SEXTANT_POD_NAME: process.env.POD_NAME || this.name, SEXTANT_WORKER: this.holder,
       };
       this.reaper ??= new Reaper();
-      return new CommandWork(command, commandEnvironment(process.env, this.settings.commandEnv, variables), payload, label, this.reaper);
+      return new CommandWork(command, commandEnvironment(process.env, this.settings.commandEnv, variables), payload, label,
+        this.reaper, this.progressOf(a));
     }
     const fn = this.served.functions.has(a.handler) ? this.functions.get(a.handler) : undefined;
     if (!fn && this.served.refused.has(a.handler)) {
@@ -280,13 +283,32 @@ export class WorkerService {
     const job: Job = Object.freeze({ id: jobId(a.job), name: a.job, namespace: this.namespace, queue: a.queue,
       handler: a.handler, attempt: a.attempt, payload, scheduledAt });
     const abort = new AbortController();
+    const report = this.progressOf(a);
     const jobs = this.jobsApi ??= new JobsApi(() => this.kube, this.namespace);
     const ctx: Context = Object.freeze({
       signal: abort.signal,
       get cancelled() { return abort.signal.aborted; },
-      jobs: { create: (options: Parameters<typeof jobs.create>[0]) => jobs.create(options) },
+      snooze(delay: string | number): never { throw new Snooze(delay); },
+      progress: (fraction: number, message?: string) => report(checkFraction(fraction), clipProgressMessage(message)),
+      jobs: {
+        create: (options: Parameters<typeof jobs.create>[0]) => jobs.create(options),
+        createMany: (items: Parameters<typeof jobs.createMany>[0]) => jobs.createMany(items),
+        get: (id: string, namespace?: string) => jobs.get(id, namespace),
+        output: (id: string, namespace?: string) => jobs.output(id, namespace),
+      },
     });
     return new FunctionWork(fn, job, ctx, abort, label);
+  }
+
+  /** Keeps an attempt's latest progress for the next write (results.progress_of). */
+  private progressOf(a: Assignment): (fraction: number, message?: string) => void {
+    const key = keyOf(a);
+    return (fraction, message) => {
+      if (!this.running.has(key)) return;
+      const entry: Obj = { job: a.job, uid: a.uid, sequence: a.sequence, incarnation: a.incarnation, fraction };
+      if (message) entry.message = message;
+      this.progress.set(key, entry);
+    };
   }
 
   private async attempt(key: string, running: Running): Promise<void> {
@@ -327,6 +349,7 @@ export class WorkerService {
       this.report(key, this.result(a, ended, reason, execution.started ? startedAt : undefined));
     } finally {
       if (running.timer) clearTimeout(running.timer);
+      this.progress.delete(key);
       if (this.running.get(key) === running) this.running.delete(key);
       this.hurryIfIdle();
     }
@@ -337,6 +360,9 @@ export class WorkerService {
     if (ended.exitCode !== null) result.exitCode = Math.max(0, Math.min(255, ended.exitCode));
     if (stop !== undefined) result.reason = stop;
     if (ended.message && ended.exitCode !== 0) result.message = ended.message.slice(-MESSAGE_MAX_LENGTH);
+    if (ended.snoozeSeconds !== undefined) result.snoozeSeconds = ended.snoozeSeconds;
+    if (ended.output !== undefined) result.output = JSON.parse(ended.output); // within the cap: returned() checked it
+    if (ended.outputNote) result.outputNote = ended.outputNote.slice(0, MESSAGE_MAX_LENGTH);
     if (startedAt) result.startedAt = formatTime(startedAt);
     result.finishedAt = formatTime(new Date());
     return result;

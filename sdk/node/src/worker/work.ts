@@ -3,12 +3,46 @@
 // Exit codes as everywhere in Sextant: 0 on return, 1 on an error, 86 for NonRetryableError, 128+N after signal N
 // (143 for a function that ended by its abort signal), 127 for a command that cannot start.
 import { spawn, ChildProcess } from 'node:child_process';
-import { constants } from 'node:os';
+import { mkdtempSync, openSync, readFileSync, readSync, closeSync, rmSync, statSync } from 'node:fs';
+import { constants, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { OUTPUT_MAX_BYTES, SNOOZE_EXIT_CODE, outputJson, parseProgressLine, shortNumber, snoozeSeconds } from '../common.js';
 import { NON_RETRYABLE_EXIT_CODE, type Context, type HandlerFunction, type Job } from '../handlers.js';
 
 export interface Ended {
   exitCode: number | null; // null: the handler never started
   message?: string;
+  /** What it returned, as compact JSON within the cap (the result's output). */
+  output?: string;
+  /** Why its output is not kept (the result's outputNote). */
+  outputNote?: string;
+  /** A snooze's delay (exit code 85). */
+  snoozeSeconds?: number;
+}
+
+export const PROGRESS_FILE_ENV = 'SEXTANT_PROGRESS_FILE'; // "0.4 resized 4/10": read every second while it runs
+const PROGRESS_POLL_MS = 1000;
+export const SNOOZE_FILE_ENV = 'SEXTANT_SNOOZE_FILE'; // the delay ("30s", or seconds) when it exits 85
+
+export function snoozed(seconds: number): Ended {
+  return { exitCode: SNOOZE_EXIT_CODE, message: `snoozed for ${shortNumber(seconds)}s`, snoozeSeconds: seconds };
+}
+
+export const OUTPUT_FILE_ENV = 'SEXTANT_OUTPUT_FILE'; // JSON written there is the output (read when it exits 0)
+
+/** A handler that returned `value`: succeeded, its output kept when it is JSON within the cap (else why not, also
+ * said in its output after `note`). */
+export function returned(value: unknown, note: string): Ended {
+  const { json, note: why } = outputJson(value);
+  const ended: Ended = { exitCode: 0 };
+  if (json !== undefined) ended.output = json;
+  if (why !== undefined) ended.outputNote = why;
+  return said(ended, note);
+}
+
+function said(ended: Ended, note: string): Ended {
+  if (ended.outputNote) process.stderr.write(`${note} ${ended.outputNote}\n`);
+  return ended;
 }
 
 export interface Work {
@@ -43,10 +77,10 @@ export class FunctionWork implements Work {
 
   async run(): Promise<Ended> {
     try {
-      await this.fn(this.job, this.ctx);
-      return { exitCode: 0 };
+      return returned(await this.fn(this.job, this.ctx), this.label);
     } catch (err) {
       const e = err as any;
+      if (e?.name === 'Snooze' && typeof e.seconds === 'number') return snoozed(e.seconds);
       if (e?.name === 'NonRetryableError') {
         process.stderr.write(`${this.label} non-retryable: ${e.message}\n`);
         return { exitCode: NON_RETRYABLE_EXIT_CODE, message: `NonRetryableError: ${e.message}` };
@@ -107,13 +141,92 @@ export class CommandWork implements Work {
   private tail = Buffer.alloc(0);
 
   constructor(private readonly command: string[], private readonly env: Record<string, string>,
-              private readonly payload: unknown, private readonly label: string, private readonly reaper?: Reaper) {}
+              private readonly payload: unknown, private readonly label: string, private readonly reaper?: Reaper,
+              private readonly onProgress?: (fraction: number, message?: string) => void) {}
 
-  run(): Promise<Ended> {
+  private files = '';
+
+  async run(): Promise<Ended> {
+    // The attempt's own directory for the files it may write (its output).
+    this.files = mkdtempSync(join(tmpdir(), 'sextant-attempt-'));
+    try {
+      const watching = this.onProgress ? setInterval(() => this.readProgress(), PROGRESS_POLL_MS) : undefined;
+      try {
+        return await this.spawned({ ...this.env, [OUTPUT_FILE_ENV]: join(this.files, 'output.json'),
+          [SNOOZE_FILE_ENV]: join(this.files, 'snooze'), [PROGRESS_FILE_ENV]: join(this.files, 'progress') });
+      } finally {
+        clearInterval(watching);
+      }
+    } finally {
+      rmSync(this.files, { recursive: true, force: true });
+    }
+  }
+
+  private progressSeen = '';
+
+  /** SEXTANT_PROGRESS_FILE whenever it changes: its latest line is the attempt's progress. A line that cannot be
+   * read is said in the handler's output. */
+  private readProgress(): void {
+    const file = join(this.files, 'progress');
+    try {
+      const stat = statSync(file);
+      const seen = `${stat.mtimeMs}/${stat.size}`;
+      if (seen === this.progressSeen) return;
+      this.progressSeen = seen;
+      const lines = readFileSync(file, 'utf8').slice(-4096).trim().split('\n');
+      if (lines.length && lines[lines.length - 1].trim()) this.onProgress?.(...parseProgressLine(lines[lines.length - 1]));
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return;
+      process.stderr.write(`${this.label} ${(err as Error).message}\n`);
+    }
+  }
+
+  /** Exit 0: succeeded, with the JSON the command wrote to SEXTANT_OUTPUT_FILE, if any, as its output. */
+  private output(): Ended {
+    let data: Buffer;
+    try {
+      const fd = openSync(join(this.files, 'output.json'), 'r');
+      try {
+        const buffer = Buffer.alloc(OUTPUT_MAX_BYTES + 1);
+        data = buffer.subarray(0, readSync(fd, buffer, 0, buffer.length, 0));
+      } finally {
+        closeSync(fd);
+      }
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return { exitCode: 0 };
+      return said({ exitCode: 0, outputNote: `${OUTPUT_FILE_ENV} cannot be read (${(err as Error).message}); not kept` }, this.label);
+    }
+    if (data.length > OUTPUT_MAX_BYTES) {
+      return said({ exitCode: 0, outputNote: `${OUTPUT_FILE_ENV} holds over ${OUTPUT_MAX_BYTES} bytes, the output's cap; not kept` }, this.label);
+    }
+    let value: unknown;
+    try {
+      value = JSON.parse(data.toString('utf8'));
+    } catch (err) {
+      return said({ exitCode: 0, outputNote: `${OUTPUT_FILE_ENV} does not hold JSON (${(err as Error).message}); not kept` }, this.label);
+    }
+    return returned(value, this.label);
+  }
+
+  /** Exit 85: snoozed for the delay in SEXTANT_SNOOZE_FILE; without a valid one the attempt fails, with why. */
+  private snooze(): Ended {
+    let why: string;
+    try {
+      return snoozed(snoozeSeconds(readFileSync(join(this.files, 'snooze'), 'utf8').slice(0, 100)));
+    } catch (err) {
+      why = (err as NodeJS.ErrnoException).code === 'ENOENT'
+        ? `${SNOOZE_FILE_ENV} was not written (write a delay such as 30s there before exit ${SNOOZE_EXIT_CODE})`
+        : `${SNOOZE_FILE_ENV}: ${(err as Error).message}`;
+    }
+    process.stderr.write(`${this.label} ${why}\n`);
+    return { exitCode: SNOOZE_EXIT_CODE, message: why };
+  }
+
+  private spawned(env: Record<string, string>): Promise<Ended> {
     return new Promise((resolve) => {
       let proc: ChildProcess;
       try {
-        proc = spawn(this.command[0], this.command.slice(1), { stdio: ['pipe', 'pipe', 'pipe'], env: this.env, detached: true });
+        proc = spawn(this.command[0], this.command.slice(1), { stdio: ['pipe', 'pipe', 'pipe'], env, detached: true });
       } catch (err) {
         return resolve(this.notStarted(err));
       }
@@ -134,7 +247,8 @@ export class CommandWork implements Work {
         this.signalGroup('SIGKILL'); // what it left behind goes with it, as with a pod's container
         this.reaper?.say(`-${proc.pid}`);
         await Promise.race([Promise.all(streams), new Promise((r) => setTimeout(r, 5000))]);
-        if (exitCode === 0) return resolve({ exitCode: 0 });
+        if (exitCode === 0) return resolve(this.output());
+        if (exitCode === SNOOZE_EXIT_CODE) return resolve(this.snooze());
         const lines = this.tail.toString('utf8').split(/(?<=\n)/).slice(-TAIL_LINES);
         const text = lines.join('').trim().slice(-TAIL_BYTES);
         resolve({ exitCode, message: text || `exit code ${exitCode}` });
