@@ -369,7 +369,7 @@ def test_queues_list(cluster, namespace, operator):
              message=lambda: f"the operator's numbers for q, got {q_row()}")  # written within 3 s of a change
     rows, err = table()
     assert rows[0] == ["NAME", "RUNNING", "QUEUED", "STARTING", "SCHEDULED", "FAILED", "OLDEST-QUEUED", "PAUSED",
-                       "AGE"]
+                       "STARTS", "RATE-LIMITED", "KEYS", "AGE"]
     alone = sextant(cluster, "queues", "-n", namespace)  # `queues` alone lists, as `queues list` does
     assert [line.split()[:3] for line in ok(alone).splitlines()] == [r[:3] for r in rows] and alone.stderr == ""
     assert rows[1][6] != "-" and err == ""
