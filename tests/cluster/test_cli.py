@@ -123,7 +123,7 @@ def test_bad_input_gets_a_clear_error_and_changes_nothing(cluster, namespace, cr
         (create + ["--payload", "[1, 2]"], "the payload must be a JSON object"),
         (create + ["--payload", f"@{tmp_path}/nothing.json"], "cannot read"),
         (["jobs", "create", "-n", namespace, "--queue", "Emails!", "--handler", "h"], "'Emails!' is not a valid queue"),
-        (["jobs", "create", "-n", namespace, "--handler", "h"], "the following arguments are required: --queue"),
+        (["jobs", "create", "-n", namespace, "--handler", "h"], "--queue and --handler are required (or --from-file FILE)"),
         (create + ["--in", "ten minutes"], "--in: 'ten minutes' is not a duration"),
         (create + ["--run-at", "2026-12-01T10:00:00"], "has no time zone"),
         (["jobs", "list", "-n", namespace, "--state", "done"], "'done' is not a state; use one of scheduled"),
