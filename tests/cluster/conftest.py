@@ -20,6 +20,15 @@ def pytest_runtest_makereport(item, call):
     op = getattr(item, "_sextant_operator", None)
     if report.when == "call" and report.failed and op is not None:
         report.sections.append((f"operator log ({op.namespace})", op.log_tail()))
+    if report.when == "call" and report.failed and op is not None and "local_node" in item.fixturenames:
+        # What the pods on the local node said (the runner's own lines among them): a lease or a start that went
+        # wrong shows there, not in the operator's log.
+        node = item.funcargs["local_node"]
+        for log in sorted((node.workdir / "logs" / op.namespace).glob("*/*.log")):
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
+            report.sections.append((f"local node: {log.parent.name}/{log.name}", tail))
+        mine = [line for line in node.log_tail(5000).splitlines() if op.namespace in line]
+        report.sections.append(("local node agent log (this namespace)", "\n".join(mine[-40:])))
     if report.when == "call" and report.failed:
         for worker in getattr(item, "_sextant_workers", ()):  # tests/cluster/test_worker.py
             report.sections.append((f"worker {worker.name} log", "\n".join(worker.log().splitlines()[-40:])))

@@ -94,11 +94,12 @@ def test_timeout_stops_the_pod_and_fails_the_attempt(cluster, namespace, operato
 
 
 def test_future_run_at_is_honoured(cluster, namespace, operator):
-    run_at = (datetime.now(timezone.utc) + timedelta(seconds=4)).replace(microsecond=0)
-    apply(cluster, namespace, queue("q", **FAST), handler("h"),
-          job("job-later", runAt=run_at.isoformat().replace("+00:00", "Z")))
-    assert wait_state(cluster, namespace, "job-later", "scheduled")["nextAttemptAt"]
-    final = wait_state(cluster, namespace, "job-later", "succeeded", timeout=30)
+    apply(cluster, namespace, queue("q", **FAST), handler("h"))
+    # Computed just before the job's own apply, with room for a slow one (a loaded machine): still ahead when seen.
+    run_at = (datetime.now(timezone.utc) + timedelta(seconds=8)).replace(microsecond=0)
+    apply(cluster, namespace, job("job-later", runAt=run_at.isoformat().replace("+00:00", "Z")))
+    assert ts(wait_state(cluster, namespace, "job-later", "scheduled")["nextAttemptAt"]) == run_at
+    final = wait_state(cluster, namespace, "job-later", "succeeded", timeout=40)
     assert ts(final["attempts"][0]["startedAt"]) >= run_at
 
 

@@ -213,7 +213,7 @@ def test_a_lease_written_by_another_jobs_account_cannot_prolong_an_attempt(clust
 
 
 def test_a_lease_written_by_another_jobs_account_cannot_fail_an_attempt(cluster, namespace, operator, local_node):
-    """A live attempt (the real runner renews its Lease every 0.67 s) survives a stream of stale Leases labelled as
+    """A live attempt (the real runner renews its Lease every 1 s) survives a stream of stale Leases labelled as
     its own (before, each one moved its last renewal back to 2000 and expired it at once), and a Lease another
     job's account put in its name beforehand (the runner takes it over: holder, owner)."""
     as_runner = runner_account(cluster, namespace)
@@ -224,10 +224,10 @@ def test_a_lease_written_by_another_jobs_account_cannot_fail_an_attempt(cluster,
     squatted["spec"]["holderIdentity"] = "intruder"
     cluster.kubectl("create", "-n", namespace, as_runner, "-f", "-", input=json.dumps(squatted))
     assert get_json(cluster, namespace, "lease", "job-alive-1")["spec"]["holderIdentity"] == "intruder"
-    apply(cluster, namespace, queue("q", maxAttempts=1, leaseDuration="2s"),
+    apply(cluster, namespace, queue("q", maxAttempts=1, leaseDuration="3s"),
           local_handler("h", sh("cat >/dev/null; sleep 8")), job("job-alive"))
     wait_for(lambda: get_json(cluster, namespace, "lease", "job-alive-1")["spec"]["holderIdentity"] == "job-alive-1",
-             60, message="the runner to take its Lease over")
+             90, message="the runner to take its Lease over")
     stale = lambda n: datetime(2000, 1, 1, tzinfo=timezone.utc) + timedelta(seconds=n)  # noqa: E731
     leases = [other_lease("job-intruder-1", "job-alive", 1, stale(0), intruder, "intruder")]
     with keep_writing(cluster, namespace, as_runner, leases, stale) as writes:

@@ -35,6 +35,10 @@ class Queue:
         self.order = itertools.count()
         self.moment = T0
         self.grants: list[tuple[datetime, str, str]] = []  # (when, job, key)
+        # A grant's reconcile makes the pod or the assignment: at once, or (slow) when `settle` is called.
+        self.slow = False
+        self.unsettled: list[str] = []
+        self.started: list[tuple[datetime, str]] = []  # (when its pod/assignment was made, job)
 
     def add(self, job: str, key: str = NO_KEY, priority: int = 0) -> None:
         self.line.offer(job, key, priority, self.moment.timestamp(), next(self.order))
@@ -48,8 +52,19 @@ class Queue:
             self.holders[job] = key
             self.grants.append((self.moment, job, key))
             if self.starts is not None:
-                self.starts.note(job, 1, self.moment, self.moment)
+                self.starts.hold(job, 1)
+            self.unsettled.append(job)
+        if not self.slow:
+            self.settle()
         return taken
+
+    def settle(self) -> None:
+        """The reconciles of the grants so far make their pods or assignments now (the slots' release)."""
+        for job in self.unsettled:
+            if self.starts is not None:
+                self.starts.settle(job, self.moment)
+            self.started.append((self.moment, job))
+        self.unsettled.clear()
 
     def end(self, job: str) -> None:
         key = self.holders.pop(job)
@@ -238,10 +253,34 @@ def test_a_start_that_left_the_window_does_not_come_back():
     assert len(log) == 0
     log.note("j", 1, at(12), at(12))  # its finishedAt, read later: not a new start
     log.note("k", 1, at(30), at(12))  # a time ahead of now counts as now
-    assert len(log) == 1 and log.free_at(1) == at(22)
+    assert len(log) == 1 and log.free_at(1, at(12)) == at(22)
     log.forget("j")
     log.note("j", 2, at(1), at(12))  # already out of the window when seen
     assert len(log) == 1
+
+
+def test_a_grant_counts_until_its_pod_or_assignment_is_made_and_from_then():
+    """A reconcile that lags its grant (a loaded API server) does not let the window move on under it: the grant
+    counts until it is settled, and from the moment it settled; then the window frees at that moment + per."""
+    q = Queue(concurrency=10, starts=2, per=timedelta(seconds=3))
+    q.slow = True
+    for n in range(6):
+        q.add(f"j{n}")
+    assert q.jobs(q.take()) == ["j0", "j1"]
+    q.moment = at(5)  # the window would have room by the grants' time: the starts have not happened yet
+    taken = q.take()
+    assert q.jobs(taken) == [] and taken.wait is Wait.RATE_LIMITED and taken.retry_at == at(8)
+    q.settle()  # made at 5: they leave the window at 8
+    q.moment = at(7.9)
+    assert q.jobs(q.take()) == []
+    q.moment = at(8)
+    assert q.jobs(q.take()) == ["j2", "j3"]
+    log = StartLog(timedelta(seconds=3))
+    log.hold("j", 1)
+    log.note("j", 1, at(0), at(0))  # its assignment seen before the reconcile ended: counted once
+    assert len(log) == 1 and log.free_at(1, at(0)) == at(3)
+    log.settle("j", at(1))
+    assert len(log) == 1 and log.free_at(1, at(1)) == at(4)
 
 
 # --- properties -----------------------------------------------------------------------------------------------------
@@ -255,19 +294,22 @@ step = st.one_of(
     st.tuples(st.just("wait"), st.sampled_from([0.1, 0.5, 1.0, 3.0])),
     st.tuples(st.just("pause"), st.booleans()),
     st.tuples(st.just("restart"), st.floats(0, 1)),
+    st.tuples(st.just("settle")),  # the grants' reconciles, when they lag (a loaded API server), make their starts
 )
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(concurrency=st.integers(1, 6), per_key=st.one_of(st.none(), st.integers(1, 3)),
        rate=st.one_of(st.none(), st.tuples(st.integers(1, 6), st.sampled_from([1.0, 2.0, 5.0]))),
-       steps=st.lists(step, max_size=80))
-def test_no_limit_is_ever_exceeded_and_no_key_is_starved(concurrency, per_key, rate, steps):
-    """Random arrivals, ends, withdrawals, time, pauses and operator restarts (a new Line and a window rebuilt from
-    the objects' late signs): every take keeps the queue's concurrency, each key's limit and the rate limit; and
+       slow=st.booleans(), steps=st.lists(step, max_size=80))
+def test_no_limit_is_ever_exceeded_and_no_key_is_starved(concurrency, per_key, rate, slow, steps):
+    """Random arrivals, ends, withdrawals, time, pauses, operator restarts (a new Line and a window rebuilt from
+    the objects' late signs) and reconciles that lag their grants: every take keeps the queue's concurrency, each
+    key's limit and the rate limit (over the grants and over the starts); and
     while a key waits below its limit, no other key is served twice (same priority)."""
     limits = Limits(False, concurrency, per_key, *(rate[0], timedelta(seconds=rate[1])) if rate else (None, None))
     q = Queue(**limits.__dict__)
+    q.slow = slow
     waiting: dict[str, tuple[str, int]] = {}  # job → (key, priority)
     passed: dict[str, Counter[str]] = {k: Counter() for k in KEYS}
     names = itertools.count()
@@ -294,11 +336,14 @@ def test_no_limit_is_ever_exceeded_and_no_key_is_starved(concurrency, per_key, r
             passed = {k: Counter() for k in KEYS}  # the round starts afresh, in the order the jobs came
             for job, (key, priority) in sorted(waiting.items(), key=lambda item: int(item[0][1:])):
                 q.add(job, key, priority)
+            q.settle()  # the old one's grants in progress made their pods just before it went (or never did)
             if q.starts is not None:
                 q.starts = StartLog(q.limits.per)
-                for when, job, _ in q.grants:
+                for when, job in q.started:
                     late = min(when + timedelta(seconds=args[0]), q.moment)
                     q.starts.note(job, 1, late, q.moment)
+        elif action == "settle":
+            q.settle()
         before = len(q.grants)
         held = q.key_holders()  # as each grant of this take finds them
         q.take()
@@ -324,9 +369,12 @@ def test_no_limit_is_ever_exceeded_and_no_key_is_starved(concurrency, per_key, r
         assert len(q.holders) <= concurrency
         if per_key is not None:
             assert all(n <= per_key for n in q.key_holders().values())
-        if rate is not None:
+        if rate is not None:  # over the grants, and over the starts (later, when reconciles lag)
             window = timedelta(seconds=rate[1])
             times = [when for when, _, _ in q.grants]
+            for when in times:
+                assert sum(1 for t in times if when - window < t <= when) <= rate[0]
+            times = [when for when, _ in q.started]
             for when in times:
                 assert sum(1 for t in times if when - window < t <= when) <= rate[0]
 

@@ -330,6 +330,10 @@ class Slots:
         its worker's slot by its status.worker. Called on every path of a reconcile. True when job had a grant
         (its slot must then be derived again: `update`)."""
         had = job in self._reserved
+        if had:
+            now = self.now()
+            for starts in self._starts.values():  # its start, if its queue is rate-limited: counted from now
+                starts.settle(job, now)
         self._reserved.discard(job)
         picked = self._picked.pop(job, None)
         if picked is not None:
@@ -392,7 +396,7 @@ class Slots:
             self._reserved.add(job)
             self._hold(job, queue, Standing(True, Placement.BOUND), key)
             if starts is not None:  # the attempt the grant starts: the status' sequence + 1 (lifecycle.transitions.admit)
-                starts.note(job, sequence_of((self.view.jobs.get(job) or {}).get("status")) + 1, now, now)
+                starts.hold(job, sequence_of((self.view.jobs.get(job) or {}).get("status")) + 1)
         if taken.wait is Wait.RATE_LIMITED and taken.retry_at is not None:
             self.timers.schedule(("rate", *queue), taken.retry_at, self._rate_wake)
         return [job for job, _ in taken.granted]

@@ -95,17 +95,35 @@ class StartLog:
     (`started_attempts`) is never earlier than the admission; the first one noted stays, so after an operator restart
     a start may count a little later than it was: the window holds it longer, never less. Starts older than the
     window leave it; the job's highest such sequence is remembered so that a late sign of it (a timeline's
-    finishedAt) does not bring it back."""
+    finishedAt) does not bring it back.
+
+    A grant is a start in progress (`hold`) until its reconcile has created the pod or the assignment (`settle`,
+    at that moment): it counts without a time, so it never leaves the window before it started. Noted at the grant
+    instead, a slow reconcile (a loaded API server) let the window move on under it: the next grants and the late
+    ones then started together, over the limit."""
 
     def __init__(self, per: timedelta) -> None:
         self.per = per
+        self._pending: dict[Job, int] = {}  # job → the sequence of its grant, not started yet
         self._at: dict[tuple[Job, int], datetime] = {}
         self._heap: list[tuple[datetime, int, Job, int]] = []
         self._order = itertools.count()  # ties of time: no comparison of jobs
         self._floor: dict[Job, int] = {}
 
     def __len__(self) -> int:
-        return len(self._at)
+        return len(self._at) + len(self._pending)
+
+    def hold(self, job: Job, sequence: int) -> None:
+        """Attempt `sequence` of job was granted: it counts from now until it is settled."""
+        if self.wanted(job, sequence):
+            self._pending[job] = sequence
+
+    def settle(self, job: Job, at: datetime) -> None:
+        """job's grant was acted on (its pod or assignment made, or given up) by `at`: a start at `at` (a grant that
+        started nothing counts too: the window holds too much a while, never too little)."""
+        sequence = self._pending.pop(job, None)
+        if sequence is not None:
+            self.note(job, sequence, at, at)
 
     def note(self, job: Job, sequence: int, at: datetime, now: datetime) -> None:
         """Attempt `sequence` of job started at `at` at the latest (a time ahead of now counts as now)."""
@@ -128,17 +146,21 @@ class StartLog:
 
     def wanted(self, job: Job, sequence: int) -> bool:
         """Whether a sign of this start would be noted (it is not counted yet, nor out of the window)."""
-        return sequence > self._floor.get(job, 0) and (job, sequence) not in self._at
+        return sequence > self._floor.get(job, 0) and (job, sequence) not in self._at \
+            and self._pending.get(job) != sequence
 
     def forget(self, job: Job) -> None:
         """The job is gone: its starts still count until they leave the window; only its floor goes."""
         self._floor.pop(job, None)
 
-    def free_at(self, starts: int) -> datetime | None:
-        """When the window has room for one more start (after prune): None when it has room now."""
-        over = len(self._heap) - starts
+    def free_at(self, starts: int, now: datetime) -> datetime | None:
+        """When the window has room for one more start (after prune): None when it has room now. While grants in
+        progress fill it, a look a window from now (each settles at the latest then, on a live operator)."""
+        over = len(self._heap) + len(self._pending) - starts
         if over < 0:
             return None
+        if over >= len(self._heap):
+            return now + self.per
         return heapq.nsmallest(over + 1, self._heap)[-1][0] + self.per
 
 
@@ -331,6 +353,7 @@ def take(line: Line, limits: Limits, holders: int, key_holders: Mapping[str, int
             line._enter(key, entry[0], turn)
     retry_at = None
     if wait is Wait.RATE_LIMITED and starts is not None and limits.starts is not None:
-        # The starts of this take are not in the log yet (the caller notes them, at now): count them too.
-        retry_at = starts.free_at(limits.starts - len(granted)) if len(granted) < limits.starts else now + starts.per
+        # The starts of this take are not in the log yet (the caller holds them): count them too.
+        retry_at = starts.free_at(limits.starts - len(granted), now) if len(granted) < limits.starts \
+            else now + starts.per
     return Taken(granted, wait, retry_at)

@@ -80,9 +80,13 @@ class LeaseKeeper:
 
     async def run(self) -> None:
         started = self.now()
+        loop = asyncio.get_running_loop()
         while True:
+            began = loop.time()
             if await self._renew():
-                await self._wait(self.period)
+                # Every period from the start of the last renewal: a slow API server delays one write, not all
+                # that follow it (a cadence of period + latency drifts toward the lease's expiry under load).
+                await self._wait(began + self.period - loop.time())
                 continue
             deadline = (self.renewed_at or started) + self.env.lease_duration
             if self.now() >= deadline:
