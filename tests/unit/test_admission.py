@@ -407,7 +407,7 @@ def test_every_key_is_served_within_one_round(keys, jobs, concurrency):
 def test_bad_settings_and_keys_are_refused_naming_the_field_and_the_rule():
     from pydantic import ValidationError
 
-    from sextant.http.models import CreateJob
+    from sextant.resources.request import CreateJob
     from sextant.resources import inputs
     from sextant.resources.job import JobSpec
 

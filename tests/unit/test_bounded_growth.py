@@ -9,9 +9,9 @@ import pytest
 from pydantic import ValidationError
 
 from _builders import Job, queue, snapshot, spec
-from sextant.resources import inputs
+from sextant.resources import inputs, request
 from sextant.controller.pods import build_pod
-from sextant.http import api, models
+from sextant.http import api
 from sextant.lifecycle import transitions as T
 from sextant.resources.handler import HandlerSpec
 from sextant.resources.job import PAYLOAD_ENV_MAX_BYTES, PAYLOAD_MAX_BYTES, State, payload_json, payload_size
@@ -53,10 +53,10 @@ def test_the_cli_refuses_a_payload_over_the_cap_before_any_request(tmp_path, mon
 
 
 def test_the_http_api_refuses_a_payload_over_the_cap_naming_the_field():
-    ok = models.CreateJob.model_validate_json(json.dumps({"queue": "q", "handler": "h", "payload": sized(CAP)}))
+    ok = request.CreateJob.model_validate_json(json.dumps({"queue": "q", "handler": "h", "payload": sized(CAP)}))
     assert payload_size(ok.payload) == CAP
     with pytest.raises(ValidationError) as err:
-        models.CreateJob.model_validate_json(json.dumps({"queue": "q", "handler": "h", "payload": sized(CAP + 1)}))
+        request.CreateJob.model_validate_json(json.dumps({"queue": "q", "handler": "h", "payload": sized(CAP + 1)}))
     refused = api._from_validation(err.value)
     assert (refused.status, refused.field) == (422, "payload") and "over the limit" in refused.message
 

@@ -18,7 +18,7 @@ from sextant.client import BulkOutcome, CreateResult, KeyConflict, first_uses
 from sextant.http import models
 from sextant.kube.client import ApiError
 from sextant.lifecycle import selection
-from sextant.resources import inputs
+from sextant.resources import inputs, request
 from sextant.runner.chaining import Jobs
 
 
@@ -109,7 +109,7 @@ def test_the_batch_body_is_checked_whole_naming_the_item_and_its_field():
     ]:
         with pytest.raises(ValidationError) as caught:
             models.CreateJobs.model_validate_json(json.dumps(body))
-        got_field, message = models.validation_problem(caught.value, "items")
+        got_field, message = request.validation_problem(caught.value, "items")
         assert got_field == field and words in message, (got_field, message)
 
 

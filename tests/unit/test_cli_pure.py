@@ -11,7 +11,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from pydantic import ValidationError
 
-from sextant.resources import inputs
+from sextant.resources import inputs, request
 from sextant.cli import output
 from sextant.cli import queues as Q
 from sextant.cli.main import build_parser, with_default_command
@@ -254,7 +254,7 @@ def test_list_filters_read_the_fields_the_crd_makes_selectable():
 
 
 def test_create_request_validation_names_the_field():
-    ok = models.CreateJob.model_validate_json('{"queue": "q", "handler": "h", "run_at": "2026-01-01T00:00:00Z"}')
+    ok = request.CreateJob.model_validate_json('{"queue": "q", "handler": "h", "run_at": "2026-01-01T00:00:00Z"}')
     assert ok.payload == {} and ok.priority == 0
     for body, field in [({"handler": "h"}, "queue"), ({"queue": "Q!", "handler": "h"}, "queue"),
                         ({"queue": "q", "handler": "h", "payload": [1]}, "payload"),
@@ -264,7 +264,7 @@ def test_create_request_validation_names_the_field():
                         ({"queue": "q", "handler": "h", "priority": False}, "priority"),
                         ({"queue": "q", "handler": "h", "run_at": 1700000000}, "run_at")]:
         with pytest.raises(ValidationError) as err:
-            models.CreateJob.model_validate_json(json.dumps(body))
+            request.CreateJob.model_validate_json(json.dumps(body))
         assert api._from_validation(err.value).field == field
 
 

@@ -14,11 +14,10 @@ from pydantic import ValidationError
 
 from .. import client
 from ..client import JobRequest, create_warnings, refused
-from ..http import models
 from ..kube import jsontext
 from ..kube.client import ApiError
 from ..lifecycle import selection
-from ..resources import inputs
+from ..resources import inputs, request
 from ..resources.common import json_depth
 from ..resources.job import MAX_PAYLOAD_DEPTH
 from .context import CliError, Context
@@ -58,9 +57,9 @@ def job_line(line: str, defaults: Mapping[str, str | None]) -> JobRequest:
                                         '"send-receipt", "payload": {"orderId": 42}}')
     missing = {k: v for k, v in defaults.items() if v is not None and k not in data}
     try:  # in JSON mode, as the HTTP API reads it: strict types, run_at an RFC 3339 string
-        spec = models.CreateJob.model_validate_json(json.dumps({**data, **missing}) if missing else line)
+        spec = request.CreateJob.model_validate_json(json.dumps({**data, **missing}) if missing else line)
     except ValidationError as exc:
-        raise inputs.InputError(*models.validation_problem(exc)) from None
+        raise inputs.InputError(*request.validation_problem(exc)) from None
     return cast(JobRequest, spec.model_dump())
 
 
@@ -123,7 +122,7 @@ def create_from_file(ctx: Context) -> int:
     for name, flag in LINE_FLAGS:
         if getattr(a, name, None) is not None:
             raise CliError(f"{flag} cannot be used with --from-file: give it on each line "
-                           f"({models.CREATE_FIELDS})", 2)
+                           f"({request.CREATE_FIELDS})", 2)
     defaults = {"queue": inputs.object_name("--queue", a.queue, "queue name") if a.queue is not None else None,
                 "handler": inputs.object_name("--handler", a.handler, "handler name") if a.handler is not None
                 else None}

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..resources import inputs
 from ..kube.clock import utcnow
@@ -19,7 +19,8 @@ from ..lifecycle.selection import BULK_MAX, LABEL_SELECTOR_MAX
 from ..resources import contract
 from ..resources.common import format_time
 from ..resources.queue import QueueSpec
-from ..resources.job import CONCURRENCY_KEY_MAX, job_id, sequence_of
+from ..resources.request import CreateJob
+from ..resources.job import job_id, sequence_of
 
 DEFAULT_LIMIT, MAX_LIMIT = 100, 1000  # GET /v2/jobs: page sizes
 # POST /v2/jobs:batch: jobs at most per call. Each costs the API server a create (and a list, with a key), made
@@ -36,51 +37,6 @@ class Out(BaseModel):
     model_config = ConfigDict(populate_by_name=True)
 
 
-class CreateJob(BaseModel):
-    """POST /v2/jobs: a new job. Unknown fields are refused (422), so a typo is not silently dropped; types are
-    strict (no 'priority: false' read as 0, no number read as a time)."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    queue: str = Field(min_length=1, max_length=inputs.NAME_MAX, pattern=inputs.NAME_PATTERN,
-                       description="The Queue (in the namespace) the job runs on.")
-    handler: str = Field(min_length=1, max_length=inputs.NAME_MAX, pattern=inputs.NAME_PATTERN,
-                         description="The Handler (in the namespace) that runs it.")
-    payload: dict[str, Any] = Field(default_factory=dict, description="Any JSON object, at most 256 KiB as "
-                                                                      "JSON; handed to the handler.")
-    run_at: AwareDatetime | None = Field(default=None, description="Do not run before this time (RFC 3339, "
-                                                                   "with a time zone).")
-    idempotency_key: str | None = Field(
-        default=None, min_length=1, max_length=inputs.KEY_MAX,
-        description="A second create with the same key in the namespace within 24 hours returns the first job "
-                    "(200) instead of creating another (201).")
-    priority: int = Field(default=0, ge=inputs.PRIORITY_MIN, le=inputs.PRIORITY_MAX,
-                          description="Higher runs first within its queue; FIFO among equals.")
-    concurrency_key: str | None = Field(
-        default=None, min_length=1, max_length=CONCURRENCY_KEY_MAX,
-        description="Its concurrency key (spec.concurrencyKey), e.g. a tenant: the queue's per_key_concurrency "
-                    "limits running attempts per key, and keys take turns.")
-
-    @field_validator("payload")
-    @classmethod
-    def _payload(cls, value: dict[str, Any]) -> dict[str, Any]:
-        try:
-            return inputs.payload("payload", value)  # the size cap every create path shares
-        except inputs.InputError as exc:
-            raise ValueError(exc.message) from None
-
-    @field_validator("queue", "handler", mode="before")
-    @classmethod
-    def _name(cls, value: Any, info: Any) -> Any:
-        if isinstance(value, str):
-            try:
-                inputs.object_name(info.field_name, value, f"{info.field_name} name")
-            except inputs.InputError as exc:
-                raise ValueError(exc.message) from None
-        return value
-
-
-CREATE_FIELDS = "queue, handler, payload, run_at, idempotency_key, priority, concurrency_key"
 
 
 class CreateJobs(BaseModel):
@@ -266,19 +222,6 @@ class BulkResult(Out):
     requested: int = Field(description="Of ids, those the action was requested for (0 with dry_run).")
     refused: list[Refusal] = Field(default_factory=list, description="Of ids, those the API server refused.")
     remaining: int = Field(description="Matched jobs beyond the cap, not acted on: call again until 0.")
-
-
-def validation_problem(exc: ValidationError, fields: str = CREATE_FIELDS) -> tuple[str, str]:
-    """A pydantic refusal as (field, message), the field as a person writes it: queue, items[3].payload. `fields`
-    lists the body's own fields (for an unknown one); an item's are CREATE_FIELDS."""
-    first = exc.errors()[0]
-    field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first["loc"]).lstrip(".") or "body"
-    message = first["msg"].removeprefix("Value error, ")
-    if first["type"] == "extra_forbidden":
-        message = f"unknown field (the fields are {fields if len(first['loc']) == 1 else CREATE_FIELDS})"
-    if first["type"] == "missing":
-        message = "this field is required"
-    return field, message
 
 
 def dump(model: BaseModel) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic.json_schema import models_json_schema
 
-from ..resources import inputs
+from ..resources import inputs, request
 from . import models
 from ..lifecycle.selection import BULK_MAX
 from .models import BATCH_MAX, CONTINUE_MAX, CONTINUE_PATTERN, DEFAULT_LIMIT, MAX_LIMIT
@@ -125,7 +125,7 @@ def _pause(verb: str, summary: str) -> dict[str, Any]:
 
 def document() -> dict[str, Any]:
     _, schemas = models_json_schema(
-        [(models.CreateJob, "validation"), (models.Job, "serialization"), (models.CreatedJob, "serialization"),
+        [(request.CreateJob, "validation"), (models.Job, "serialization"), (models.CreatedJob, "serialization"),
          (models.JobList, "serialization"), (models.CreateJobs, "validation"), (models.BatchResult, "serialization"),
          (models.JobSelection, "validation"), (models.BulkResult, "serialization"),
          (models.QueueList, "serialization"), (models.Queue, "serialization"), (models.Error, "serialization")],

@@ -8,9 +8,8 @@ from typing import Any, cast
 
 from pydantic import ValidationError
 
-from ..resources import inputs
 from ..client import Client, CreateResult, JobRequest
-from ..http import models
+from ..resources import inputs, request
 from ..resources.job import job_id, object_name
 
 
@@ -47,9 +46,9 @@ class Jobs:
         wanted: list[JobRequest] = []
         for index, item in enumerate(jobs):
             try:
-                spec = models.CreateJob.model_validate(dict(item))
+                spec = request.CreateJob.model_validate(dict(item))
             except ValidationError as exc:
-                field, message = models.validation_problem(exc)
+                field, message = request.validation_problem(exc)
                 raise inputs.InputError(f"jobs[{index}].{field}", message) from None
             wanted.append(cast(JobRequest, spec.model_dump()))
         return self._connected().create_many(namespace or self.namespace, wanted)
