@@ -150,13 +150,16 @@ class _Reader:
 
     def get(self, namespace: str, what: tuple[str, ...]) -> dict[str, Any] | None:
         """The object or list kubectl would print; None for a form this does not read, or an error."""
-        words, query = list(what), []
-        while any(w.startswith("-") for w in words):
-            i = next(i for i, w in enumerate(words) if w.startswith("-"))
-            if words[i] not in self.SELECTORS or i + 1 >= len(words):
+        words: list[str] = []
+        query: list[tuple[str, str]] = []
+        args = iter(what)
+        for word in args:
+            if not word.startswith("-"):
+                words.append(word)
+            elif word in self.SELECTORS and (value := next(args, None)) is not None:
+                query.append((self.SELECTORS[word], value))
+            else:
                 return None
-            query.append((self.SELECTORS[words[i]], words[i + 1]))
-            del words[i:i + 2]
         if len(words) == 1 and "/" in words[0]:
             words = words[0].split("/", 1)
         if not 1 <= len(words) <= 2 or words[0] not in self.TYPES or (len(words) == 2 and query):

@@ -37,8 +37,6 @@ class Out(BaseModel):
     model_config = ConfigDict(populate_by_name=True)
 
 
-
-
 class CreateJobs(BaseModel):
     """POST /v2/jobs:batch: many jobs, each as the body of POST /v2/jobs. Every item is checked before any is
     created: one invalid item refuses the whole call (422, error.field items[i].FIELD), and nothing is created."""
