@@ -60,7 +60,8 @@ from ..kube import jsontext
 from ..kube.client import ApiError, Gone, Kube, NotFound
 from ..lifecycle import selection
 from ..lifecycle.queueing import QueueNumbers, count_unfinished, numbers_of_status
-from ..resources import contract, request
+from ..resources import contract
+from ..resources.request import CREATE_FIELDS, CreateJob, validation_problem
 from ..resources.common import json_depth
 from ..resources.job import MAX_PAYLOAD_DEPTH, job_id
 from . import models
@@ -108,8 +109,8 @@ def _from_input_error(exc: inputs.InputError) -> HttpError:
     return invalid(exc.field, exc.message)
 
 
-def _from_validation(exc: ValidationError, fields: str = request.CREATE_FIELDS) -> HttpError:
-    return invalid(*request.validation_problem(exc, fields))
+def _from_validation(exc: ValidationError, fields: str = CREATE_FIELDS) -> HttpError:
+    return invalid(*validation_problem(exc, fields))
 
 
 def not_a_continue_token() -> HttpError:
@@ -349,7 +350,7 @@ class Api:
         ns = await self._allowed(request, "create", "jobs")
         raw_body = await self._body(request, MAX_BODY_DEPTH, "a JSON object with at least queue and handler")
         try:
-            spec = request.CreateJob.model_validate_json(raw_body)  # JSON mode: strict types, RFC 3339 strings
+            spec = CreateJob.model_validate_json(raw_body)  # JSON mode: strict types, RFC 3339 strings
         except ValidationError as exc:
             raise _from_validation(exc) from None
         try:
