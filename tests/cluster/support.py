@@ -204,6 +204,19 @@ def follow(list_call: Any, *args: Any, on_event: Any, stop: threading.Event, ver
             stop.wait(0.2)
 
 
+def wait_events(cluster: Any, namespace: str, *selector: str, until: Any, timeout: float = 30,
+                what: str = "the Events") -> list[dict[str, Any]]:
+    """The namespace's Events (narrowed by `selector`, e.g. "--field-selector", "involvedObject.name=x") once
+    `until(events)` holds. The operator posts Events off its hot path, after the status write a test waits for."""
+    seen: list[dict[str, Any]] = []
+
+    def arrived() -> list[dict[str, Any]] | None:
+        seen[:] = get_json(cluster, namespace, "events", *selector)["items"]
+        return list(seen) if until(seen) else None
+
+    return wait_for(arrived, timeout, message=lambda: f"{what}; seen {[(e['reason'], e['message']) for e in seen]}")
+
+
 def status(cluster: Any, namespace: str, name: str) -> dict[str, Any]:
     return get_json(cluster, namespace, "jobs.sextant.dev", name).get("status") or {}
 

@@ -9,7 +9,8 @@ from datetime import datetime, timedelta, timezone
 from tests.harness import wait_for
 
 from .support import (
-    KWOK_TOLERATION, PodRecorder, apply, get_json, handler, job, queue, status, timeline_of, wait_all, wait_state,
+    KWOK_TOLERATION, PodRecorder, apply, get_json, handler, job, queue, status, timeline_of, wait_all, wait_events,
+    wait_state,
 )
 
 EXIT = "sextant.dev/test-exit-code"
@@ -46,9 +47,9 @@ def test_success(cluster, namespace, operator):
     ref = json.loads(env["SEXTANT_ATTEMPT_REF"])
     assert (ref["job"], ref["sequence"], ref["pod"]) == ("job-ok", 1, "job-ok-1") and ref["uid"] == get_json(
         cluster, namespace, "jobs.sextant.dev", "job-ok")["metadata"]["uid"]
-    events = get_json(cluster, namespace, "events", "--field-selector", "involvedObject.name=job-ok")["items"]
-    reasons = {e["reason"] for e in events}
-    assert {"Started", "Succeeded"} <= reasons
+    wait_events(cluster, namespace, "--field-selector", "involvedObject.name=job-ok",
+                until=lambda events: {"Started", "Succeeded"} <= {e["reason"] for e in events},
+                what="Started and Succeeded Events on the job")
 
 
 def test_fail_twice_then_succeed(cluster, namespace, operator):

@@ -21,7 +21,7 @@ from kubernetes import config as k8s_config
 
 from tests.harness import holds_for, wait_for
 
-from .support import KWOK_TOLERATION, apply, get_json, handler, job, queue, status, timeline_of, wait_state
+from .support import KWOK_TOLERATION, apply, get_json, handler, job, queue, status, timeline_of, wait_events, wait_state
 from .test_runner import local_handler, sh
 
 FOREVER = {"sextant.dev/test-outcome": "run-forever"}
@@ -289,8 +289,9 @@ def test_a_pod_the_api_server_refuses_is_named_on_the_job_which_runs_once_its_ha
                   message=lambda: f"the refusal in the job's status: {status(cluster, namespace, 'job-refused')}")
     assert st["state"] == "queued" and st["message"].endswith("; trying again") and "nodeSelector" in st["message"]
     assert [c["message"] for c in st["conditions"] if c["type"] == "Reconciling"] == [st["message"]]
-    events = get_json(cluster, namespace, "events", "--field-selector", "involvedObject.name=job-refused")["items"]
-    assert any(e["reason"] == "PodCreateFailed" and e["type"] == "Warning" for e in events)
+    wait_events(cluster, namespace, "--field-selector", "involvedObject.name=job-refused",
+                until=lambda events: any(e["reason"] == "PodCreateFailed" and e["type"] == "Warning" for e in events),
+                what="a Warning Event PodCreateFailed on the job")
     apply(cluster, namespace, handler("h"))  # fixed: the next try creates the pod
     final = wait_state(cluster, namespace, "job-refused", "succeeded", timeout=60)
     assert [a["pod"] for a in final["attempts"]] == ["job-refused-1"]

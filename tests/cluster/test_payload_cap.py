@@ -12,7 +12,7 @@ from sextant.resources.job import PAYLOAD_MAX_BYTES, payload_size
 from tests.harness import holds_for, wait_for
 
 from .plugin_support import grant, sextant, snapshot
-from .support import apply, get_json, handler, jobs, queue, wait_state
+from .support import apply, get_json, handler, jobs, queue, wait_events, wait_state
 from .test_runner import HANDLERS_DIR, local_handler, sh
 
 CAP = PAYLOAD_MAX_BYTES  # 256 KiB (tests/unit/test_bounded_growth.py pins the number)
@@ -96,5 +96,6 @@ def test_a_job_applied_over_the_cap_ends_dead_and_never_runs(cluster, namespace,
     assert "spec.payload" in dead["message"] and "262144 bytes (256 KiB)" in dead["message"]
     assert final["attempt"] == 0 and not final.get("attempts")
     holds_for(lambda: not get_json(cluster, namespace, "pods")["items"], 3, message="no pod for it, ever")
-    events = get_json(cluster, namespace, "events", "--field-selector", "involvedObject.name=job-huge")["items"]
-    assert "PayloadTooLarge" in {e["reason"] for e in events}
+    wait_events(cluster, namespace, "--field-selector", "involvedObject.name=job-huge",
+                until=lambda events: "PayloadTooLarge" in {e["reason"] for e in events},
+                what="a PayloadTooLarge Event on the job")

@@ -25,7 +25,7 @@ from kubernetes import config as k8s_config
 from sextant.runner.env import scheduled_at_of
 from tests.harness import holds_for, wait_for
 
-from .support import Operator, apply, follow, get_json, handler, queue
+from .support import Operator, apply, follow, get_json, handler, queue, wait_events
 
 GROUP, VERSION = "sextant.dev", "v1alpha1"
 LABEL, SCHEDULED_AT = "sextant.dev/schedule", "sextant.dev/scheduled-at"
@@ -207,9 +207,9 @@ def test_operator_down_across_three_ticks_each_missed_run_policy_holds(cluster, 
         assert first in jobs.ticks(n) and after in jobs.ticks(n)
     late = {r.tick: r.at for r in jobs.added("all") if r.tick in missed}
     assert all(at >= restart_at for at in late.values())  # really fired after the restart, not before the kill
-    reasons = {e["reason"] for e in get_json(cluster, namespace, "events")["items"]
-               if e["involvedObject"]["kind"] == "Schedule"}
-    assert {"MissedTicks", "MissedDeadline"} <= reasons, reasons
+    wait_events(cluster, namespace, "--field-selector", "involvedObject.kind=Schedule",
+                until=lambda events: {"MissedTicks", "MissedDeadline"} <= {e["reason"] for e in events},
+                what="MissedTicks and MissedDeadline Events on the schedules")
 
 
 # ====================================================================================== concurrency policies
@@ -233,8 +233,9 @@ def test_forbid_skips_ticks_while_a_job_is_still_running(cluster, namespace, ope
         apply(cluster, namespace, schedule("forbid", interval="1s", concurrencyPolicy="Forbid", suspend=True))
     second = jobs.added("forbid")[1]
     assert second.tick > done - 1  # no skipped tick was made up: the next one came after the first finished
-    skipped = [e for e in get_json(cluster, namespace, "events")["items"] if e["reason"] == "TickSkipped"]
-    assert any(first.name in e["message"] for e in skipped), skipped
+    wait_events(cluster, namespace, until=lambda events: any(
+        e["reason"] == "TickSkipped" and first.name in e["message"] for e in events),
+        what=f"a TickSkipped Event naming {first.name}")
     assert_once_each(jobs, "forbid")
 
 

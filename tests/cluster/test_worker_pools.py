@@ -16,7 +16,7 @@ from kubernetes import config as k8s_config
 
 from tests.harness import wait_for
 
-from .support import apply, follow, get_json, job, jobs, queue, wait_all
+from .support import apply, follow, get_json, job, jobs, queue, wait_all, wait_events
 
 DEPLOYMENT = "workers"
 LABELS = {"app.kubernetes.io/name": "sextant-worker", "sextant.dev/worker-deployment": DEPLOYMENT}
@@ -133,8 +133,9 @@ def test_from_zero_workers_200_jobs_scale_up_all_succeed_and_the_pool_returns_to
     assert (status["replicas"], status["desiredReplicas"], status["queued"], status["running"]) == (0, 0, 0, 0)
     able = {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
     assert able["AbleToScale"][0] == "True"
-    events = get_json(cluster, namespace, "events", "--field-selector", "involvedObject.kind=WorkerPool")["items"]
-    assert {e["reason"] for e in events} >= {"SuccessfulRescale"}
+    wait_events(cluster, namespace, "--field-selector", "involvedObject.kind=WorkerPool",
+                until=lambda events: "SuccessfulRescale" in {e["reason"] for e in events},
+                what="a SuccessfulRescale Event on the pool")
     # Every job ran on a pod of the Deployment: the workers were its pods, named after them.
     assert {a["worker"].split("/")[0].startswith(f"{DEPLOYMENT}-") for j in found.values()
             for a in j["status"]["attempts"]} == {True}
