@@ -168,8 +168,11 @@ def markdown(report: dict[str, Any]) -> str:
                          f"{start.get('start_to_view_complete_s', '–')} | {at.get('peak_rss_mb', '–')} | "
                          f"{at.get('rss_mb', '–')} | {later.get('peak_rss_mb', '–')} | {later.get('rss_mb', '–')} | "
                          f"{note} |")
-    lines += ["", "Backlogs created in: " + ", ".join(f"{r['jobs']} jobs {r['create_s']} s" for r in report["runs"]
-                                                   if r["tree"] == report["runs"][0]["tree"])]
+    first = [r for r in report["runs"] if r["tree"] == report["runs"][0]["tree"]]
+    lines += ["", "Backlogs created in: " + ", ".join(f"{r['jobs']} jobs {r['create_s']} s" for r in first)]
+    lines += ["", "The control plane holding each backlog (after its creation; MB, VmRSS / peak VmHWM): " + "; ".join(
+        f"{r['jobs']} jobs: " + ", ".join(f"{c} {m.get('VmRSS')} / {m.get('VmHWM')}"
+                                          for c, m in sorted(r.get("control_plane_mb", {}).items())) for r in first)]
     return "\n".join(lines) + "\n"
 
 
@@ -216,6 +219,9 @@ def main() -> int:
 
             created = asyncio.run(load())
             print(f"{n} jobs created in {created:.0f} s", file=sys.stderr)
+            # The API server's and etcd's memory beside the backlog: the API server's watch cache holds every job
+            # decoded, which is what bounds the size of a backlog this machine can hold (not the operator).
+            held = {c: status_mb(pid) for c, pid in cluster.pids().items() if c in ("kube-apiserver", "etcd")}
             for t, tree in enumerate(trees):
                 starts = []
                 for i in range(1 + args.restarts):
@@ -224,7 +230,7 @@ def main() -> int:
                     print(json.dumps({"tree": str(tree), **start}), file=sys.stderr)
                     starts.append(start)
                 report["runs"].append({"jobs": n, "tree": str(tree), "commit": (git_revision(tree) or "?"),
-                                       "create_s": round(created, 1), "starts": starts})
+                                       "create_s": round(created, 1), "control_plane_mb": held, "starts": starts})
             cluster.kubectl("delete", "namespace", ns, "--wait=false")
         report["loadavg"] = [round(x, 2) for x in os.getloadavg()]
         args.out.mkdir(parents=True, exist_ok=True)
