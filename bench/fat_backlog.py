@@ -1,8 +1,8 @@
-"""Fat backlog (issue 28): N queued jobs with ~256 KiB payloads of small keys, then the operator starts; its peak RSS
-and its time to "view complete", on a local control plane.
+"""Fat backlog (issue 28): N queued jobs with ~256 KiB payloads (of small keys, or with --shape strings of 4 KiB
+strings), then the operator starts; its peak RSS and its time to "view complete", on a local control plane.
 
     PYTHONPATH=operator .venv/bin/python -m bench.fat_backlog --jobs 1000,2000 [--operator-tree /tmp/base-p]
-        [--payload-bytes 262144] [--restarts 1] [--address-space-gb 8] [--out bench/results]
+        [--payload-bytes 262144] [--shape keys|strings] [--restarts 1] [--address-space-gb 8] [--out bench/results]
 
 The jobs' Handler is a worker-mode one (`spec.worker: {}`) and no worker runs, so every job stays queued (it waits
 for a worker) and unfinished: the view holds each one. The jobs are created before the operator starts (the start
@@ -50,11 +50,21 @@ from sextant.resources.job import PAYLOAD_MAX_BYTES, payload_size  # noqa: E402
 from .report import git_revision  # noqa: E402
 
 
-def fat_payload(size: int) -> dict[str, int]:
-    """A payload of small keys ("k000000": 0, ...) of at most `size` bytes as compact JSON: the worst case for a
-    parsed object's weight (each key a str object, each value an int, one dict slot each)."""
-    per_key = len('"k000000":0,')
-    payload = {f"k{i:06d}": i % 10 for i in range(max(1, (size - 2) // per_key))}
+STRING_BYTES = 4096  # --shape strings: each value this long
+
+
+def fat_payload(size: int, shape: str = "keys") -> dict[str, Any]:
+    """A payload of at most `size` bytes as compact JSON. "keys": small keys ("k000000": 0, ...), the worst case
+    for a parsed object's weight (each key a str object, each value an int, one dict slot each), and for the API
+    server's (it holds every job decoded in its watch cache: ~1,000 such jobs took it past 17 GB here). "strings":
+    4 KiB strings ("s0000": "xxx…"), as a document or an image's metadata would be: as many bytes, a fraction of
+    the objects."""
+    if shape == "strings":
+        per_key = len('"s0000":"",') + STRING_BYTES
+        payload: dict[str, Any] = {f"s{i:04d}": "x" * STRING_BYTES for i in range(max(1, (size - 2) // per_key))}
+    else:
+        per_key = len('"k000000":0,')
+        payload = {f"k{i:06d}": i % 10 for i in range(max(1, (size - 2) // per_key))}
     while payload_size(payload) > size:
         payload.popitem()
     return payload
@@ -152,7 +162,7 @@ def markdown(report: dict[str, Any]) -> str:
     lines = [f"# Fat backlog (issue 28) — {report['stamp']}", "",
              f"`{report['command']}`", "",
              f"Operator trees: {', '.join(f'`{t}` at {c}' for t, c in report['operator_trees'].items())}; payload "
-             f"{report['payload_bytes']} bytes of small keys per job ({report['payload_keys']} keys); "
+             f"{report['payload_bytes']} bytes of {report['payload_shape']} per job ({report['payload_keys']} keys); "
              f"{report['cpus']} CPUs, load average {report['loadavg']} at the end.", "",
              "| jobs | operator | start | to view complete (s) | peak RSS at view complete (MB) | RSS then | "
              f"peak RSS +{report['settle_s']} s | RSS then | note |",
@@ -180,6 +190,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", default="1000", help="comma-separated backlog sizes, each on a fresh namespace")
     parser.add_argument("--payload-bytes", type=int, default=PAYLOAD_MAX_BYTES)
+    parser.add_argument("--shape", choices=("keys", "strings"), default="keys",
+                        help="small keys (the heaviest once parsed) or 4 KiB strings")
     parser.add_argument("--operator-tree", type=Path, action="append", default=None,
                         help="a checkout whose operator runs (repeat to compare; default: this one)")
     parser.add_argument("--restarts", type=int, default=1)
@@ -191,7 +203,7 @@ def main() -> int:
     args = parser.parse_args()
     sizes = [int(n) for n in args.jobs.split(",")]
     trees = [t.resolve() for t in (args.operator_tree or [ROOT])]
-    payload = fat_payload(args.payload_bytes)
+    payload = fat_payload(args.payload_bytes, args.shape)
     # etcd's default quota is 2 GiB: 10,000 jobs of 256 KiB are 2.5 GB (and each first write is a revision more).
     cluster = LocalCluster(name=new_name("sextant-fat"), nodes=1,
                            extra_args={"etcd": ["--quota-backend-bytes=17179869184"]})
@@ -201,7 +213,7 @@ def main() -> int:
     report: dict[str, Any] = {
         "stamp": stamp, "command": " ".join(["python -m bench.fat_backlog", *sys.argv[1:]]),
         "operator_trees": {str(t): (git_revision(t) or "?") for t in trees}, "payload_bytes": payload_size(payload),
-        "payload_keys": len(payload), "settle_s": args.settle, "cpus": os.cpu_count(), "runs": []}
+        "payload_keys": len(payload), "payload_shape": {"keys": "small keys", "strings": "4 KiB strings"}[args.shape], "settle_s": args.settle, "cpus": os.cpu_count(), "runs": []}
     try:
         cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
         cluster.kubectl("wait", "--for=condition=Established", "crd/jobs.sextant.dev", "--timeout=60s")

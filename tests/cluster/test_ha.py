@@ -82,7 +82,11 @@ def test_kill_the_leader_during_a_run(cluster, namespace, crds, tmp_path_factory
             final = wait_all(cluster, namespace, 300, {"succeeded", "dead", "cancelled"}, 300)
         print(f"\nfailover: lease taken {took_over - killed:.1f}s, first admission {first_pod - killed:.1f}s "
               f"after the leader was killed")
-        assert first_pod - killed <= 15.5, "the standby leads within the lease duration"
+        # The standby takes the lease once it has seen it unrenewed for its duration (15 s after its last observed
+        # renewal, which it reads every retry period, 2 s), and admits on its next look: 15 + 2 × 2 s, then its
+        # first pod within 3 s on a loaded machine.
+        assert took_over - killed <= 19.5, "the standby leads once the lease has run out"
+        assert first_pod - killed <= 22.5, "the standby admits at once once it leads"
         assert leader_of(ops, holder(cluster, namespace)) is standby
         assert pods.max_unfinished("q") <= 10
         assert_exact(final, names, flaky, pods)

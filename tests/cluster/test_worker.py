@@ -438,22 +438,6 @@ def test_pod_mode_and_worker_mode_in_one_queue_share_its_concurrency(cluster, na
     assert sorted(ran.values()) == ["pod"] * 6 + ["worker"] * 6
 
 
-def test_a_worker_taken_over_stops_its_handlers_and_exits_1(cluster, namespace, operator, workers, tmp_path):
-    apply(cluster, namespace, queue("q", maxAttempts=1, **FAST), worker_handler("nap"),
-          job("job-l", handler_name="nap", payload={"seconds": 120, "dir": str(tmp_path)}))
-    worker = serve_nap(workers, "w")
-    wait_for(lambda: marks(tmp_path, "job-l.1.started"), 60, message="the handler to run")
-    # Another process took the name: its own incarnation in the object's spec.
-    cluster.kubectl("patch", "-n", namespace, "workers.sextant.dev", "w", "--type=json", "-p",
-                    '[{"op": "replace", "path": "/spec/incarnation", "value": "someoneelse"}]')
-    assert worker.wait(30) == 1
-    assert "its Worker object was taken over by incarnation someoneelse" in worker.log()
-    assert marks(tmp_path, "job-l.1.cancelled"), "its handler was stopped"
-    final = wait_state(cluster, namespace, "job-l", "dead", timeout=30)
-    assert timeline_of(final) == [("failed", "LeaseExpired")]  # recorded by the operator: nothing reported
-    assert worker_object(cluster, namespace, "w")["spec"]["incarnation"] == "someoneelse", "its write stands"
-
-
 def test_bad_input_is_an_error_at_start_that_names_it(cluster, namespace, crds, tmp_path):
     (tmp_path / "pod_mode_handlers.py").write_text(
         "from sextant.sdk import handler\n@handler('resize')\ndef resize(job, ctx): pass\n")
@@ -554,48 +538,6 @@ def test_results_that_are_ready_together_travel_in_one_write(cluster, namespace,
     carried = [len(v.obj["spec"].get("results") or []) for v in seen.versions()]
     assert max(carried) >= 4, f"results batched: at most {max(carried)} in one write"
     assert generations[-1] - generations[0] <= 8, f"{generations[-1] - generations[0]} writes for 16 results"
-
-
-def test_what_the_worker_does_with_assignments_as_the_operator_writes_them(cluster, namespace, crds, workers):
-    """No operator: the test writes the Worker's status as the operator would. The worker runs an assignment of its
-    own incarnation (once), reports NotFound for a job that is gone or has another uid, ignores one for another
-    incarnation, and drops each result once its assignment has left status."""
-    apply(cluster, namespace, queue("q", leaseDuration="3s"),
-          worker_handler("say", ["sh", "-c", "cat >/dev/null; echo said"]),
-          job("job-run", handler_name="say"), job("job-other", handler_name="say"))
-    worker = workers("w", "--allow-commands")
-    wait_for(lambda: worker_object(cluster, namespace, "w"), 30, message="the worker to register")
-    mine = worker_object(cluster, namespace, "w")["spec"]["incarnation"]
-    uid = {n: get_json(cluster, namespace, "jobs.sextant.dev", n)["metadata"]["uid"] for n in ("job-run", "job-other")}
-
-    def assignment(job_name: str, job_uid: str, incarnation: str = mine) -> dict[str, Any]:
-        return {"job": job_name, "uid": job_uid, "queue": "q", "handler": "say", "sequence": 1, "attempt": 1,
-                "incarnation": incarnation, "assignedAt": "2026-01-01T00:00:00Z"}
-
-    def set_assignments(*items: dict[str, Any]) -> None:
-        cluster.kubectl("patch", "-n", namespace, "workers.sextant.dev", "w", "--subresource=status",
-                        "--type=merge", "-p", json.dumps({"status": {"assignments": list(items)}}))
-
-    def results() -> dict[str, dict[str, Any]]:
-        spec = (worker_object(cluster, namespace, "w") or {}).get("spec") or {}
-        return {r["job"]: r for r in spec.get("results") or []}
-
-    assigned = [assignment("job-run", uid["job-run"]), assignment("job-gone", "u-gone"),
-                assignment("job-other", "not-its-uid"), assignment("job-old", uid["job-run"], "0ld")]
-    set_assignments(*assigned)
-    wait_for(lambda: set(results()) == {"job-run", "job-gone", "job-other"}, 30, message=lambda: results())
-    got = results()
-    assert got["job-run"]["exitCode"] == 0 and got["job-run"]["incarnation"] == mine
-    assert {"startedAt", "finishedAt"} <= set(got["job-run"]) and "reason" not in got["job-run"]
-    assert [(got[n].get("reason"), got[n].get("exitCode")) for n in ("job-gone", "job-other")] == \
-        [("NotFound", None), ("NotFound", None)]
-    assert worker.log().count("[job-run#1] said") == 1
-    set_assignments(*assigned[2:])  # the operator recorded two of them
-    wait_for(lambda: set(results()) == {"job-other"}, 10, message=lambda: f"the recorded results dropped: {results()}")
-    set_assignments(*assigned)  # an assignment seen again (a stale status) never runs twice
-    set_assignments()
-    wait_for(lambda: results() == {}, 10, message="every result dropped")
-    assert worker.log().count("[job-run#1] said") == 1 and worker.proc.poll() is None
 
 
 def test_a_worker_started_from_the_config_file_serves_what_it_declares(cluster, namespace, operator, workers,

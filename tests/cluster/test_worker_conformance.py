@@ -100,26 +100,35 @@ class RunningWorker:
 
 
 @pytest.fixture(params=IMPLEMENTATIONS, ids=lambda impl: impl.id)
-def serve(request, cluster, namespace, operator, tmp_path_factory) -> Iterator[Callable[..., RunningWorker]]:
-    """serve(name, handlers, queues=("q",), slots=2): a worker of the implementation under test, live (the operator
-    believes it) before it returns; killed at the end of the test."""
+def start_worker(request, cluster, namespace, tmp_path_factory) -> Iterator[Callable[..., RunningWorker]]:
+    """start_worker(name, handlers, until, queues=("q",), slots=2): a worker of the implementation under test,
+    returned once `until(its Worker object)` holds; killed at the end of the test."""
     impl: Implementation = request.param
     logs = tmp_path_factory.mktemp(f"workers-{impl.id}")
     made: list[RunningWorker] = []
     request.node._sextant_workers = made  # their logs join a failed test's report (conftest.py)
 
-    def start(name: str, handlers: tuple[str, ...], queues: tuple[str, ...] = ("q",), slots: int = 2) -> RunningWorker:
+    def start(name: str, handlers: tuple[str, ...], until: Callable[[dict[str, Any]], bool],
+              queues: tuple[str, ...] = ("q",), slots: int = 2) -> RunningWorker:
         args = WorkerArgs(cluster.kubeconfig, namespace, name, queues, handlers, slots)
         worker = RunningWorker(impl.argv(args), logs / f"worker-{name}.log", name)
         made.append(worker)
-        wait_for(lambda: worker_object(cluster, namespace, name).get("status", {}).get("state") == "live"
-                 or worker.proc.poll() is not None, 60, message=f"worker {name} to be live")
+        wait_for(lambda: until(worker_object(cluster, namespace, name)) or worker.proc.poll() is not None, 60,
+                 message=f"worker {name} to start")
         assert worker.proc.poll() is None, f"worker {name} exited: {worker.log()[-2000:]}"
         return worker
 
     yield start
     for worker in made:
         worker.kill()
+
+
+@pytest.fixture
+def serve(start_worker, operator) -> Callable[..., RunningWorker]:
+    """serve(name, handlers, queues=("q",), slots=2): a worker live (the operator believes it) before it returns."""
+    def start(name: str, handlers: tuple[str, ...], queues: tuple[str, ...] = ("q",), slots: int = 2) -> RunningWorker:
+        return start_worker(name, handlers, lambda w: (w.get("status") or {}).get("state") == "live", queues, slots)
+    return start
 
 
 def worker_object(cluster, namespace: str, name: str) -> dict[str, Any]:
@@ -244,3 +253,62 @@ def test_a_sub_second_job_costs_two_job_writes_and_the_worker_never_writes_job_s
         states = [v.status.get("state") for v in seen.versions(name)]
         assert seen.writes(name) == 2, f"{name}: create + final status only; versions seen: {states}"
         assert status_managers(cluster, namespace, name) == {OPERATOR_MANAGER}
+
+
+# ================================================================ fencing and what it believes
+def test_a_worker_taken_over_stops_its_handler_and_exits_1(cluster, namespace, serve, tmp_path):
+    started, term = tmp_path / "started", tmp_path / "term"
+    apply(cluster, namespace, queue("q", maxAttempts=1, **FAST),
+          command("nap", f'trap "touch {term}; exit 143" TERM; touch {started}; while true; do sleep 0.1; done'),
+          job("job-l", handler_name="nap"))
+    worker = serve("w", ("nap",))
+    wait_for(started.exists, 30, message="the command to start")
+    # Another process took the name: its own incarnation in the object's spec.
+    cluster.kubectl("patch", "-n", namespace, "workers.sextant.dev", "w", "--type=json", "-p",
+                    '[{"op": "replace", "path": "/spec/incarnation", "value": "someoneelse"}]')
+    assert worker.wait(30) == 1, worker.log()[-2000:]
+    assert term.exists(), "its handler was stopped"
+    final = wait_state(cluster, namespace, "job-l", "dead", timeout=30)
+    assert [(a["result"], a["reason"]) for a in final["attempts"]] == [("failed", "LeaseExpired")]  # nothing reported
+    assert worker_object(cluster, namespace, "w")["spec"]["incarnation"] == "someoneelse", "its write stands"
+
+
+def test_what_the_worker_does_with_assignments_as_the_operator_writes_them(cluster, namespace, crds, start_worker,
+                                                                           tmp_path):
+    """No operator: the test writes the Worker's status as the operator would. The worker runs an assignment of its
+    own incarnation (once), reports NotFound for a job that is gone or has another uid, ignores one for another
+    incarnation, drops each result once its assignment has left status, and never runs a stale one again."""
+    runs = tmp_path / "runs"
+    apply(cluster, namespace, queue("q", leaseDuration="3s"), command("say", f"cat >/dev/null; echo ran >> {runs}"),
+          job("job-run", handler_name="say"), job("job-other", handler_name="say"))
+    worker = start_worker("w", ("say",), bool)  # registered: its object exists
+    mine = worker_object(cluster, namespace, "w")["spec"]["incarnation"]
+    uid = {n: get_json(cluster, namespace, "jobs.sextant.dev", n)["metadata"]["uid"] for n in ("job-run", "job-other")}
+
+    def assignment(job_name: str, job_uid: str, incarnation: str = mine) -> dict[str, Any]:
+        return {"job": job_name, "uid": job_uid, "queue": "q", "handler": "say", "sequence": 1, "attempt": 1,
+                "incarnation": incarnation, "assignedAt": "2026-01-01T00:00:00Z"}
+
+    def set_assignments(*items: dict[str, Any]) -> None:
+        cluster.kubectl("patch", "-n", namespace, "workers.sextant.dev", "w", "--subresource=status",
+                        "--type=merge", "-p", json.dumps({"status": {"assignments": list(items)}}))
+
+    def results() -> dict[str, dict[str, Any]]:
+        spec = (worker_object(cluster, namespace, "w") or {}).get("spec") or {}
+        return {r["job"]: r for r in spec.get("results") or []}
+
+    assigned = [assignment("job-run", uid["job-run"]), assignment("job-gone", "u-gone"),
+                assignment("job-other", "not-its-uid"), assignment("job-old", uid["job-run"], "0ld")]
+    set_assignments(*assigned)
+    wait_for(lambda: set(results()) == {"job-run", "job-gone", "job-other"}, 30, message=lambda: results())
+    got = results()
+    assert got["job-run"]["exitCode"] == 0 and got["job-run"]["incarnation"] == mine
+    assert {"startedAt", "finishedAt"} <= set(got["job-run"]) and "reason" not in got["job-run"]
+    assert [(got[n].get("reason"), got[n].get("exitCode")) for n in ("job-gone", "job-other")] == \
+        [("NotFound", None), ("NotFound", None)]
+    set_assignments(*assigned[2:])  # the operator recorded two of them
+    wait_for(lambda: set(results()) == {"job-other"}, 10, message=lambda: f"the recorded results dropped: {results()}")
+    set_assignments(*assigned)  # an assignment seen again (a stale status) never runs twice
+    set_assignments()
+    wait_for(lambda: results() == {}, 10, message="every result dropped")
+    assert runs.read_text().splitlines() == ["ran"] and worker.proc.poll() is None, worker.log()[-2000:]

@@ -2,6 +2,10 @@
 the real control plane: crashes of the operator and of the worker at the worst moment, `kill -9` of a worker while
 its command runs, API-server outages shorter and longer than the renew deadline, and an upgrade from protocol v1.
 
+The crash, kill and outage scenarios run against every worker implementation (the Python `sextant worker` and
+@sextant/node's `sextant-worker`, test_worker_conformance.IMPLEMENTATIONS): fencing and outage behaviour is the
+worker's half of the protocol, which each SDK implements for itself.
+
 What ran is judged twice, independently: from the API (every Worker version, from a watch opened before the test
 acts: never one job assigned live on two workers) and from the commands themselves, which take a per-job flock(2)
 for as long as any process of theirs lives, so that a second attempt of a job starting while the first still runs
@@ -29,6 +33,7 @@ from tests.harness.scripted_worker import GROUP, VERSION, ScriptedWorker, micro
 from tests.harness.watching import Versions, live_assignments, most_at_once
 
 from .support import Operator, WorkerProcess, apply, get_json, job, queue, status, timeline_of, wait_all, wait_state
+from .test_worker_conformance import IMPLEMENTATIONS, WorkerArgs
 
 BACKOFF = {"backoff": {"policy": "fixed", "initial": "200ms"}, "cancelGrace": "1s"}
 
@@ -53,15 +58,29 @@ def runs_of(runs: Path) -> list[tuple[str, int, str]]:
     return [(j, int(s), what) for j, s, what in (line.split() for line in runs.read_text().splitlines())]
 
 
-@pytest.fixture
+class ImplementedWorker(WorkerProcess):
+    """A worker of one implementation: its own command line (Implementation.argv), then the scenario's flags."""
+
+    def __init__(self, argv: list[str], *rest: Any) -> None:
+        super().__init__(*rest)
+        self.argv = argv
+
+    def command(self) -> list[str]:
+        return [*self.argv, *self.args]
+
+
+@pytest.fixture(params=IMPLEMENTATIONS, ids=lambda impl: impl.id)
 def workers(cluster, namespace, tmp_path_factory, request) -> Iterator[Any]:
     made: list[WorkerProcess] = []
     request.node._sextant_workers = made  # their logs join a failed test's report (conftest.py)
     logs = tmp_path_factory.mktemp("workers")
 
     def start(name: str, *args: str, config: Path | None = None) -> WorkerProcess:
-        # Every scenario's handlers are commands: the worker must be told to run them.
-        worker = WorkerProcess(config or cluster.kubeconfig, namespace, name, logs, "--allow-commands", *args).start()
+        # Every scenario's handlers are commands: the implementation's argv allows them; the scenario gives
+        # queues, handlers and slots as flags, which every implementation takes alike.
+        kubeconfig = config or cluster.kubeconfig
+        argv = request.param.argv(WorkerArgs(kubeconfig, namespace, name, (), (), 1))
+        worker = ImplementedWorker(argv, kubeconfig, namespace, name, logs, *args).start()
         made.append(worker)
         return worker
 
