@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -319,6 +320,17 @@ class PodRecorder:
         """The most pods of the queue that were not finished at one moment."""
         return max((sum(1 for p in alive.values() if p.queue == queue_name) for _, alive in self._replay()),
                    default=0)
+
+    def max_unfinished_by(self, group: Callable[[PodRecord], str]) -> dict[str, int]:
+        """The most unfinished pods of each group (e.g. a job's concurrency key) at one moment."""
+        most: dict[str, int] = defaultdict(int)
+        for _, alive in self._replay():
+            now: dict[str, int] = defaultdict(int)
+            for p in alive.values():
+                now[group(p)] += 1
+            for key, n in now.items():
+                most[key] = max(most[key], n)
+        return dict(most)
 
     def max_alive_per_job(self) -> int:
         """The most pods of one job alive (running or terminating) at one moment."""

@@ -12,7 +12,7 @@ from tests.harness.watching import Versions, live_assignments
 
 from sextant.resources.common import parse_time
 
-from .support import apply, get_json, handler, job, jobs, queue, wait_all
+from .support import PodRecorder, apply, get_json, handler, job, jobs, queue, wait_all
 from .test_worker import FAST, running_at_once, start_order, wait_registered, worker_handler, workers  # noqa: F401
 
 
@@ -124,3 +124,16 @@ def test_per_key_concurrency_holds_and_the_others_keys_use_the_rest(cluster, nam
             most[key] = max(most[key], n)
     assert dict(most) == {"a": 2, "b": 2, "c": 2}, "each key at most 2 at once, and used to it"
     assert running_at_once(seen)[0] <= 6
+
+
+def test_per_key_concurrency_holds_for_pods_and_the_others_keys_use_the_rest(cluster, namespace, operator):
+    tenants = {f"job-{t}-{i}": t for t in ("a", "b", "c") for i in range(5)}
+    with PodRecorder(cluster.kubeconfig, namespace) as pods:
+        apply(cluster, namespace, queue("q", concurrency=6, perKeyConcurrency=2),
+              handler("h", annotations={"sextant.dev/test-duration": "1s"}),
+              *(job(n, concurrencyKey=t) for n, t in tenants.items()))
+        final = wait_all(cluster, namespace, 15, {"succeeded"}, 120)
+    assert {j["spec"]["concurrencyKey"] for j in final.values()} == {"a", "b", "c"}
+    most = pods.max_unfinished_by(lambda p: tenants[p.job])
+    assert most == {"a": 2, "b": 2, "c": 2}, "each key at most 2 pods at once, and used to it"
+    assert pods.max_unfinished("q") <= 6

@@ -18,10 +18,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sextant.http.openapi import document
-from tests.harness import wait_for
+from tests.harness import holds_for, wait_for
 
 from .plugin_support import ID_RE, grant, job_json, sextant, snapshot
 from .support import apply, handler, job, queue
+from .test_worker import marks, serve_nap, wait_registered, worker_handler, workers  # noqa: F401
 
 EXIT = "sextant.dev/test-exit-code"
 FOREVER = {"sextant.dev/test-outcome": "run-forever"}
@@ -379,3 +380,30 @@ def test_the_implementation_matches_its_openapi_document(cluster, api, tmp_path)
          "--generation-database", "none", "--suppress-health-check", "all", "--request-timeout", "30"],
         capture_output=True, text=True, timeout=300, env=cluster.env, cwd=tmp_path)  # its .schemathesis/ goes there
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
+
+
+def test_pause_and_resume_through_the_api_hold_a_worker_queue_and_keep_its_order(cluster, api, workers,  # noqa: F811
+                                                                                   tmp_path):
+    apply(cluster, api.namespace, queue("q", concurrency=1, **FAST), worker_handler("nap"))
+    serve_nap(workers, "w0", "--concurrency", "4")
+    wait_registered(cluster, api.namespace, "w0")
+    paused = api.call("POST", "/v2/queues/q/pause")
+    assert paused.status_code == 200 and paused.json()["paused"] is True, paused.text
+    made = [api.call("POST", "/v2/jobs", json={"queue": "q", "handler": "nap",
+                                               "payload": {"seconds": 0.3, "dir": str(tmp_path)}}).json()
+            for _ in range(3)]
+    names = [m["name"] for m in made]
+    # Jobs keep arriving queued; nothing starts on the worker while the queue is paused, and its status says so.
+    wait_for(lambda: (json.loads(cluster.kubectl("get", "squeue", "q", "-n", api.namespace, "-o", "json").stdout)
+                      .get("status") or {}).get("paused") is True, 20, message="the operator to say q is paused")
+    holds_for(lambda: all(api.state(m["id"]) == "queued" for m in made)
+              and not list(tmp_path.glob("*.started")), 3, interval=0.5, message="nothing starts while paused")
+    resumed = api.call("POST", "/v2/queues/q/resume")
+    assert resumed.status_code == 200 and resumed.json()["paused"] is False, resumed.text
+    for m in made:
+        api.wait_state(m["id"], "succeeded")
+    # concurrency 1: one after the other, in the order they were created
+    started = {n: float(marks(tmp_path, f"{n}.1.started")[0].split()[1]) for n in names}
+    assert sorted(names, key=started.__getitem__) == names, started
+    missing = api.call("POST", "/v2/queues/nope/pause")
+    assert missing.status_code == 404 and "queue nope not found" in missing.json()["error"]["message"]
