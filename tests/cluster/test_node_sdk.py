@@ -19,7 +19,7 @@ import yaml
 
 from tests.harness import repo_root, wait_for
 
-from .support import JobRecorder, apply, get_json, job, jobs, queue, wait_state
+from .support import JobRecorder, apply, get_json, handler, job, jobs, queue, wait_all, wait_state
 
 SDK = repo_root() / "sdk" / "node"
 BIN = SDK / "dist" / "bin" / "sextant-worker.js"
@@ -311,12 +311,12 @@ console.log(JSON.stringify(out));
 """
 
 
-def run_script(cluster, namespace: str, tmp_path: Path, script: str) -> Any:
-    """A Node script run in an app with @sextant/node installed (the namespace its argument): what it printed, as
-    JSON."""
-    app = node_app(tmp_path / "app", {"script.mjs": script})
-    done = subprocess.run(["node", "script.mjs", namespace], cwd=app, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig)})
+def run_script(cluster, namespace: str, tmp_path: Path, script: str, *args: str) -> Any:
+    """A Node script run in an app with @sextant/node installed (the namespace, then `args`, its arguments): what it
+    printed, as JSON."""
+    app = node_app(tmp_path / "-".join(("app", *args)), {"script.mjs": script})
+    done = subprocess.run(["node", "script.mjs", namespace, *args], cwd=app, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig)})
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -350,6 +350,52 @@ def test_the_node_client_creates_reads_cancels_with_the_python_clients_rules(clu
         client.close()
     assert not created and held["metadata"]["name"] == first.replace("_", "-")
     assert len(jobs(cluster, namespace)) == 2, "nothing else was created"
+
+
+QUEUES_SCRIPT = """import { Sextant } from '@sextant/node';
+
+const sextant = new Sextant({ namespace: process.argv[2] });
+const steps = {
+  pause: async () => (await sextant.queues.pause('q')).spec.paused,
+  resume: async () => (await sextant.queues.resume('q')).spec.paused,
+  cancel: () => sextant.jobs.cancelMatching({ queue: 'q', state: 'queued' }),
+  retry: () => sextant.jobs.retryMatching({ queue: 'once', state: 'dead' }),
+  missing: () => sextant.queues.pause('nope').catch((err) => `${err.name}: ${err.message}`),
+};
+console.log(JSON.stringify(await steps[process.argv[3]]()));
+"""
+
+
+def test_the_node_client_pauses_and_resumes_a_queue_and_cancels_and_retries_what_a_filter_matches(
+        cluster, namespace, operator, tmp_path):
+    apply(cluster, namespace, queue("q", concurrency=1), handler("h"),
+          queue("once", maxAttempts=1), handler("fails", annotations={"sextant.dev/test-exit-code": "3"}),
+          *(job(f"job-dead-{i}", "once", "fails") for i in range(2)))
+    assert run_script(cluster, namespace, tmp_path, QUEUES_SCRIPT, "pause") is True
+
+    def paused() -> bool | None:
+        return (get_json(cluster, namespace, "queues.sextant.dev", "q").get("status") or {}).get("paused")
+
+    wait_for(lambda: paused() is True, 20, message="the operator to say q is paused")
+    apply(cluster, namespace, *(job(f"job-held-{i}") for i in range(3)))
+    for i in range(3):  # jobs keep arriving, queued; nothing starts
+        wait_state(cluster, namespace, f"job-held-{i}", "queued", timeout=30)
+    assert not get_json(cluster, namespace, "pods", "-l", "sextant.dev/queue=q")["items"]
+    cancelled = run_script(cluster, namespace, tmp_path, QUEUES_SCRIPT, "cancel")
+    assert cancelled == {"requested": [f"job_held-{i}" for i in range(3)], "refused": []}, cancelled
+    for i in range(3):
+        wait_state(cluster, namespace, f"job-held-{i}", "cancelled", timeout=30)
+    assert run_script(cluster, namespace, tmp_path, QUEUES_SCRIPT, "resume") is False
+    wait_for(lambda: paused() is False, 20, message="the operator to say q is resumed")
+
+    wait_all(cluster, namespace, 5, {"dead", "cancelled"}, 60)
+    retried = run_script(cluster, namespace, tmp_path, QUEUES_SCRIPT, "retry")
+    assert sorted(retried["requested"]) == ["job_dead-0", "job_dead-1"] and retried["refused"] == [], retried
+    for i in range(2):  # each runs again from attempt 1: a second pod, and dead again
+        wait_for(lambda: len(get_json(cluster, namespace, "pods", "-l", f"sextant.dev/job=job-dead-{i}")["items"])
+                 == 2, 60, message=f"job-dead-{i}'s second attempt pod")
+    assert run_script(cluster, namespace, tmp_path, QUEUES_SCRIPT, "missing") == \
+        f"Refused: queue nope not found in namespace {namespace}"
 
 
 MANY_SCRIPT = """import { Sextant } from '@sextant/node';

@@ -1,5 +1,6 @@
-// A client for Node apps that enqueue: new Sextant({ namespace }).jobs.create/get/list/cancel/retry, with the Python
-// client's validation, idempotency rule and refusals (operator/sextant/client.py, lifecycle/idempotency.py).
+// A client for Node apps that enqueue: new Sextant({ namespace }).jobs.create/get/list/cancel/retry, the bulk
+// cancelMatching/retryMatching and .queues.pause/resume, with the Python client's validation, idempotency rule and
+// refusals (operator/sextant/client.py, lifecycle/idempotency.py, lifecycle/selection.py).
 import {
   InputError, checkPayload, concurrencyKey, formatTime, idempotencyKey, idempotencyWindowMs, jobId, jobName, keyedName,
   namespaceName, objectName, priority as checkPriority, randomName, selectorValue,
@@ -75,6 +76,20 @@ export interface ListJobs {
   queue?: string;
   handler?: string;
   namespace?: string;
+}
+
+/** What a bulk cancel or retry asked for: the ids it asked, and those the API server refused with its reason. */
+export interface BulkOutcome {
+  requested: string[];
+  refused: { id: string; reason: string }[];
+}
+
+// The states each bulk verb applies to (the Job CRD's CEL rules; lifecycle/selection.py in Python).
+const CANCELLABLE = ['scheduled', 'queued', 'running', 'failed'];
+const RETRYABLE = ['failed', 'dead'];
+
+function listed(states: string[]): string {
+  return `${states.slice(0, -1).join(', ')} or ${states[states.length - 1]}`;
 }
 
 /** Something the API server refused or could not serve, in one line that says what and where. */
@@ -343,6 +358,42 @@ export class JobsApi {
     return this.patch(id, namespace, { spec: { retryToken: token } });
   }
 
+  /** Cancel every job the filter matches that can be cancelled (scheduled, queued, running or failed; not one
+   * already asked), oldest first, each as a single cancel is; at least one of state, queue or handler. */
+  async cancelMatching(filter: ListJobs): Promise<BulkOutcome> {
+    return this.bulk('cancel', filter);
+  }
+
+  /** Retry every failed or dead job the filter matches, oldest first, each as a single retry is. */
+  async retryMatching(filter: ListJobs): Promise<BulkOutcome> {
+    return this.bulk('retry', filter);
+  }
+
+  private async bulk(verb: 'cancel' | 'retry', filter: ListJobs): Promise<BulkOutcome> {
+    if (filter.state === undefined && filter.queue === undefined && filter.handler === undefined) {
+      // An empty filter would act on the whole namespace by accident.
+      throw new InputError('queue', `name what to ${verb}: at least one of queue, state or handler`);
+    }
+    const allowed = verb === 'cancel' ? CANCELLABLE : RETRYABLE;
+    const past = verb === 'cancel' ? 'cancelled' : 'retried';
+    if (filter.state !== undefined && STATES.includes(filter.state) && !allowed.includes(filter.state)) {
+      throw new InputError('state', `${filter.state} jobs cannot be ${past}: only ${listed(allowed)} jobs can be ${past}`);
+    }
+    const targets = (await this.list(filter))
+      .filter((j) => allowed.includes(j.state) && !(verb === 'cancel' && j.object.spec?.cancel));
+    const outcome: BulkOutcome = { requested: [], refused: [] };
+    for (const j of targets) {
+      try {
+        await (verb === 'cancel' ? this.cancel(j.id, j.namespace) : this.retry(j.id, j.namespace));
+        outcome.requested.push(j.id);
+      } catch (err) {
+        if (!(err instanceof Refused)) throw err;
+        outcome.refused.push({ id: j.id, reason: err.message });  // its state changed meanwhile: the others go on
+      }
+    }
+    return outcome;
+  }
+
   private async patch(id: string, namespace: string, body: Obj): Promise<JobRecord> {
     const name = jobName('id', id);
     try {
@@ -379,14 +430,42 @@ function replayed(held: Obj, key: string, spec: Obj): Obj {
   return held;
 }
 
-/** An API error as a Refused that names the job and namespace, or says what the API server said. */
-function refused(err: unknown, namespace: string, name?: string): unknown {
+/** Pause and resume queues (spec.paused) from a Node app, as `sextant queues pause|resume` does. */
+export class QueuesApi {
+  constructor(private readonly kube: () => Kube, private readonly namespace: string) {}
+
+  /** Pause a queue: running attempts finish, nothing new starts, jobs keep arriving queued. The Queue object. */
+  async pause(queue: string, namespace = this.namespace): Promise<Obj> {
+    return this.set(queue, namespace, true);
+  }
+
+  /** Resume a paused queue: its queued jobs start again, in order. The Queue object. */
+  async resume(queue: string, namespace = this.namespace): Promise<Obj> {
+    return this.set(queue, namespace, false);
+  }
+
+  private async set(queue: string, namespace: string, paused: boolean): Promise<Obj> {
+    const name = objectName('queue', queue, 'queue name');
+    const ns = namespaceName('namespace', namespace);
+    try {
+      return await this.kube().request('PATCH', path('queues', ns, name),
+        { body: { spec: { paused } }, contentType: 'application/merge-patch+json' });
+    } catch (err) {
+      throw refused(err, ns, name, 'queue');
+    }
+  }
+}
+
+/** An API error as a Refused that names the job (or queue) and namespace, or says what the API server said. */
+function refused(err: unknown, namespace: string, name?: string, kind: 'job' | 'queue' = 'job'): unknown {
   if (!(err instanceof ApiError)) return err;
   const message = String((err.body as Obj)?.message ?? err.message);
   if (err.status === 404 && message.includes('the server could not find the requested resource')) {
     return new Refused('the Sextant CRDs are not installed in this cluster (the API server does not know sextant.dev resources): kubectl apply -f crds/', 404);
   }
-  if (err.status === 404 && name) return new Refused(`job ${jobId(name)} not found in namespace ${namespace}`, 404);
+  if (err.status === 404 && name) {
+    return new Refused(`${kind} ${kind === 'job' ? jobId(name) : name} not found in namespace ${namespace}`, 404);
+  }
   if (err.status === 0) return new Refused(`cannot reach the API server: ${err.message}`, 0);
   return new Refused(`Error from server (${err.reason || err.status}): ${message}`, err.status);
 }
@@ -400,12 +479,14 @@ export interface SextantOptions extends ConnectOptions {
 export class Sextant {
   readonly namespace: string;
   readonly jobs: JobsApi;
+  readonly queues: QueuesApi;
   private kube: Kube | undefined;
 
   constructor(private readonly options: SextantOptions = {}) {
     if (options.namespace !== undefined) namespaceName('namespace', options.namespace);
     this.namespace = options.namespace ?? this.connection().namespace ?? 'default';
     this.jobs = new JobsApi(() => this.connection(), this.namespace);
+    this.queues = new QueuesApi(() => this.connection(), this.namespace);
   }
 
   /** The connection, made once (at first use when the namespace is given: a client made at import time then costs

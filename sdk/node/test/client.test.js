@@ -33,6 +33,15 @@ test('bad input is refused naming the option, before anything is sent', async ()
   await assert.rejects(jobs.list({ state: 'done' }), /state: 'done' is not a state; use one of scheduled, queued/);
 });
 
+test('a bulk action names what it acts on, in a state it applies to, before anything is sent', async () => {
+  const { jobs, queues } = offline();
+  await assert.rejects(jobs.cancelMatching({}), /^InputError: queue: name what to cancel: at least one of queue, state or handler/);
+  await assert.rejects(jobs.retryMatching({ state: 'queued' }), /^InputError: state: queued jobs cannot be retried: only failed or dead jobs can be retried/);
+  await assert.rejects(jobs.cancelMatching({ state: 'succeeded' }), /^InputError: state: succeeded jobs cannot be cancelled: only scheduled, queued, running or failed jobs can be cancelled/);
+  await assert.rejects(jobs.cancelMatching({ queue: 'Bad' }), /^InputError: queue: 'Bad' is not a valid queue name/);
+  await assert.rejects(queues.pause('Bad Queue'), /^InputError: queue: 'Bad Queue' is not a valid queue name/);
+});
+
 test('an unreachable API server is said so', async () => {
   await assert.rejects(offline().jobs.get('job_abc'), /cannot reach the API server/);
 });
