@@ -31,7 +31,7 @@ from tests.harness import wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
 from .plugin_support import ID_RE, job_json, ok, sextant, token_kubeconfig
-from .support import WorkerProcess, apply, handler, job, queue
+from .support import WorkerProcess, apply, get_json, handler, job, queue
 
 pytestmark = pytest.mark.cluster
 
@@ -347,6 +347,35 @@ def test_why_a_job_waits_its_conditions_events_and_a_bulk_retry_of_a_filter(clus
     for ident in doomed:
         wait_for(lambda: len(job_json(cluster, namespace, ident)["status"].get("attempts") or []) == 2, 60,
                  message=f"job {ident} to run again")
+
+
+def test_a_queue_is_paused_and_resumed_from_its_row_with_one_confirmation(cluster, namespace, operator, dashboard,
+                                                                          page):
+    from playwright.sync_api import expect
+
+    apply(cluster, namespace, queue("q"), handler("h"))
+
+    def paused() -> bool | None:
+        return get_json(cluster, namespace, "queues.sextant.dev", "q")["spec"].get("paused")
+
+    dash = dashboard()
+    dash.enter(page)
+    row = page.locator('tr[data-queue="q"]')
+    asked: list[str] = []
+
+    def answer(dialog) -> None:
+        asked.append(dialog.message)
+        dialog.accept()
+
+    page.on("dialog", answer)
+    row.get_by_role("button", name="pause").click()
+    wait_for(lambda: paused() is True, 20, message="spec.paused set by the dashboard")
+    expect(row.locator(".paused")).to_be_visible(timeout=30_000)
+    row.get_by_role("button", name="resume").click()
+    wait_for(lambda: paused() is False, 20, message="spec.paused cleared by the dashboard")
+    expect(row.locator(".paused")).to_have_count(0, timeout=30_000)
+    assert asked == ["Pause queue q? running attempts finish, nothing new starts.",
+                     "Resume queue q? its queued jobs start again, in order."]
 
 
 def test_an_invalid_schedule_is_flagged_and_offers_no_run_now(cluster, namespace, operator, dashboard, page):
