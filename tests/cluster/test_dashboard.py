@@ -166,13 +166,7 @@ def test_cancel_from_the_page_ends_a_running_job_cancelled(cluster, namespace, o
     dash.enter(page, f"jobs/{namespace}/{ident}")
     expect(page.locator("#job-state")).to_have_text("running")
     expect(page.get_by_role("button", name="retry")).to_have_count(0)  # running: only a cancel is offered
-    asked: list[str] = []
-
-    def answer(dialog) -> None:
-        asked.append(dialog.message)
-        dialog.accept()
-
-    page.on("dialog", answer)
+    asked = confirming(page)
     page.get_by_role("button", name="cancel").click()
     expect(page.locator("#flash")).to_contain_text(f"job {ident}: cancel requested")
     assert asked == [f"Cancel job {ident}?"]
@@ -279,6 +273,18 @@ def test_over_tls_on_every_interface_the_cookie_is_secure(cluster, namespace, cr
         httpx.get(local.replace("https", "http"), timeout=2)  # no plain HTTP beside it
 
 
+def confirming(page: Any) -> list[str]:
+    """Accept every confirmation dialog the page opens; what each asked, in order."""
+    asked: list[str] = []
+
+    def answer(dialog: Any) -> None:
+        asked.append(dialog.message)
+        dialog.accept()
+
+    page.on("dialog", answer)
+    return asked
+
+
 def job_lists(cluster) -> float:
     """LIST requests the API server has served for Jobs of sextant.dev (its own request counter), less those for
     WorkerPools: the namespace controller, deleting earlier tests' namespaces, lists every resource of each (both
@@ -334,13 +340,7 @@ def test_why_a_job_waits_its_conditions_events_and_a_bulk_retry_of_a_filter(clus
     # The jobs list says what went wrong; every dead job of the queue is retried with one confirmation.
     page.goto(f"{dash.url}jobs?queue=q&state=dead")
     expect(page.locator(f'tr[data-job="{doomed[0]}"] .error-text')).to_contain_text("exit code 3")
-    asked: list[str] = []
-
-    def answer(dialog) -> None:
-        asked.append(dialog.message)
-        dialog.accept()
-
-    page.on("dialog", answer)
+    asked = confirming(page)
     page.get_by_role("button", name="retry all 3").click()
     expect(page.locator("#flash")).to_contain_text("retry requested for 3 of 3 jobs (queue q, state dead)")
     assert asked == ["Retry the 3 failed or dead jobs that match (queue q, state dead)?"]
@@ -361,13 +361,7 @@ def test_a_queue_is_paused_and_resumed_from_its_row_with_one_confirmation(cluste
     dash = dashboard()
     dash.enter(page)
     row = page.locator('tr[data-queue="q"]')
-    asked: list[str] = []
-
-    def answer(dialog) -> None:
-        asked.append(dialog.message)
-        dialog.accept()
-
-    page.on("dialog", answer)
+    asked = confirming(page)
     row.get_by_role("button", name="pause").click()
     wait_for(lambda: paused() is True, 20, message="spec.paused set by the dashboard")
     expect(row.locator(".paused")).to_be_visible(timeout=30_000)
