@@ -98,6 +98,13 @@ def status_mb(pid: int) -> dict[str, float]:
     return out
 
 
+def written(cluster: LocalCluster, namespace: str) -> int:
+    """Jobs the operator has written a state to: `kubectl get`'s table is printed by the API server (the STATE
+    column), so no payload crosses the wire."""
+    rows = cluster.kubectl("get", "jobs.sextant.dev", "-n", namespace, "--no-headers").stdout.splitlines()
+    return sum(1 for row in rows if len(row.split()) > 1 and row.split()[1] != "<none>")
+
+
 def start_once(cluster: LocalCluster, tree: Path, namespace: str, jobs: int, log_path: Path, settle: float,
                address_space_gb: float, timeout: float) -> dict[str, Any]:
     """One start of the operator: time to "view complete", its peak and current RSS then and after `settle` s."""
@@ -146,6 +153,7 @@ def start_once(cluster: LocalCluster, tree: Path, namespace: str, jobs: int, log
             return result
         later = status_mb(proc.pid)
         result[f"after_{int(settle)}s"] = {"peak_rss_mb": later["VmHWM"], "rss_mb": later["VmRSS"]}
+        result["written_by_then"] = written(cluster, namespace)
         return result
     finally:
         if proc.poll() is None:
@@ -165,8 +173,8 @@ def markdown(report: dict[str, Any]) -> str:
              f"{report['payload_bytes']} bytes of {report['payload_shape']} per job ({report['payload_keys']} keys); "
              f"{report['cpus']} CPUs, load average {report['loadavg']} at the end.", "",
              "| jobs | operator | start | to view complete (s) | peak RSS at view complete (MB) | RSS then | "
-             f"peak RSS +{report['settle_s']} s | RSS then | note |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             f"peak RSS +{report['settle_s']} s | RSS then | jobs written by then | note |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for run in report["runs"]:
         for i, start in enumerate(run["starts"]):
             at = start.get("at_view_complete", {})
@@ -177,7 +185,7 @@ def markdown(report: dict[str, Any]) -> str:
             lines.append(f"| {run['jobs']} | {run['commit']} | {'first' if i == 0 else f'restart {i}'} | "
                          f"{start.get('start_to_view_complete_s', '–')} | {at.get('peak_rss_mb', '–')} | "
                          f"{at.get('rss_mb', '–')} | {later.get('peak_rss_mb', '–')} | {later.get('rss_mb', '–')} | "
-                         f"{note} |")
+                         f"{start.get('written_by_then', '–')} | {note} |")
     first = [r for r in report["runs"] if r["tree"] == report["runs"][0]["tree"]]
     lines += ["", "Backlogs created in: " + ", ".join(f"{r['jobs']} jobs {r['create_s']} s" for r in first)]
     lines += ["", "The control plane holding each backlog (after its creation; MB, VmRSS / peak VmHWM): " + "; ".join(
