@@ -106,6 +106,11 @@ CONFIGS = {
                 "Sextant operator, shipped defaults; jobs served by `sextant worker` processes (no-op async SDK "
                 "handler, --worker-processes × --worker-slots); kube-scheduler " + " ".join(TUNED_SCHEDULER),
                 workers=True),
+    # Not shipped (issue 27): W without the `queued` record of jobs that wait for a slot, SQ's counterpart: what the
+    # --record-queued-after rule costs a burst in writes per job.
+    "WQ": Config("WQ", SEXTANT, {"kube-scheduler": TUNED_SCHEDULER},
+                 "W with --record-queued-after 1h; kube-scheduler " + " ".join(TUNED_SCHEDULER),
+                 ("--record-queued-after", "1h"), workers=True),
     # Not shipped: W with the operator and the workers of the --baseline checkout (the previous protocol's workers
     # with their own rights: jobs/status, Leases), for W/WB in one run.
     "WB": Config("WB", SEXTANT, {"kube-scheduler": TUNED_SCHEDULER},
