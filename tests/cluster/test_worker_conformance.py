@@ -248,6 +248,7 @@ def test_a_sub_second_job_costs_two_job_writes_and_the_worker_never_writes_job_s
         apply(cluster, namespace, *(job(f"job-{i}", handler_name="quick") for i in range(3)))
         for i in range(3):
             wait_state(cluster, namespace, f"job-{i}", "succeeded")
+            seen.wait_seen(f"job-{i}", "succeeded")
     for i in range(3):
         name = f"job-{i}"
         states = [v.status.get("state") for v in seen.versions(name)]

@@ -125,6 +125,7 @@ def test_a_job_that_ends_within_its_first_second_costs_two_job_writes(cluster, n
         a = wait_for(lambda: w.assignment("job-fast"), 10, interval=0.02, message="assigned")
         w.report(a)
         final = wait_state(cluster, namespace, "job-fast", "succeeded")
+        seen.wait_seen("job-fast", "succeeded")
         wait_for(lambda: not w.assignments(mine=False), 15, message="the assignment to be acknowledged")
     assert timeline_of(final) == [("succeeded", None)]
     states = [v.status.get("state") for v in seen.versions("job-fast")]
@@ -147,6 +148,7 @@ def test_a_longer_job_is_written_running_after_its_first_second(cluster, namespa
         holds_for(lambda: seen.writes("job-slow") == 2, 1.5, message="no write while it runs")
         w.report(a)
         wait_state(cluster, namespace, "job-slow", "succeeded")
+        seen.wait_seen("job-slow", "succeeded")
     assert seen.writes("job-slow") == 3, "create + running + final"
 
 

@@ -14,6 +14,8 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from kubernetes import watch as k8s_watch
 
+from tests.harness import wait_for
+
 GROUP, VERSION = "sextant.dev", "v1alpha1"
 
 
@@ -82,6 +84,12 @@ class Versions:
     def versions(self, name: str | None = None) -> list[Version]:
         with self._lock:
             return [v for v in self.seen if name is None or v.name == name]
+
+    def wait_seen(self, name: str, state: str, timeout: float = 30) -> None:
+        """Until this watch has delivered the object in `state`: a GET can show a write before its event arrives,
+        and a count of writes taken then would miss it."""
+        wait_for(lambda: any(v.status.get("state") == state for v in self.versions(name)), timeout,
+                 message=f"the watch to deliver {name} {state}")
 
     def writes(self, name: str) -> int:
         """How many times the object was written (created included), deletion apart: its distinct versions."""
