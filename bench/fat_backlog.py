@@ -41,7 +41,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "operator"))
 
-from sextant.dev.localcluster import LocalCluster, new_name  # noqa: E402
+from sextant.dev.localcluster import KubectlError, LocalCluster, new_name  # noqa: E402
 from sextant.kube import kubeconfig  # noqa: E402
 from sextant.kube.client import Conflict, Kube  # noqa: E402
 from sextant.resources import API_VERSION as API, contract  # noqa: E402
@@ -98,10 +98,15 @@ def status_mb(pid: int) -> dict[str, float]:
     return out
 
 
-def written(cluster: LocalCluster, namespace: str) -> int:
+def written(cluster: LocalCluster, namespace: str) -> int | None:
     """Jobs the operator has written a state to: `kubectl get`'s table is printed by the API server (the STATE
-    column), so no payload crosses the wire."""
-    rows = cluster.kubectl("get", "jobs.sextant.dev", "-n", namespace, "--no-headers").stdout.splitlines()
+    column), so no payload crosses the wire. None when the API server cannot print it in time (a table of 1,000
+    jobs of small keys takes it over its one-minute deadline)."""
+    try:
+        rows = cluster.kubectl("get", "jobs.sextant.dev", "-n", namespace, "--no-headers",
+                               timeout=90).stdout.splitlines()
+    except (subprocess.TimeoutExpired, KubectlError):  # the API server's own deadline is a minute
+        return None
     return sum(1 for row in rows if len(row.split()) > 1 and row.split()[1] != "<none>")
 
 
@@ -185,7 +190,7 @@ def markdown(report: dict[str, Any]) -> str:
             lines.append(f"| {run['jobs']} | {run['commit']} | {'first' if i == 0 else f'restart {i}'} | "
                          f"{start.get('start_to_view_complete_s', '–')} | {at.get('peak_rss_mb', '–')} | "
                          f"{at.get('rss_mb', '–')} | {later.get('peak_rss_mb', '–')} | {later.get('rss_mb', '–')} | "
-                         f"{start.get('written_by_then', '–')} | {note} |")
+                         f"{'–' if start.get('written_by_then') is None else start['written_by_then']} | {note} |")
     first = [r for r in report["runs"] if r["tree"] == report["runs"][0]["tree"]]
     lines += ["", "Backlogs created in: " + ", ".join(f"{r['jobs']} jobs {r['create_s']} s" for r in first)]
     lines += ["", "The control plane holding each backlog (after its creation; MB, VmRSS / peak VmHWM): " + "; ".join(
