@@ -51,6 +51,7 @@ from .report import git_revision  # noqa: E402
 
 
 STRING_BYTES = 4096  # --shape strings: each value this long
+SHAPES = {"keys": "small keys", "strings": "4 KiB strings"}  # --shape, and how the report says it
 
 
 def fat_payload(size: int, shape: str = "keys") -> dict[str, Any]:
@@ -107,7 +108,7 @@ def written(cluster: LocalCluster, namespace: str) -> int | None:
                                timeout=90).stdout.splitlines()
     except (subprocess.TimeoutExpired, KubectlError):  # the API server's own deadline is a minute
         return None
-    return sum(1 for row in rows if len(row.split()) > 1 and row.split()[1] != "<none>")
+    return sum(1 for cells in map(str.split, rows) if len(cells) > 1 and cells[1] != "<none>")
 
 
 def start_once(cluster: LocalCluster, tree: Path, namespace: str, jobs: int, log_path: Path, settle: float,
@@ -203,7 +204,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", default="1000", help="comma-separated backlog sizes, each on a fresh namespace")
     parser.add_argument("--payload-bytes", type=int, default=PAYLOAD_MAX_BYTES)
-    parser.add_argument("--shape", choices=("keys", "strings"), default="keys",
+    parser.add_argument("--shape", choices=tuple(SHAPES), default="keys",
                         help="small keys (the heaviest once parsed) or 4 KiB strings")
     parser.add_argument("--operator-tree", type=Path, action="append", default=None,
                         help="a checkout whose operator runs (repeat to compare; default: this one)")
@@ -226,7 +227,8 @@ def main() -> int:
     report: dict[str, Any] = {
         "stamp": stamp, "command": " ".join(["python -m bench.fat_backlog", *sys.argv[1:]]),
         "operator_trees": {str(t): (git_revision(t) or "?") for t in trees}, "payload_bytes": payload_size(payload),
-        "payload_keys": len(payload), "payload_shape": {"keys": "small keys", "strings": "4 KiB strings"}[args.shape], "settle_s": args.settle, "cpus": os.cpu_count(), "runs": []}
+        "payload_keys": len(payload), "payload_shape": SHAPES[args.shape], "settle_s": args.settle,
+        "cpus": os.cpu_count(), "runs": []}
     try:
         cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
         cluster.kubectl("wait", "--for=condition=Established", "crd/jobs.sextant.dev", "--timeout=60s")

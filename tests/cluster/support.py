@@ -334,13 +334,7 @@ class PodRecorder:
 
     def max_alive_per_job(self) -> int:
         """The most pods of one job alive (running or terminating) at one moment."""
-        best = 0
-        for _, alive in self._replay():
-            per_job: dict[str, int] = defaultdict(int)
-            for p in alive.values():
-                per_job[p.job] += 1
-            best = max([best, *per_job.values()])
-        return best
+        return max(self.max_unfinished_by(lambda p: p.job).values(), default=0)
 
     def creation_order(self) -> list[str]:
         """Jobs in the order their first pod appeared."""

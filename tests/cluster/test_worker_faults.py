@@ -32,15 +32,10 @@ from tests.harness.faultproxy import FaultProxy
 from tests.harness.scripted_worker import GROUP, VERSION, ScriptedWorker, micro
 from tests.harness.watching import Versions, live_assignments, most_at_once
 
-from .support import Operator, WorkerProcess, apply, get_json, job, queue, status, timeline_of, wait_all, wait_state
-from .test_worker_conformance import IMPLEMENTATIONS, WorkerArgs
+from .support import Operator, WorkerProcess, apply, job, queue, status, timeline_of, wait_all, wait_state
+from .test_worker_conformance import IMPLEMENTATIONS, WorkerArgs, command, worker_object
 
 BACKOFF = {"backoff": {"policy": "fixed", "initial": "200ms"}, "cancelGrace": "1s"}
-
-
-def command(name: str, script: str) -> dict[str, Any]:
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Handler", "metadata": {"name": name},
-            "spec": {"worker": {"command": ["sh", "-c", script]}}}
 
 
 def locked(runs: Path, body: str) -> str:
@@ -87,11 +82,6 @@ def workers(cluster, namespace, tmp_path_factory, request) -> Iterator[Any]:
     yield start
     for worker in made:
         worker.kill()
-
-
-def worker_object(cluster, namespace: str, name: str) -> dict[str, Any]:
-    found = get_json(cluster, namespace, "workers.sextant.dev")["items"]
-    return next((w for w in found if w["metadata"]["name"] == name), {})
 
 
 def wait_live(cluster, namespace: str, name: str, timeout: float = 60) -> dict[str, Any]:
