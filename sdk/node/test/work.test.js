@@ -1,5 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { CommandWork, Execution, FunctionWork, commandEnvironment } from '../dist/worker/work.js';
 import { parseProgressLine } from '../dist/common.js';
 import { NonRetryableError, Snooze } from '../dist/index.js';
@@ -53,6 +54,37 @@ test('a command gets the payload on stdin, its exit code is the outcome, its las
   assert.match(failed.message, /first\nno such order/);
   const missing = await new Execution(new CommandWork(['/no/such/command'], env, {}, '[t]'), 1).run();
   assert.equal(missing.exitCode, 127);
+});
+
+test('a worker SIGKILLed right after it spawns a command takes the command with it (the reaper is told by the command)', async () => {
+  // The worker dies before its event loop turns once after the spawn: only the command itself can have told the reaper.
+  const script = `
+    import { CommandWork, Reaper, commandEnvironment } from ${JSON.stringify(new URL('../dist/worker/work.js', import.meta.url).href)};
+    import { writeSync } from 'node:fs';
+    const work = new CommandWork(['sh', '-c', 'sleep 30 & wait'], commandEnvironment(process.env, {}, {}), {}, '[t]', new Reaper());
+    work.run();
+    writeSync(1, String(work.proc.pid));
+    process.kill(process.pid, 'SIGKILL');`;
+  const child = spawnSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8' });
+  assert.equal(child.signal, 'SIGKILL');
+  const group = Number(child.stdout);
+  assert.ok(group > 0, child.stderr);
+  const alive = () => { try { process.kill(-group, 0); return true; } catch { return false; } };
+  for (const until = Date.now() + 10000; alive() && Date.now() < until;) await new Promise((r) => setTimeout(r, 50));
+  assert.ok(!alive(), `the command's group ${group} outlived its worker`);
+});
+
+test('with a reaper, a command that cannot start is told as before: 127 and the errno, not a message of sh', async () => {
+  const { Reaper } = await import('../dist/worker/work.js');
+  const reaper = new Reaper();
+  try {
+    const missing = await new Execution(new CommandWork(['sextant-no-such-command'], env, {}, '[t]', reaper), 1).run();
+    assert.deepEqual(missing, { exitCode: 127, message: "cannot start 'sextant-no-such-command': ENOENT" });
+    const ok = await new Execution(new CommandWork(['sh', '-c', 'read line; test "$line" = \'{"a":1}\' && test "$0" = sh'], env, { a: 1 }, '[t]', reaper), 1).run();
+    assert.deepEqual(ok, { exitCode: 0 });
+  } finally {
+    reaper.close();
+  }
 });
 
 test('an output line of 100 KiB does not hang it', async () => {

@@ -3,9 +3,9 @@
 // Exit codes as everywhere in Sextant: 0 on return, 1 on an error, 86 for NonRetryableError, 128+N after signal N
 // (143 for a function that ended by its abort signal), 127 for a command that cannot start.
 import { spawn, ChildProcess } from 'node:child_process';
-import { mkdtempSync, openSync, readFileSync, readSync, closeSync, rmSync, statSync } from 'node:fs';
+import { accessSync, constants as fsConstants, mkdtempSync, openSync, readFileSync, readSync, closeSync, rmSync, statSync } from 'node:fs';
 import { constants, tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { delimiter, join } from 'node:path';
 import { OUTPUT_MAX_BYTES, SNOOZE_EXIT_CODE, outputJson, parseProgressLine, shortNumber, snoozeSeconds } from '../common.js';
 import { NON_RETRYABLE_EXIT_CODE, type Context, type HandlerFunction, type Job } from '../handlers.js';
 
@@ -124,6 +124,11 @@ export class Reaper {
     this.proc.unref();
   }
 
+  /** Its pipe, for a command to announce itself on (fd 3) before it execs. */
+  get pipe(): NodeJS.WritableStream {
+    return this.proc.stdin!;
+  }
+
   say(line: string): void {
     if (this.proc.stdin && !this.proc.stdin.destroyed) this.proc.stdin.write(`${line}\n`);
   }
@@ -131,6 +136,31 @@ export class Reaper {
   close(): void {
     this.proc.stdin?.end();
   }
+}
+
+/** Run by sh between our spawn and the command's exec: the command's process group (its pid, after the setsid of
+ * `detached`) is told to the reaper by the command itself, in one write of less than PIPE_BUF bytes. Told by us after
+ * the spawn, a worker SIGKILLed in between would leave a command running that no one knows of (node has no preexec).
+ * The reaper's pipe is closed before the exec, so the reaper sees its end when we and every announcing child are gone. */
+const ANNOUNCE = 'printf "+%s\\n" $$ >&3; exec 3>&-; exec "$@"';
+
+/** Throws as spawn would (ENOENT, EACCES) when `command` cannot be executed: run through sh, a missing command would
+ * otherwise be told apart from one that exits 127 only by sh's wording. */
+function checkStartable(command: string, path: string | undefined): void {
+  const executable = (file: string): boolean => {
+    try {
+      accessSync(file, fsConstants.X_OK);
+      return statSync(file).isFile();
+    } catch {
+      return false;
+    }
+  };
+  if (command.includes('/')) {
+    accessSync(command, fsConstants.X_OK); // its own error: ENOENT or EACCES
+    return;
+  }
+  if ((path ?? '').split(delimiter).some((dir) => dir && executable(join(dir, command)))) return;
+  throw Object.assign(new Error(`${command}: no such command on PATH`), { code: 'ENOENT' });
 }
 
 /** A command handler: one process per attempt, in its own process group, the payload on stdin, its output forwarded
@@ -226,7 +256,13 @@ export class CommandWork implements Work {
     return new Promise((resolve) => {
       let proc: ChildProcess;
       try {
-        proc = spawn(this.command[0], this.command.slice(1), { stdio: ['pipe', 'pipe', 'pipe'], env, detached: true });
+        if (this.reaper) {
+          checkStartable(this.command[0], env.PATH);
+          proc = spawn('/bin/sh', ['-c', ANNOUNCE, this.command[0], ...this.command],
+            { stdio: ['pipe', 'pipe', 'pipe', this.reaper.pipe as never], env, detached: true });
+        } else {
+          proc = spawn(this.command[0], this.command.slice(1), { stdio: ['pipe', 'pipe', 'pipe'], env, detached: true });
+        }
       } catch (err) {
         return resolve(this.notStarted(err));
       }
@@ -235,7 +271,6 @@ export class CommandWork implements Work {
       proc.on('error', (err) => { if (!spawned) resolve(this.notStarted(err)); });
       proc.on('spawn', () => {
         spawned = true;
-        this.reaper?.say(`+${proc.pid}`);
         if (this.terminated) this.terminate();
       });
       const streams = [proc.stdout!, proc.stderr!].map((s) => this.forward(s));
