@@ -12,7 +12,7 @@ import pytest
 
 from sextant.controller.view import View
 from sextant.lifecycle import transitions as T
-from sextant.lifecycle.reading import PAYLOAD_NOTE, InvalidJob, lean_job, payload_left_out, read_job
+from sextant.lifecycle.reading import KEPT_PAYLOAD_BYTES, PAYLOAD_NOTE, InvalidJob, lean_job, payload_left_out, read_job
 from sextant.resources.job import MAX_PAYLOAD_DEPTH, PAYLOAD_MAX_BYTES, payload_size
 
 from _builders import T0, handler, queue
@@ -64,13 +64,18 @@ def test_a_job_read_into_the_view_carries_no_payload_only_its_size():
     assert view.snapshot(KEY, kept).payload_bytes == payload_size(payload)
 
 
-def test_an_empty_payload_stays_and_such_a_job_is_whole_in_the_view():
+@pytest.mark.parametrize("payload", [{}, {"to": "a@example.com"}, small_keys(KEPT_PAYLOAD_BYTES)],
+                         ids=["empty", "small", "just-small-enough"])
+def test_an_empty_or_small_payload_stays_and_such_a_job_is_whole_in_the_view(payload):
+    """A pod without the runner gets a small payload in its environment: kept, it costs no GET of the job."""
     view = View()
-    view.upsert_job(job({}))
-    assert view.jobs[KEY]["spec"]["payload"] == {} and PAYLOAD_NOTE not in view.jobs[KEY]
+    view.upsert_job(job(payload))
+    assert view.jobs[KEY]["spec"]["payload"] == payload and PAYLOAD_NOTE not in view.jobs[KEY]
     assert view.whole_job(KEY) is view.jobs[KEY]
-    view.upsert_job(job({"to": "a@example.com"}, rv="11"))
+    assert payload_left_out(view.jobs[KEY]) is None and view.snapshot(KEY, view.jobs[KEY]).payload_bytes is None
+    view.upsert_job(job(small_keys(KEPT_PAYLOAD_BYTES + 40), rv="11", uid="u-2"))
     assert view.whole_job(KEY) is None, "the HTTP API GETs a job whose payload the view left out"
+    assert payload_left_out(view.jobs[KEY]) > KEPT_PAYLOAD_BYTES
 
 
 def test_a_payload_over_the_cap_is_still_refused_in_the_same_words():
@@ -106,12 +111,24 @@ def test_an_invalid_payload_is_refused_in_the_same_words_from_a_small_stand_in(p
 
 def test_the_size_is_measured_once_per_generation_not_on_every_watch_event():
     view = View()
-    view.upsert_job(job({"to": "a@example.com"}, rv="10"))
+    big = small_keys(4000)
+    view.upsert_job(job(big, rv="10"))
     note = view.jobs[KEY][PAYLOAD_NOTE]
-    later = job({"to": "a@example.com"}, rv="11")
+    later = job(big, rv="11")
     later["status"] = {"state": "queued"}
     view.upsert_job(later)
     assert view.jobs[KEY][PAYLOAD_NOTE] is note
     # Another job under the same name (another uid) is measured again.
-    view.upsert_job(job({"to": "somebody-else@example.com"}, uid="u-2", rv="12"))
-    assert view.jobs[KEY][PAYLOAD_NOTE] == {"bytes": len('{"to":"somebody-else@example.com"}')}
+    other = small_keys(3000)
+    view.upsert_job(job(other, uid="u-2", rv="12"))
+    assert view.jobs[KEY][PAYLOAD_NOTE] == {"bytes": payload_size(other)}
+    # A small payload kept is kept again on the next event without a look; a too-deep one stays a stand-in.
+    small = {"to": "a@example.com"}
+    view.upsert_job(job(small, uid="u-3", rv="13"))
+    again = job(small, uid="u-3", rv="14")
+    assert view.upsert_job(again) and view.jobs[KEY] is again
+    view.upsert_job(job(nested(MAX_PAYLOAD_DEPTH + 1), uid="u-4", rv="15"))
+    view.upsert_job(job(nested(MAX_PAYLOAD_DEPTH + 1), uid="u-4", rv="16"))
+    with pytest.raises(InvalidJob):
+        read_job(view.jobs[KEY])
+    assert view.jobs[KEY]["spec"]["payload"] is not None and len(str(view.jobs[KEY]["spec"]["payload"])) < 1000

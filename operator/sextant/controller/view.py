@@ -281,13 +281,13 @@ class View:
 
     def upsert_job(self, raw: dict[str, Any]) -> bool:
         """Store a job, unless the view already has a newer version; False then. What is stored is the job without its
-        payload (lifecycle/reading.lean_job: a payload that is not empty is read where it is needed, by a GET), or a
+        payload (lifecycle/reading.lean_job: one over 512 bytes is read where it is needed, by a GET), or a
         slim copy once it settled."""
         key = key_of(raw)
         if not self._job_versions.newer(key, _rv(raw)):
             return False
         previous = self.jobs.get(key)
-        raw = lean_job(raw, previous)  # never a payload in the view: its size and validity only
+        raw = lean_job(raw, previous)  # no payload in the view but a small one: its size and validity only
         if previous is not None:
             self._unindex(key, previous)
         else:

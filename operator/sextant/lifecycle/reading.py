@@ -15,10 +15,13 @@ from ..resources.common import format_time, json_depth, parse_time, problems
 from ..resources.contract import ANNOTATION_SCHEDULED_AT
 from ..resources.job import MAX_PAYLOAD_DEPTH, JobSpec, JobStatus, payload_size
 
-# The operator's view keeps no payload: a legal payload (256 KiB of small keys) is ~3 MiB as Python objects, so a
-# backlog of a few hundred such jobs would fill the operator's memory. A job read into the view carries instead, at
-# its top level, what the rules read of its payload: {"bytes": its size as compact JSON} (lean_job).
+# The operator's view keeps no payload but a small one: a legal payload (256 KiB of small keys) is ~3 MiB as Python
+# objects, so a backlog of a few hundred such jobs would fill the operator's memory. A job read into the view carries
+# instead, at its top level, what the rules read of its payload: {"bytes": its size as compact JSON} (lean_job).
 PAYLOAD_NOTE = "sextant.dev/payload"
+# A payload this small as JSON stays in the view (a few KiB as Python objects, even for 10,000 queued jobs ~30 MiB):
+# a pod without the runner gets it in its environment, which would otherwise cost a GET of the job per attempt.
+KEPT_PAYLOAD_BYTES = 512
 # A payload nested too deep, as read_job refuses it (check_payload), in a few hundred bytes.
 _TOO_DEEP: dict[str, Any] = {}
 _node = _TOO_DEEP
@@ -55,30 +58,37 @@ def read_job(raw: dict[str, Any]) -> JobSnapshot:
 
 
 def lean_job(raw: dict[str, Any], previous: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The job as the operator's view keeps it: all of it but spec.payload (a shallow copy; raw is not changed).
+    """The job as the operator's view keeps it: all of it but a spec.payload over KEPT_PAYLOAD_BYTES (a shallow copy;
+    raw is not changed).
 
     A payload that read_job accepts is left out and its size noted (PAYLOAD_NOTE), which is all the rules read of
     it (PayloadTooLarge). One it refuses is replaced by a small stand-in it refuses in the same words (nested too
-    deep; not a JSON object), so the job's Invalid condition says what it says today. An empty payload stays: it
-    costs nothing, and such a job is still whole in the view. `previous`, the view's copy before, lends its note
-    while uid and generation are the same (the spec changes only with the generation, and the payload not at all):
-    a job's payload is measured once, not on each of its watch events."""
+    deep; not a JSON object), so the job's Invalid condition says what it says today. An empty or small payload
+    stays: it costs next to nothing, and such a job is still whole in the view. `previous`, the view's copy before,
+    lends its verdict while uid and generation are the same (the spec changes only with the generation, and the
+    payload not at all): a job's payload is measured once, not on each of its watch events."""
     spec = raw.get("spec")
     if not isinstance(spec, dict) or "payload" not in spec:
         return raw
     payload = spec["payload"]
     if isinstance(payload, dict) and not payload:
         return raw
+    same = previous is not None and _same_spec(raw, previous)
+    kept = (previous.get("spec") or {}).get("payload") if same else None
+    if isinstance(kept, dict) and kept is not _TOO_DEEP and PAYLOAD_NOTE not in previous:
+        return raw  # kept before: small
     lean = {**raw, "spec": {k: v for k, v in spec.items() if k != "payload"}}
-    note = previous.get(PAYLOAD_NOTE) if previous is not None and _same_spec(raw, previous) else None
+    note = previous.get(PAYLOAD_NOTE) if same else None
     if note is not None:
         lean[PAYLOAD_NOTE] = note
     elif json_depth(payload, MAX_PAYLOAD_DEPTH) > MAX_PAYLOAD_DEPTH:
         lean["spec"]["payload"] = _TOO_DEEP
     elif not isinstance(payload, dict):
         lean["spec"]["payload"] = [] if isinstance(payload, list) else "" if isinstance(payload, str) else payload
+    elif (size := payload_size(payload)) <= KEPT_PAYLOAD_BYTES:
+        return raw
     else:
-        lean[PAYLOAD_NOTE] = {"bytes": payload_size(payload)}
+        lean[PAYLOAD_NOTE] = {"bytes": size}
     return lean
 
 
