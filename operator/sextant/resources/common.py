@@ -39,9 +39,16 @@ DURATION_DESCRIPTION = (f'A duration such as "30s", "10m", "24h" or "1h30m" (uni
 def parse_duration(text: str) -> timedelta:
     """'1h30m' → timedelta(hours=1, minutes=30). Total: ValueError naming the rule for anything else (never an
     OverflowError, whatever the digits)."""
-    if not isinstance(text, str) or len(text) > 64 or not _DURATION_RE.match(text):
-        shown = text if not isinstance(text, str) else text[:40]
-        raise ValueError(f'{shown!r} is not a duration: use a number and a unit (ms, s, m, h), e.g. "30s" or "1h30m"')
+    if not isinstance(text, str):
+        raise ValueError(f'{text!r} is not a duration: use a number and a unit (ms, s, m, h), e.g. "30s" or "1h30m"')
+    return _parse_duration(text)
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_duration(text: str) -> timedelta:
+    """Cached: the operator reads the same few durations of its Queues on every look at a job."""
+    if len(text) > 64 or not _DURATION_RE.match(text):
+        raise ValueError(f'{text[:40]!r} is not a duration: use a number and a unit (ms, s, m, h), e.g. "30s" or "1h30m"')
     seconds = sum(float(n) * _UNIT_SECONDS[u] for n, u in _PART_RE.findall(text))
     if not seconds <= MAX_DURATION.total_seconds():  # also false for inf and nan
         raise ValueError(f"{text!r} is longer than the maximum duration, {MAX_DURATION_TEXT}")
