@@ -224,6 +224,7 @@ def write_outputs(out: Path, stamp: str, meta: dict, results: list, scale_result
     if scale_result:
         parts.append("\n### scale\n\n```\n" + json.dumps(scale_result, indent=1) + "\n```\n")
     parts.append(report.profile_text(results))
+    parts.append(report.apiserver_text(results))
     if plot:
         png = report.plot(results, out / f"{stamp}.png")
         if png:

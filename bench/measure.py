@@ -1,11 +1,13 @@
 """What a run costs: CPU seconds per process (/proc/<pid>/stat), the operator's memory (/proc/<pid>/status), the
-machine's load (/proc/loadavg, /proc/stat), and the API requests of every client (the API server's audit log)."""
+machine's load (/proc/loadavg, /proc/stat), the API requests of every client (the API server's audit log), and
+where the API server's time and watch bytes went by resource and verb (its own /metrics)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
+import re
 import resource
 import time
 from collections import Counter, defaultdict
@@ -222,3 +224,45 @@ def is_write(request: str) -> bool:
 def _is_event(request: str) -> bool:
     res = request.split()[1]
     return res == "events" or res.startswith("events.")
+
+
+# The API server's own account, by resource and verb: time spent serving requests (apiserver_request_duration_seconds,
+# which for a watch is its whole life and is left out) and the bytes of the watch events it sent, by kind.
+_METRIC = re.compile(r'^(apiserver_request_duration_seconds|apiserver_watch_events_sizes)_(sum|count)\{([^}]*)\} (\S+)$')
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
+def apiserver_metrics(text: str) -> dict[str, dict[str, float]]:
+    """{"<resource>[/<subresource>] <verb>": {"seconds", "requests"}, "watch <kind>": {"bytes", "events"}}: the
+    counters as read now (cumulative since the API server started; apiserver_delta takes two readings apart)."""
+    out: dict[str, dict[str, float]] = defaultdict(dict)
+    for line in text.splitlines():
+        m = _METRIC.match(line)
+        if m is None:
+            continue
+        name, part, labels, value = m.groups()
+        lab = dict(_LABEL.findall(labels))
+        if name == "apiserver_request_duration_seconds":
+            if lab.get("verb") in ("WATCH", "CONNECT"):
+                continue
+            resource = lab.get("resource", "") + (f"/{lab['subresource']}" if lab.get("subresource") else "")
+            group = f".{lab['group']}" if lab.get("group") else ""
+            key, field = f"{lab.get('verb', '').lower()} {resource}{group}", "seconds" if part == "sum" else "requests"
+        else:
+            group = f".{lab['group']}" if lab.get("group") else ""
+            key, field = f"watch {lab.get('kind', lab.get('resource', ''))}{group}", "bytes" if part == "sum" else "events"
+        out[key][field] = out[key].get(field, 0.0) + float(value)
+    return dict(out)
+
+
+def apiserver_delta(before: dict[str, dict[str, float]], after: dict[str, dict[str, float]],
+                    jobs: int) -> dict[str, dict[str, float]]:
+    """Per job, what the API server served between two readings, largest first."""
+    out = {}
+    for key, fields in after.items():
+        was = before.get(key, {})
+        delta = {f: round((v - was.get(f, 0.0)) / jobs, 6) for f, v in fields.items()}
+        if any(delta.values()):
+            out[key] = delta
+    weight = lambda kv: kv[1].get("seconds", 0.0) + kv[1].get("bytes", 0.0) / 1e9  # noqa: E731
+    return dict(sorted(out.items(), key=weight, reverse=True))

@@ -274,6 +274,24 @@ def profile_text(results: list[dict[str, Any]], top: int = 15) -> str:
     return "\n".join(out) + ("\n" if out else "")
 
 
+def apiserver_text(results: list[dict[str, Any]], top: int = 12) -> str:
+    """Where the API server's time went (ms of request time per job, by request) and the watch bytes it sent (per
+    job, by kind), from its own metrics: request time is latency, not CPU, but it ranks what costs it most."""
+    out = []
+    for r in results:
+        served = r.get("apiserver_per_job")
+        if not served:
+            continue
+        out.append(f"\n### API server: {r['config']} {r['workload']} (its /metrics, per job)\n")
+        out.append("| request | requests / job | request time / job (ms) |\n|---|---|---|")
+        requests = [(k, v) for k, v in served.items() if "seconds" in v][:top]
+        out += [f"| {k} | {v.get('requests', 0):g} | {v['seconds'] * 1000:.2f} |" for k, v in requests]
+        out.append("\n| watch events of | events / job | KiB / job |\n|---|---|---|")
+        watched = sorted(((k, v) for k, v in served.items() if "bytes" in v), key=lambda kv: -kv[1]["bytes"])[:top]
+        out += [f"| {k.removeprefix('watch ')} | {v.get('events', 0):g} | {v['bytes'] / 1024:.1f} |" for k, v in watched]
+    return "\n".join(out) + ("\n" if out else "")
+
+
 def plot(results: list[dict[str, Any]], path: Path) -> Path | None:
     try:
         import matplotlib

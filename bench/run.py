@@ -430,6 +430,11 @@ def prepare_namespace(cluster: LocalCluster, config: Config, namespace: str, crd
 
 # --- one workload ---------------------------------------------------------------------------------------------
 
+def _apiserver_metrics(cluster: LocalCluster) -> dict[str, dict[str, float]] | None:
+    proc = cluster.kubectl("get", "--raw", "/metrics", check=False, timeout=60)
+    return measure.apiserver_metrics(proc.stdout) if proc.returncode == 0 else None
+
+
 async def generate(api: Api, config: Config, workload: Workload, namespace: str, rec: Recorder,
                    in_flight: int) -> dict[str, Any]:
     """Create the workload's jobs: a burst (in_flight creates at a time) or open-loop arrivals at a fixed rate."""
@@ -638,6 +643,7 @@ async def run_workload(cluster: LocalCluster, config: Config, workload: Workload
                 spy = profile.Spy(operator.pid, opts.out / f"profile-{label}.txt")
                 spy.start()
                 usage.pids["py-spy"] = spy.pid
+            served_before = _apiserver_metrics(cluster)
             usage.start()
             t_start = time.time()
             log(opts, f"{config.name} {workload.name}: creating {workload.jobs} jobs")
@@ -654,6 +660,8 @@ async def run_workload(cluster: LocalCluster, config: Config, workload: Workload
                     pass
             t_end = time.time()
             usage.stop()
+            if served_before is not None and (served_after := _apiserver_metrics(cluster)) is not None:
+                result["apiserver_per_job"] = measure.apiserver_delta(served_before, served_after, workload.jobs)
             timed_out = rec.terminal < workload.jobs
             log(opts, f"{config.name} {workload.name}: {rec.terminal}/{workload.jobs} terminal after "
                       f"{t_end - t0:.1f} s" + (" (timed out)" if timed_out else ""))
