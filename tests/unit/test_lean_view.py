@@ -132,3 +132,20 @@ def test_the_size_is_measured_once_per_generation_not_on_every_watch_event():
     with pytest.raises(InvalidJob):
         read_job(view.jobs[KEY])
     assert view.jobs[KEY]["spec"]["payload"] is not None and len(str(view.jobs[KEY]["spec"]["payload"])) < 1000
+
+
+def test_our_own_write_answer_is_kept_without_its_managed_fields():
+    """A status write's answer comes whole (the informers trim theirs): its managedFields name every key of the
+    payload again. Kept, each job the operator wrote `queued` weighed its payload once more (issue 28's 695 MB)."""
+    payload = small_keys(PAYLOAD_MAX_BYTES)
+    answer = job(payload)
+    answer["metadata"]["managedFields"] = [{"manager": "kubectl-create", "fieldsV1": {"f:spec": {"f:payload": {
+        f"f:{k}": {} for k in payload}}}}]
+    answer["metadata"]["annotations"] = {"kubectl.kubernetes.io/last-applied-configuration": "{...}", "team": "a"}
+    before = copy.deepcopy(answer["metadata"])
+    view = View()
+    assert view.upsert_job(answer)
+    kept = view.jobs[KEY]["metadata"]
+    assert "managedFields" not in kept and kept["annotations"] == {"team": "a"}
+    assert kept["resourceVersion"] == answer["metadata"]["resourceVersion"]
+    assert answer["metadata"] == before, "the answer handed in is not changed"

@@ -48,6 +48,9 @@ LIST_PAGE = 5000
 LIST_PAGE_BYTES = 8 * 1024 * 1024
 
 
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+
 def key_of(obj: dict[str, Any]) -> Key:
     meta = obj["metadata"]
     return meta.get("namespace", ""), meta["name"]
@@ -60,7 +63,7 @@ def trim(obj: dict[str, Any]) -> dict[str, Any]:
         meta.pop("managedFields", None)
         annotations = meta.get("annotations")
         if annotations:
-            annotations.pop("kubectl.kubernetes.io/last-applied-configuration", None)
+            annotations.pop(LAST_APPLIED, None)
     return obj
 
 
