@@ -242,14 +242,13 @@ def apiserver_metrics(text: str) -> dict[str, dict[str, float]]:
             continue
         name, part, labels, value = m.groups()
         lab = dict(_LABEL.findall(labels))
+        group = f".{lab['group']}" if lab.get("group") else ""
         if name == "apiserver_request_duration_seconds":
             if lab.get("verb") in ("WATCH", "CONNECT"):
                 continue
             resource = lab.get("resource", "") + (f"/{lab['subresource']}" if lab.get("subresource") else "")
-            group = f".{lab['group']}" if lab.get("group") else ""
             key, field = f"{lab.get('verb', '').lower()} {resource}{group}", "seconds" if part == "sum" else "requests"
         else:
-            group = f".{lab['group']}" if lab.get("group") else ""
             key, field = f"watch {lab.get('kind', lab.get('resource', ''))}{group}", "bytes" if part == "sum" else "events"
         out[key][field] = out[key].get(field, 0.0) + float(value)
     return dict(out)

@@ -29,7 +29,7 @@ from ..resources.job import State, sequence_of
 from ..resources.queue import QueueSpec
 from ..resources.report import Progress
 from ..resources.worker import Assignment
-from ..kube.informer import LAST_APPLIED, Key, key_of
+from ..kube.informer import Key, key_of, trim
 from .pods import controller_uid, observe
 
 log = logging.getLogger(__name__)
@@ -153,19 +153,6 @@ def read_worker_lease(lease: dict[str, Any]) -> W.WorkerLease | None:
         lease_duration=(timedelta(seconds=seconds) if isinstance(seconds, int) and 0 < seconds < 86_400
                         else W.DEFAULT_LEASE_DURATION),
     )
-
-
-def _without_managed_fields(raw: dict[str, Any]) -> dict[str, Any]:
-    """What the informers' trim drops (managedFields, kubectl's last-applied copy), without changing raw (an answer
-    its caller may still hand on)."""
-    meta = raw.get("metadata") or {}
-    annotations = meta.get("annotations") or {}
-    if "managedFields" not in meta and LAST_APPLIED not in annotations:
-        return raw
-    meta = {k: v for k, v in meta.items() if k != "managedFields"}
-    if LAST_APPLIED in annotations:
-        meta["annotations"] = {k: v for k, v in annotations.items() if k != LAST_APPLIED}
-    return {**raw, "metadata": meta}
 
 
 def is_slim(raw: dict[str, Any]) -> bool:
@@ -300,9 +287,9 @@ class View:
         if not self._job_versions.newer(key, _rv(raw)):
             return False
         previous = self.jobs.get(key)
-        # Our own writes' answers come untrimmed (the informers trim theirs): their managedFields name every key of
-        # the payload again, so kept, a job written `queued` weighed its whole payload once more (issue 28).
-        raw = lean_job(_without_managed_fields(raw), previous)  # no payload but a small one: its size and validity
+        # Trimmed here too: our own writes' answers come whole, and their managedFields name every key of the payload
+        # again (kept, a job written `queued` weighed its whole payload once more: issue 28).
+        raw = lean_job(trim(raw), previous)  # no payload but a small one: its size and validity
         if previous is not None:
             self._unindex(key, previous)
         else:

@@ -48,7 +48,7 @@ LIST_PAGE = 5000
 LIST_PAGE_BYTES = 8 * 1024 * 1024
 
 
-LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+_LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 
 def key_of(obj: dict[str, Any]) -> Key:
@@ -57,14 +57,19 @@ def key_of(obj: dict[str, Any]) -> Key:
 
 
 def trim(obj: dict[str, Any]) -> dict[str, Any]:
-    """Drop what the operator never reads (managedFields is often half an object's size)."""
+    """obj without what the operator never reads: managedFields (often half an object's size, and for a job a list
+    of every key of its payload) and kubectl's last-applied copy. A shallow copy when there is something to drop
+    (obj itself is not changed: an API answer's caller may still hand it on), else obj."""
     meta = obj.get("metadata")
-    if meta:
-        meta.pop("managedFields", None)
-        annotations = meta.get("annotations")
-        if annotations:
-            annotations.pop(LAST_APPLIED, None)
-    return obj
+    if not meta:
+        return obj
+    annotations = meta.get("annotations") or {}
+    if "managedFields" not in meta and _LAST_APPLIED not in annotations:
+        return obj
+    meta = {k: v for k, v in meta.items() if k != "managedFields"}
+    if _LAST_APPLIED in annotations:
+        meta["annotations"] = {k: v for k, v in annotations.items() if k != _LAST_APPLIED}
+    return {**obj, "metadata": meta}
 
 
 def jittered(delay: float) -> float:

@@ -75,8 +75,8 @@ def lean_job(raw: dict[str, Any], previous: dict[str, Any] | None = None) -> dic
         return raw
     same = previous is not None and _same_spec(raw, previous)
     kept = (previous.get("spec") or {}).get("payload") if same else None
-    if isinstance(kept, dict) and kept is not _TOO_DEEP and PAYLOAD_NOTE not in previous:
-        return raw  # kept before: small
+    if isinstance(kept, dict) and kept is not _TOO_DEEP:
+        return raw  # kept before (a payload left out has a note instead): small
     lean = {**raw, "spec": {k: v for k, v in spec.items() if k != "payload"}}
     note = previous.get(PAYLOAD_NOTE) if same else None
     if note is not None:

@@ -40,15 +40,19 @@ def parse_duration(text: str) -> timedelta:
     """'1h30m' → timedelta(hours=1, minutes=30). Total: ValueError naming the rule for anything else (never an
     OverflowError, whatever the digits)."""
     if not isinstance(text, str):
-        raise ValueError(f'{text!r} is not a duration: use a number and a unit (ms, s, m, h), e.g. "30s" or "1h30m"')
+        raise _not_a_duration(text)
     return _parse_duration(text)
+
+
+def _not_a_duration(shown: object) -> ValueError:
+    return ValueError(f'{shown!r} is not a duration: use a number and a unit (ms, s, m, h), e.g. "30s" or "1h30m"')
 
 
 @functools.lru_cache(maxsize=1024)
 def _parse_duration(text: str) -> timedelta:
     """Cached: the operator reads the same few durations of its Queues on every look at a job."""
     if len(text) > 64 or not _DURATION_RE.match(text):
-        raise ValueError(f'{text[:40]!r} is not a duration: use a number and a unit (ms, s, m, h), e.g. "30s" or "1h30m"')
+        raise _not_a_duration(text[:40])
     seconds = sum(float(n) * _UNIT_SECONDS[u] for n, u in _PART_RE.findall(text))
     if not seconds <= MAX_DURATION.total_seconds():  # also false for inf and nan
         raise ValueError(f"{text!r} is longer than the maximum duration, {MAX_DURATION_TEXT}")

@@ -1,7 +1,10 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { CommandWork, Execution, FunctionWork, commandEnvironment } from '../dist/worker/work.js';
+import { existsSync, mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { CommandWork, Execution, FunctionWork, Reaper, commandEnvironment } from '../dist/worker/work.js';
 import { parseProgressLine } from '../dist/common.js';
 import { NonRetryableError, Snooze } from '../dist/index.js';
 
@@ -75,7 +78,6 @@ test('a worker SIGKILLed right after it spawns a command takes the command with 
 });
 
 test('with a reaper, a command that cannot start is told as before: 127 and the errno, not a message of sh', async () => {
-  const { Reaper } = await import('../dist/worker/work.js');
   const reaper = new Reaper();
   try {
     const missing = await new Execution(new CommandWork(['sextant-no-such-command'], env, {}, '[t]', reaper), 1).run();
@@ -94,9 +96,11 @@ test('an output line of 100 KiB does not hang it', async () => {
 });
 
 test('a stop sends SIGTERM, then SIGKILL to the whole group after the grace', async () => {
-  const stubborn = new Execution(new CommandWork(['sh', '-c', 'trap "" TERM; sleep 30 & wait'], env, {}, '[t]'), 0.2);
+  const ready = join(mkdtempSync(join(tmpdir(), 'sextant-test-')), 'ready');
+  const stubborn = new Execution(new CommandWork(['sh', '-c', `trap "" TERM; touch ${ready}; sleep 30 & wait`], env, {}, '[t]'), 0.2);
   const run = stubborn.run();
-  await new Promise((r) => setTimeout(r, 200));
+  // Stopped once it ignores SIGTERM: before its trap, SIGTERM alone would end it.
+  for (const until = Date.now() + 10000; !existsSync(ready) && Date.now() < until;) await new Promise((r) => setTimeout(r, 20));
   stubborn.stop('Cancelled');
   const ended = await run;
   assert.equal(ended.exitCode, 137);

@@ -256,13 +256,10 @@ export class CommandWork implements Work {
     return new Promise((resolve) => {
       let proc: ChildProcess;
       try {
-        if (this.reaper) {
-          checkStartable(this.command[0], env.PATH);
-          proc = spawn('/bin/sh', ['-c', ANNOUNCE, this.command[0], ...this.command],
-            { stdio: ['pipe', 'pipe', 'pipe', this.reaper.pipe as never], env, detached: true });
-        } else {
-          proc = spawn(this.command[0], this.command.slice(1), { stdio: ['pipe', 'pipe', 'pipe'], env, detached: true });
-        }
+        if (this.reaper) checkStartable(this.command[0], env.PATH);
+        const [file, ...args] = this.reaper ? ['/bin/sh', '-c', ANNOUNCE, this.command[0], ...this.command] : this.command;
+        proc = spawn(file, args, { stdio: ['pipe', 'pipe', 'pipe', ...(this.reaper ? [this.reaper.pipe as never] : [])],
+          env, detached: true });
       } catch (err) {
         return resolve(this.notStarted(err));
       }
