@@ -34,7 +34,7 @@ def fake_cache(tmp_path: Path) -> tuple[dict[str, str], Path]:
     """A cache that already holds (fake) binaries of versions nobody builds: the script finds them, builds nothing."""
     env = {**os.environ, "SEXTANT_CACHE": str(tmp_path), "K8S_VERSION": "v0.0.1", "ETCD_VERSION": "v0.0.2",
            "KWOK_VERSION": "v0.0.3"}
-    bindir = tmp_path / "controlplane-k8s-v0.0.1-etcd-v0.0.2-kwok-v0.0.3" / "bin"
+    bindir = tmp_path / "controlplane-k8s-v0.0.1-etcd-v0.0.2-kwok-v0.0.3-resume" / "bin"
     bindir.mkdir(parents=True)
     for name in localcluster.BINARIES:
         (bindir / name).write_text("#!/bin/sh\n")

@@ -9,7 +9,8 @@ K8S_VERSION=${K8S_VERSION:-v1.36.3}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
 KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
 CACHE_ROOT=${SEXTANT_CACHE:-$HOME/.cache/sextant}
-BIN="$CACHE_ROOT/controlplane-k8s-$K8S_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK_VERSION/bin"
+# "-resume": kwok's pod watch resumes where it ended (below); a different binary, so a different cache
+BIN="$CACHE_ROOT/controlplane-k8s-$K8S_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK_VERSION-resume/bin"
 NEEDED=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kwokctl)
 
 die() { echo "build-controlplane: $*" >&2; exit 1; }
@@ -31,7 +32,20 @@ start=$(date +%s)
 
 if [ ! -x "$BIN/kwok" ] || [ ! -x "$BIN/kwokctl" ]; then
   log "kwok $KWOK_VERSION"
-  GOBIN="$BIN" go install "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" "sigs.k8s.io/kwok/cmd/kwokctl@$KWOK_VERSION" >&2
+  GOBIN="$BIN" go install "sigs.k8s.io/kwok/cmd/kwokctl@$KWOK_VERSION" >&2
+  # kwok's own informer sets resourceVersion "0" on every watch it opens, re-watches included, so each time the
+  # API server ends its pod watch (it ends a consumer that falls behind, as kwok's one matching goroutine does in a
+  # burst) every pod on its nodes comes again as ADDED and is matched and played again. A kubelet resumes its watch
+  # from the last resourceVersion it saw; this build does the same, and keeps "0" for the first list and a relist.
+  src=$(go mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
+  [ -d "$src" ] || die "could not download sigs.k8s.io/kwok@$KWOK_VERSION's source"
+  cp -R "$src" "$WORK/kwok" && chmod -R u+w "$WORK/kwok" && cd "$WORK/kwok"
+  informer=pkg/utils/informer/event.go
+  line='if !o.EnableListPager || o.EnableStreamWatch {'
+  [ "$(grep -cF "$line" "$informer")" = 1 ] || die "kwok $KWOK_VERSION: $informer changed shape; review the resume-watch edit"
+  sed -i "s/^\([[:space:]]*\)if !o.EnableListPager || o.EnableStreamWatch {$/\1if (!o.EnableListPager || o.EnableStreamWatch) \&\& opts.ResourceVersion == \"\" {/" "$informer"
+  grep -qF '&& opts.ResourceVersion == "" {' "$informer" || die "kwok $KWOK_VERSION: the resume-watch edit did not apply"
+  go build -trimpath -ldflags "-s -w" -o "$BIN/kwok" ./cmd/kwok >&2
 fi
 
 if [ ! -x "$BIN/etcd" ]; then
