@@ -128,6 +128,25 @@ def pod_bytes(pod: dict[str, Any]) -> int:
     return len(json.dumps(pod, separators=(",", ":")).encode())
 
 
+@pytest.mark.parametrize("heartbeat", [True, False])
+def test_pods_built_from_one_handler_share_nothing_with_it_or_with_each_other(heartbeat):
+    # build_pod copies nothing on purpose (it is on every attempt's path): what it returns must be new all the way
+    # down, or a change to one pod (the API client, the view) would reach the Handler's template or the next pod.
+    h = handler(heartbeat, env=[{"name": "MODE", "value": "live"}])
+    template_before = h.pod_spec()
+    first, second = pod_for(raw_job("job-a"), h), pod_for(raw_job("job-b"), h)
+    expected_second = json.loads(json.dumps(second))
+    for container in first["spec"]["containers"]:
+        for e in container["env"]:
+            e["name"] = "CHANGED"
+            e.get("valueFrom", {}).get("fieldRef", {})["fieldPath"] = "changed"
+        container["securityContext"]["capabilities"]["drop"].append("CHANGED")
+    first["spec"]["securityContext"]["seccompProfile"]["type"] = "Changed"
+    first["metadata"]["labels"]["changed"] = "yes"
+    assert second == expected_second
+    assert h.pod_spec() == template_before
+
+
 def test_the_slim_pod_is_a_quarter_smaller_than_one_with_every_variable():
     """A typical pod (the README's Handler, a small payload): 1342 bytes of JSON against 1859 with every variable
     (17 with SEXTANT_RUN, SEXTANT_SEQUENCE's deprecated alias; as the operator sends it; the API server adds its

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from ..lifecycle.attempts import DISRUPTION_TARGET, PodObservation, Report
@@ -20,10 +19,12 @@ from ..lifecycle.reading import job_scheduled_at
 
 # Variables the operator (or the pod's own fields, or the runner) sets: a Handler's template cannot set them.
 RESERVED_ENV = IDENTITY_VARIABLES | set(POD_VARIABLES) | {ATTEMPT_REF}
-# The downward API: what cannot be known before the pod exists.
-POD_UID_ENV = {"name": "SEXTANT_POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}}
-NODE_NAME_ENV = {"name": "SEXTANT_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
-POD_NAME_ENV = {"name": "SEXTANT_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+
+
+def field_env(name: str, field_path: str) -> dict[str, Any]:
+    """A variable from the downward API (what cannot be known before the pod exists); a new dict each time, so that
+    no two pods share one."""
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": field_path}}}
 
 
 def attempt_env(raw: dict[str, Any], job: JobSnapshot, handler: HandlerSpec, queue: QueueSpec,
@@ -39,27 +40,29 @@ def attempt_env(raw: dict[str, Any], job: JobSnapshot, handler: HandlerSpec, que
         ref = attempt_ref(namespace=namespace, job_name=job.name, job_uid=job.uid, sequence=create.sequence,
                           attempt=create.attempt, pod_name=create.name, lease_duration=queue.lease_duration,
                           cancel_grace=queue.cancel_grace)
-        return [{"name": ATTEMPT_REF, "value": ref}, NODE_NAME_ENV, POD_UID_ENV]
+        return [{"name": ATTEMPT_REF, "value": ref}, field_env("SEXTANT_NODE_NAME", "spec.nodeName"),
+                field_env("SEXTANT_POD_UID", "metadata.uid")]
     identity = attempt_variables(
         job_name=job.name, job_uid=job.uid, namespace=namespace, queue=job.spec.queue, handler=job.spec.handler,
         attempt=create.attempt, sequence=create.sequence, scheduled_at=job_scheduled_at(job, raw), payload=job.spec.payload,
         lease_name=create.name, lease_duration=queue.lease_duration, cancel_grace=queue.cancel_grace,
         heartbeat=handler.heartbeat)
     # The runner names its pod as the owner of the attempt's Lease: the operator counts only such a Lease.
-    return [*({"name": k, "value": v} for k, v in identity.items()), NODE_NAME_ENV, POD_NAME_ENV, POD_UID_ENV]
+    return [*({"name": k, "value": v} for k, v in identity.items()), field_env("SEXTANT_NODE_NAME", "spec.nodeName"),
+            field_env("SEXTANT_POD_NAME", "metadata.name"), field_env("SEXTANT_POD_UID", "metadata.uid")]
 
 
 def build_pod(raw: dict[str, Any], job: JobSnapshot, handler: HandlerSpec, queue: QueueSpec,
               create: CreatePod) -> dict[str, Any]:
     namespace = raw["metadata"]["namespace"]
     template = handler.template
-    spec = copy.deepcopy(handler.pod_spec())
+    spec = handler.pod_spec()  # a new dump each time: the Handler's own template is never written into
     spec["restartPolicy"] = "Never"  # a retry is a new attempt, decided by the operator, not the kubelet
     spec.setdefault("terminationGracePeriodSeconds", int(parse_duration(queue.cancel_grace).total_seconds()))
     restrict(spec)  # the Pod Security Standard "restricted", unless the Handler's template says otherwise
     first = spec["containers"][0]
-    first["env"] = [e for e in first.get("env", []) if e.get("name") not in RESERVED_ENV] + copy.deepcopy(
-        attempt_env(raw, job, handler, queue, create))
+    first["env"] = [e for e in first.get("env", []) if e.get("name") not in RESERVED_ENV] + attempt_env(
+        raw, job, handler, queue, create)
     # A failed handler's last log lines become the timeline's message when it writes no termination message.
     first.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")
     labels = {

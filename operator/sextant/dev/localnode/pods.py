@@ -111,7 +111,10 @@ def _descendant_groups(pid: int) -> set[int]:
 def kill_container(pid: int) -> None:
     """SIGKILL the group of a pod's main process and every group its processes started (the runner's handler has
     its own), as a container's end takes all of its processes."""
-    for group in {pid} | _descendant_groups(pid):
+    groups = _descendant_groups(pid) - {pid}  # found while the tree is whole: the main process's end breaks it
+    # Its own group first: a main process whose children died first could exit on its own (status 0) before its
+    # SIGKILL came, and the container would look like it completed.
+    for group in (pid, *groups):
         signal_group(group, signal.SIGKILL)
 
 
