@@ -70,6 +70,19 @@ class Queue:
         key = self.holders.pop(job)
         self.line.unpark(key)
 
+    def give_back(self, job: str, priority: int = 0) -> None:
+        """The grant's reconcile ends without acting on it (the grant came while another reconcile of the job ran):
+        the slot goes back and the job waits in line again (the slots' release of a grant that started nothing)."""
+        self.unsettled.remove(job)
+        key = self.holders.pop(job)
+        # It started nothing: no longer one of the grants the rate limit is checked over (a restarted operator cannot
+        # know of it), though the live window keeps counting it a while.
+        self.grants = [g for g in self.grants if g[1] != job]
+        if self.starts is not None:
+            self.starts.settle(job, self.moment, started=False)
+        self.line.unpark(key)
+        self.add(job, key, priority)
+
     def jobs(self, taken: Any) -> list[str]:
         return [job for job, _ in taken.granted]
 
@@ -283,6 +296,28 @@ def test_a_grant_counts_until_its_pod_or_assignment_is_made_and_from_then():
     assert len(log) == 1 and log.free_at(1, at(1)) == at(4)
 
 
+def test_a_grant_given_back_still_counts_and_the_attempt_counts_again_when_a_later_grant_starts_it():
+    """A grant whose reconcile did not act on it holds the window as a start would; the attempt is still to start,
+    and when a later grant starts it, that start counts from its own moment (not from the given-back one's, which
+    would let the next grant follow it too closely)."""
+    q = Queue(concurrency=10, starts=1, per=timedelta(seconds=3))
+    q.slow = True
+    q.add("j0")
+    assert q.jobs(q.take()) == ["j0"]
+    q.give_back("j0")  # at 0: counts until 3
+    q.moment = at(2.9)
+    assert q.jobs(q.take()) == []
+    q.moment = at(3)
+    assert q.jobs(q.take()) == ["j0"]
+    q.moment = at(4)
+    q.settle()  # j0 starts at 4: the window is full until 7
+    q.add("j1")
+    q.moment = at(6.9)
+    assert q.jobs(q.take()) == []
+    q.moment = at(7)
+    assert q.jobs(q.take()) == ["j1"]
+
+
 # --- properties -----------------------------------------------------------------------------------------------------
 
 KEYS = ["a", "b", "c", NO_KEY]
@@ -295,6 +330,7 @@ step = st.one_of(
     st.tuples(st.just("pause"), st.booleans()),
     st.tuples(st.just("restart"), st.floats(0, 1)),
     st.tuples(st.just("settle")),  # the grants' reconciles, when they lag (a loaded API server), make their starts
+    st.tuples(st.just("give back"), st.integers(0, 1000)),  # a grant's reconcile ends without acting on it
 )
 
 
@@ -304,13 +340,14 @@ step = st.one_of(
        slow=st.booleans(), steps=st.lists(step, max_size=80))
 def test_no_limit_is_ever_exceeded_and_no_key_is_starved(concurrency, per_key, rate, slow, steps):
     """Random arrivals, ends, withdrawals, time, pauses, operator restarts (a new Line and a window rebuilt from
-    the objects' late signs) and reconciles that lag their grants: every take keeps the queue's concurrency, each
+    the objects' late signs), reconciles that lag their grants and grants given back: every take keeps the queue's concurrency, each
     key's limit and the rate limit (over the grants and over the starts); and
     while a key waits below its limit, no other key is served twice (same priority)."""
     limits = Limits(False, concurrency, per_key, *(rate[0], timedelta(seconds=rate[1])) if rate else (None, None))
     q = Queue(**limits.__dict__)
     q.slow = slow
     waiting: dict[str, tuple[str, int]] = {}  # job → (key, priority)
+    priorities: dict[str, int] = {}
     passed: dict[str, Counter[str]] = {k: Counter() for k in KEYS}
     names = itertools.count()
     for action, *args in steps:
@@ -319,6 +356,7 @@ def test_no_limit_is_ever_exceeded_and_no_key_is_starved(concurrency, per_key, r
             for _ in range(count):
                 job = f"j{next(names)}"
                 waiting[job] = (key, priority)
+                priorities[job] = priority
                 q.add(job, key, priority)
         elif action == "end" and q.holders:
             q.end(sorted(q.holders)[args[0] % len(q.holders)])
@@ -344,6 +382,10 @@ def test_no_limit_is_ever_exceeded_and_no_key_is_starved(concurrency, per_key, r
                     q.starts.note(job, 1, late, q.moment)
         elif action == "settle":
             q.settle()
+        elif action == "give back" and (given := [job for job in q.unsettled if job in q.holders]):
+            job = given[args[0] % len(given)]
+            waiting[job] = (q.holders[job], priorities[job])
+            q.give_back(job, priorities[job])
         before = len(q.grants)
         held = q.key_holders()  # as each grant of this take finds them
         q.take()

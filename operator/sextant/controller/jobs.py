@@ -538,10 +538,12 @@ class JobController:
         """Act on a decision; False when it could not be recorded (a conflict: the watch brings another look)."""
         ns = key[0]
         for action in decision.actions:
-            if isinstance(action, T.CreatePod) and (why := await self._create_pod(key, raw, job, action)):
-                raise _PodNotCreated(why)
+            if isinstance(action, T.CreatePod):
+                if why := await self._create_pod(key, raw, job, action):
+                    raise _PodNotCreated(why)
+                self.slots.started(key, self.now())
             if isinstance(action, T.Assign):
-                self._assign(key, job, action)
+                self.slots.started(key, self._assign(key, job, action))
         if decision.status != job.status:
             if not await self._write_status(key, raw, decision.status):
                 return False
@@ -561,9 +563,9 @@ class JobController:
                 self._unassign(key, action.sequence)
         return True
 
-    def _assign(self, key: Key, job: T.JobSnapshot, action: T.Assign) -> None:
+    def _assign(self, key: Key, job: T.JobSnapshot, action: T.Assign) -> datetime:
         """Hand the attempt to its worker's status writer: it holds its slots from now, and is the job's starting
-        attempt once its write has landed."""
+        attempt once its write has landed. Returns its assignedAt."""
         now = self.now()
         name, incarnation = action.worker.split("/", 1)
         queue = self.view.queues.get((key[0], job.spec.queue)) or QueueSpec()
@@ -571,6 +573,7 @@ class JobController:
                                 sequence=action.sequence, attempt=action.attempt, incarnation=incarnation,
                                 assigned_at=format_time(now), timeout_at=format_time(now + parse_duration(queue.timeout)))
         self.worker_status.assign((key[0], name), key, assignment)
+        return now
 
     def _unassign(self, key: Key, sequence: int) -> None:
         """The job is done with its assignment of this sequence: removed from its worker's status (an assignment

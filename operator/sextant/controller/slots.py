@@ -325,6 +325,12 @@ class Slots:
         if queue is not None:
             self._lines[queue].withdraw(job)
 
+    def started(self, job: Key, at: datetime) -> None:
+        """The reconcile acting on job's grant made its pod or its assignment at `at`: the start its queue's rate
+        limit counts, from then (not from the reconcile's end: a slow status write after it would move it later)."""
+        for starts in self._starts.values():
+            starts.settle(job, at)
+
     def release(self, job: Key) -> bool:
         """The reconcile that acted on a grant ends: job now holds its slot by its pod or status, or not at all, and
         its worker's slot by its status.worker. Called on every path of a reconcile. True when job had a grant
@@ -332,8 +338,8 @@ class Slots:
         had = job in self._reserved
         if had:
             now = self.now()
-            for starts in self._starts.values():  # its start, if its queue is rate-limited: counted from now
-                starts.settle(job, now)
+            for starts in self._starts.values():  # a grant not acted on (it came during another reconcile of the job)
+                starts.settle(job, now, started=False)
         self._reserved.discard(job)
         picked = self._picked.pop(job, None)
         if picked is not None:

@@ -118,12 +118,18 @@ class StartLog:
         if self.wanted(job, sequence):
             self._pending[job] = sequence
 
-    def settle(self, job: Job, at: datetime) -> None:
-        """job's grant was acted on (its pod or assignment made, or given up) by `at`: a start at `at` (a grant that
-        started nothing counts too: the window holds too much a while, never too little)."""
+    def settle(self, job: Job, at: datetime, started: bool = True) -> None:
+        """job's grant was acted on by `at`: its attempt started then (its pod or assignment made), or not at all (its
+        reconcile ended without acting on it, and the job waits in line again). Both count as a start at `at` (the
+        window holds too much a while, never too little), but only a real one stands for the attempt: one that did
+        not start counts again when a later grant starts it."""
         sequence = self._pending.pop(job, None)
-        if sequence is not None:
+        if sequence is None:
+            return
+        if started:
             self.note(job, sequence, at, at)
+        else:
+            self._count(job, -next(self._order), at)  # a mark of its own, never the attempt's (job, sequence)
 
     def note(self, job: Job, sequence: int, at: datetime, now: datetime) -> None:
         """Attempt `sequence` of job started at `at` at the latest (a time ahead of now counts as now)."""
@@ -133,6 +139,9 @@ class StartLog:
         if at <= now - self.per:
             self._floor[job] = max(self._floor.get(job, 0), sequence)
             return
+        self._count(job, sequence, at)
+
+    def _count(self, job: Job, sequence: int, at: datetime) -> None:
         self._at[(job, sequence)] = at
         heapq.heappush(self._heap, (at, next(self._order), job, sequence))
 
