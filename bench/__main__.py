@@ -28,6 +28,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from sextant.dev.localcluster import build_controlplane
+
 from . import report
 from .run import CONFIGS, Options, Plan, Workload, renice, run, run_plan
 
@@ -181,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
         "python": platform.python_version(), "nodes": args.nodes, "nice": args.nice, "audit": args.audit,
         "workers": {"processes": args.worker_processes, "slots": args.worker_slots},
         "loadavg_at_start": Path("/proc/loadavg").read_text().split()[:3],
+        # which build of the control plane (its cache directory names the versions, and kwok's resume-watch build)
+        "control_plane": str(build_controlplane(quiet=True)),
         "configs": {name: c.description for name, c in CONFIGS.items()},
     }
     if args.baseline is not None:
@@ -216,7 +220,8 @@ def write_outputs(out: Path, stamp: str, meta: dict, results: list, scale_result
     parts = [f"# Sextant benchmark {stamp}\n", f"command: `{meta['command']}`  ",
              f"machine: {meta['cpus']} CPUs ({meta['cpu_model']}), "
              f"loadavg at start {' '.join(meta['loadavg_at_start'])}"
-             f", at end {' '.join(meta.get('loadavg_at_end', []))}\n"]
+             f", at end {' '.join(meta.get('loadavg_at_end', []))}  ",
+             f"control plane: {meta.get('control_plane', '?')}\n"]
     parts += [f"- {name}: {desc}" for name, desc in meta["configs"].items()]
     parts += [f"- skipped: {s}" for s in meta.get("skipped", [])]
     parts.append(report.tables([r for r in results if not r.get("rate")]))
