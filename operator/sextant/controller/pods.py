@@ -21,10 +21,15 @@ from ..lifecycle.reading import job_scheduled_at
 RESERVED_ENV = IDENTITY_VARIABLES | set(POD_VARIABLES) | {ATTEMPT_REF}
 
 
-def field_env(name: str, field_path: str) -> dict[str, Any]:
-    """A variable from the downward API (what cannot be known before the pod exists); a new dict each time, so that
-    no two pods share one."""
-    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": field_path}}}
+# The downward API: what cannot be known before the pod exists (variable, field).
+NODE_NAME_FIELD = ("SEXTANT_NODE_NAME", "spec.nodeName")
+POD_NAME_FIELD = ("SEXTANT_POD_NAME", "metadata.name")
+POD_UID_FIELD = ("SEXTANT_POD_UID", "metadata.uid")
+
+
+def field_env(*fields: tuple[str, str]) -> list[dict[str, Any]]:
+    """The variables of these downward-API fields; new dicts each time, so that no two pods share one."""
+    return [{"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}} for name, path in fields]
 
 
 def attempt_env(raw: dict[str, Any], job: JobSnapshot, handler: HandlerSpec, queue: QueueSpec,
@@ -40,16 +45,15 @@ def attempt_env(raw: dict[str, Any], job: JobSnapshot, handler: HandlerSpec, que
         ref = attempt_ref(namespace=namespace, job_name=job.name, job_uid=job.uid, sequence=create.sequence,
                           attempt=create.attempt, pod_name=create.name, lease_duration=queue.lease_duration,
                           cancel_grace=queue.cancel_grace)
-        return [{"name": ATTEMPT_REF, "value": ref}, field_env("SEXTANT_NODE_NAME", "spec.nodeName"),
-                field_env("SEXTANT_POD_UID", "metadata.uid")]
+        return [{"name": ATTEMPT_REF, "value": ref}, *field_env(NODE_NAME_FIELD, POD_UID_FIELD)]
     identity = attempt_variables(
         job_name=job.name, job_uid=job.uid, namespace=namespace, queue=job.spec.queue, handler=job.spec.handler,
         attempt=create.attempt, sequence=create.sequence, scheduled_at=job_scheduled_at(job, raw), payload=job.spec.payload,
         lease_name=create.name, lease_duration=queue.lease_duration, cancel_grace=queue.cancel_grace,
         heartbeat=handler.heartbeat)
     # The runner names its pod as the owner of the attempt's Lease: the operator counts only such a Lease.
-    return [*({"name": k, "value": v} for k, v in identity.items()), field_env("SEXTANT_NODE_NAME", "spec.nodeName"),
-            field_env("SEXTANT_POD_NAME", "metadata.name"), field_env("SEXTANT_POD_UID", "metadata.uid")]
+    return [*({"name": k, "value": v} for k, v in identity.items()),
+            *field_env(NODE_NAME_FIELD, POD_NAME_FIELD, POD_UID_FIELD)]
 
 
 def build_pod(raw: dict[str, Any], job: JobSnapshot, handler: HandlerSpec, queue: QueueSpec,
