@@ -267,6 +267,11 @@ class FakeApi:
         self.creates.append(body["metadata"]["name"])
         return self.put(target, body)
 
+    async def create_as_sent(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Kube.create_as_sent: what was sent, with the new metadata (the server sends back only that)."""
+        created = await self.create(path, body)
+        return {**copy.deepcopy(body), "metadata": created["metadata"]}
+
     async def get(self, path: str) -> dict[str, Any]:
         return copy.deepcopy(self._get(path))
 

@@ -38,7 +38,7 @@ class PagingServer:
         asyncio.set_event_loop(self._loop)
         app = web.Application()
         app.router.add_get("/items", self._items)
-        runner = web.AppRunner(app)
+        runner = self._runner = web.AppRunner(app)
         self._loop.run_until_complete(runner.setup())
         site = web.TCPSite(runner, "127.0.0.1", 0)
         self._loop.run_until_complete(site.start())
@@ -52,6 +52,8 @@ class PagingServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        # Its connections' handlers end with it (a client's keep-alive connection may still be open).
+        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
 

@@ -606,7 +606,8 @@ class JobController:
                 return "the job is gone (deleted, or created again under its name)"
             job = replace(job, spec=job.spec.model_copy(update={"payload": payload}))
         try:
-            created = await self.kube.create(contract.pods_path(ns), build_pod(raw, job, handler, queue, action))
+            pod = build_pod(raw, job, handler, queue, action)
+            created = await self.kube.create_as_sent(contract.pods_path(ns), pod)
         except Conflict:
             created = await self.kube.get(contract.pods_path(ns, action.name))
             if controller_uid(created) != job.uid:
@@ -640,7 +641,8 @@ class JobController:
         return payload if isinstance(payload, dict) else {}
 
     async def _write_status(self, key: Key, raw: dict[str, Any], status: JobStatus) -> bool:
-        async with self._write_budget.hold(payload_left_out(raw) or 0):  # the answer carries the whole payload
+        # The answer is the metadata alone, but its managedFields name every key of the payload: as heavy, nearly.
+        async with self._write_budget.hold(payload_left_out(raw) or 0):
             updated = await self.kube.replace_status(contract.jobs_path(*key),
                                                      {"apiVersion": API_VERSION, "kind": "Job", **raw},
                                                      status.model_dump(by_alias=True, mode="json", exclude_none=True))

@@ -14,6 +14,7 @@ import aiohttp
 import orjson
 
 from . import jsontext
+from .http1 import Connections, TooLarge
 from .kubeconfig import Connection
 
 log = logging.getLogger(__name__)
@@ -25,6 +26,10 @@ TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 FIRST_PAGE = 10  # items on the first page of a list sized by bytes (Kube.pages): objects of any weight fit
 MAX_RETRY_AFTER = 30.0  # seconds; a larger (or malformed) Retry-After is not obeyed blindly
 
+
+# Asked for by writes whose caller needs only the new metadata: the API server sends it as a PartialObjectMetadata
+# (for any resource: built-in or custom), or the whole object if it cannot.
+ACCEPT_METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
 
 _VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
 
@@ -114,7 +119,10 @@ class Kube:
         self.fence = fence  # when set, every write first asks it whether this replica may still write
         self.fenced = 0  # writes refused by the fence
         self.requests: Counter[tuple[str, str, int]] = Counter()  # (verb, resource, code)
-        self._session: aiohttp.ClientSession | None = None
+        self._session: aiohttp.ClientSession | None = None  # watches only
+        self._connections: Connections | None = None
+        self._connections_loop: asyncio.AbstractEventLoop | None = None
+        self._headers = {"User-Agent": user_agent, "Accept": "application/json"}
 
     async def __aenter__(self) -> Kube:
         return self
@@ -133,7 +141,20 @@ class Kube:
             )
         return self._session
 
+    @property
+    def connections(self) -> Connections:
+        """The keep-alive connections of request-answer calls (http1.py), of the running event loop."""
+        loop = asyncio.get_running_loop()
+        if self._connections is None or self._connections_loop is not loop:
+            self._connections = Connections(self.conn.server, self.conn.ssl_context)
+            self._connections_loop = loop
+        return self._connections
+
     async def close(self) -> None:
+        if self._connections is not None:
+            self._connections.close()
+            self._connections = None
+            await asyncio.sleep(0)  # the closes go out (and the server hears them) before the loop may end
         if self._session is not None:
             await self._session.close()
 
@@ -142,40 +163,46 @@ class Kube:
 
     async def request(self, method: str, path: str, *, params: dict[str, Any] | None = None,
                       body: Any = None, content_type: str = "application/json",
-                      retry: bool = True, timeout: float = 60.0) -> dict[str, Any]:
-        """timeout: seconds for each try, the whole of it (connecting, sending, the answer)."""
+                      retry: bool = True, timeout: float = 60.0, metadata_only: bool = False) -> dict[str, Any]:
+        """timeout: seconds for each try, the whole of it (connecting, sending, the answer). metadata_only: the
+        answer is the object's metadata alone (a PartialObjectMetadata), if the server can (else the object)."""
         answer, _ = await self._send(method, path, params=params, body=body, content_type=content_type, retry=retry,
-                                     timeout=timeout)
+                                     timeout=timeout, metadata_only=metadata_only)
         return answer
 
     async def _send(self, method: str, path: str, *, params: dict[str, Any] | None = None,
                     body: Any = None, content_type: str = "application/json", retry: bool = True,
-                    timeout: float = 60.0, max_bytes: int | None = None) -> tuple[dict[str, Any], int]:
+                    timeout: float = 60.0, max_bytes: int | None = None,
+                    metadata_only: bool = False) -> tuple[dict[str, Any], int]:
         """request(), and the size of the answer's JSON. With max_bytes, an answer longer than that is not read
         further: TooLarge (not retried)."""
         if method != "GET" and self.fence is not None and not self.fence():
             self.fenced += 1
             raise NotLeader(method, path)
         data = orjson.dumps(body) if body is not None else None
-        headers = {**self.conn.headers(), **({"Content-Type": content_type} if data is not None else {})}
+        headers = {**self._headers, **self.conn.headers()}
+        if data is not None:
+            headers["Content-Type"] = content_type
+        if metadata_only:
+            headers["Accept"] = ACCEPT_METADATA
         verb = _VERBS.get(method, method.lower()) if method != "GET" else ("list" if _is_list(path) else "get")
         for attempt in range(1, self.attempts + 1):
             try:
-                async with self.session.request(method, self.conn.server + path, params=params, data=data,
-                                                headers=headers, timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
-                    self._count(verb, path, resp.status)
-                    raw = await resp.read() if max_bytes is None else await _read_at_most(resp, max_bytes)
-                    payload = _decode(raw)
-                    if resp.status < 300:
-                        if isinstance(payload, dict):
-                            return payload, len(raw)
-                        if raw.strip():  # a body that is not a JSON object: cut short, or not the API server's
-                            raise ValueError(f"malformed response ({len(raw)} bytes): {raw[:100]!r}")
-                        return {}, len(raw)
-                    error = ApiError(resp.status, payload, method, path)
-                    if not retry or resp.status not in RETRYABLE_STATUS or attempt == self.attempts:
-                        raise error
-                    delay = retry_after(resp.headers.get("Retry-After"))
+                answer = await self.connections.request(method, path, params=params, headers=headers, body=data,
+                                                        timeout=timeout, max_bytes=max_bytes)
+                self._count(verb, path, answer.status)
+                raw = answer.body
+                payload = _decode(raw)
+                if answer.status < 300:
+                    if isinstance(payload, dict):
+                        return payload, len(raw)
+                    if raw.strip():  # a body that is not a JSON object: cut short, or not the API server's
+                        raise ValueError(f"malformed response ({len(raw)} bytes): {raw[:100]!r}")
+                    return {}, len(raw)
+                error = ApiError(answer.status, payload, method, path)
+                if not retry or answer.status not in RETRYABLE_STATUS or attempt == self.attempts:
+                    raise error
+                delay = retry_after(answer.headers.get("retry-after"))
             except (*TRANSPORT_ERRORS, ValueError) as exc:
                 self._count(verb, path, 0)
                 if not retry or attempt == self.attempts:
@@ -190,13 +217,19 @@ class Kube:
     async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         return await self.request("POST", path, body=body)
 
+    async def create_as_sent(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Create; what comes back is body with the server's metadata (uid, resourceVersion, creationTimestamp):
+        only the metadata is sent back, not the whole object encoded again. Its spec is as sent, not as the server
+        defaulted it, and it has no status: for a caller that reads only what it wrote (the operator's pods)."""
+        return with_metadata(body, await self.request("POST", path, body=body, metadata_only=True))
+
     async def merge_patch(self, path: str, body: dict[str, Any], *, retry: bool = True) -> dict[str, Any]:
         return await self.request("PATCH", path, body=body, content_type="application/merge-patch+json", retry=retry)
 
     async def replace_status(self, path: str, obj: dict[str, Any], status: dict[str, Any]) -> dict[str, Any] | None:
         """Write a custom resource's whole status, only if it is still at obj's resourceVersion (optimistic
         concurrency: a stale writer meets a 409). None when it is gone or changed meanwhile: the watch brings
-        the new version, and with it another look.
+        the new version, and with it another look. What comes back is obj with the new metadata and this status.
 
         A PUT of the status subresource: the API server keeps everything but the status from the stored object,
         and skips the encode-merge-decode a merge patch costs it (8 % of its CPU under a burst). The spec is not
@@ -207,9 +240,13 @@ class Kube:
                              "resourceVersion": meta["resourceVersion"]},
                 "status": status}
         try:
-            return await self.request("PUT", f"{path}/status", body=body, retry=False)
+            answer = await self.request("PUT", f"{path}/status", body=body, retry=False, metadata_only=True)
         except (NotFound, Conflict):
             return None
+        # The server sends back the metadata alone; spec and metadata but the version are the stored object's,
+        # which obj is, and the status is what was written (the CRDs are generated from the models, so nothing
+        # written is pruned, and their status schemas have no defaults).
+        return with_metadata({**obj, "status": status}, answer)
 
     async def delete(self, path: str, grace_seconds: int | None = None,
                      preconditions: dict[str, str] | None = None) -> dict[str, Any]:
@@ -331,20 +368,11 @@ def _event(line: bytes, path: str) -> tuple[str, dict[str, Any]]:
     return event["type"], event["object"]
 
 
-class TooLarge(Exception):
-    """An answer longer than its reader would hold (Kube.pages then asks for a smaller page)."""
-
-
-async def _read_at_most(resp: aiohttp.ClientResponse, limit: int) -> bytes:
-    """The body, unless it is longer than limit bytes: TooLarge then, with no more of it read."""
-    if resp.content_length is not None and resp.content_length > limit:
-        raise TooLarge(resp.content_length)
-    body = bytearray()
-    async for chunk in resp.content.iter_chunked(1 << 20):
-        body += chunk
-        if len(body) > limit:
-            raise TooLarge(len(body))
-    return bytes(body)
+def with_metadata(obj: dict[str, Any], answer: dict[str, Any]) -> dict[str, Any]:
+    """obj with the metadata of a metadata-only answer; a whole object (a server that sent one) as it is."""
+    if answer.get("kind") != "PartialObjectMetadata" or not isinstance(answer.get("metadata"), dict):
+        return answer
+    return {**obj, "metadata": answer["metadata"]}
 
 
 def _decode(data: bytes) -> Any:

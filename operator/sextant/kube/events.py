@@ -91,7 +91,9 @@ class EventRecorder:
             obj, event = await self._queue.get()
             await self._bucket.take()
             try:
-                await self.kube.create(contract.events_path(obj["metadata"]["namespace"]), self._body(obj, event))
+                # Nothing of the answer is read: the API server need not send the Event back whole.
+                await self.kube.request("POST", contract.events_path(obj["metadata"]["namespace"]),
+                                        body=self._body(obj, event), metadata_only=True)
             except ApiError as exc:
                 log.debug("event not posted: %s", exc)
             except Exception as exc:  # noqa: BLE001 - an odd object must not stop the poster
