@@ -232,3 +232,17 @@ async def test_a_server_that_refuses_connections_is_an_os_error():
 def test_a_server_that_is_not_an_http_url_is_refused(server_url: str):
     with pytest.raises(ValueError, match="an http:// or https:// URL is needed"):
         Connections(server_url, False)
+
+
+async def test_a_header_with_a_line_break_is_refused_before_anything_is_sent():
+    async def answer(head: bytes, writer: asyncio.StreamWriter) -> bool:
+        writer.write(_ok())
+        return True
+
+    async with server(answer) as (url, served):
+        connections = Connections(url, False)
+        for evil in ("Bearer x\r\nX-Evil: 1", "Bearer x\nX-Evil: 1", "Bearer x\r"):
+            with pytest.raises(ValueError, match="a request header holds a line break"):
+                await connections.request("GET", "/x", headers={"Authorization": evil}, timeout=5)
+        connections.close()
+    assert served == []

@@ -1,8 +1,8 @@
 """The connections Kube's request-answer calls go over: HTTP/1.1 keep-alive, over TLS, one request at a time on each.
 
 Why not aiohttp's client for these: its request path (URL building, header multidicts, a timer, a writer task, the
-response object) cost ~150 µs of CPU per request against a real API server, this ~90 µs (Kube.get of a small object,
-TLS, 20 at once), and the operator makes 3.6 requests per job (bench/results/20261205-115721-operator-cpu.md). The
+response object) cost ~146 µs of CPU per request against a real API server, this ~95 µs (bench/request_cpu.py: a
+small object, TLS, 20 at once), and the operator makes 3.6 requests per job (bench/results/20261205-115721-operator-cpu.md). The
 API server's answers need little: a status line, a few headers, a body framed by Content-Length or chunked. Watches
 (long streams) stay on aiohttp.
 
@@ -237,6 +237,9 @@ class Connections:
         connection fails, ValueError for an answer that is not HTTP, TooLarge past max_bytes of body."""
         lines = [f"{method} {self.prefix}{target(path, params)} HTTP/1.1", f"Host: {self._host_header}"]
         lines += [f"{name}: {value}" for name, value in headers.items()]
+        if any("\r" in line or "\n" in line for line in lines[2:]):
+            # A header may carry a caller's words (the HTTP API passes on its caller's token): none ends a line.
+            raise ValueError("a request header holds a line break")
         if body is not None:
             lines.append(f"Content-Length: {len(body)}")
         request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (body or b"")
