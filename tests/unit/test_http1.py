@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sextant.kube.http1 import Answer, Connections, TooLarge, _Connection, target
+from tests.harness import until
 
 
 def _read(stream: bytes, cuts: list[int], max_bytes: int | None = None, early: bool = False) -> Answer:
@@ -191,9 +192,8 @@ async def test_a_connection_the_server_ends_is_not_used_again():
         connections = Connections(url, False)
         await _get(connections, "/close")  # the answer says so
         await _get(connections, "/drop")  # the server closes after the answer, without saying so
-        async with asyncio.timeout(5):  # its close reaches the pooled connection (a race with a request: the caller's)
-            while not connections._idle[-1].closed:
-                await asyncio.sleep(0.01)
+        # its close reaches the pooled connection (a race with a request: the caller's)
+        await until(lambda: connections._idle[-1].closed, message="the dropped connection to be seen closed")
         await _get(connections, "/x")
         connections.close()
     assert served == [1, 1, 1]

@@ -136,7 +136,7 @@ class Kube:
             connector = aiohttp.TCPConnector(ssl=self.conn.ssl_context, limit=256)
             self._session = aiohttp.ClientSession(
                 connector=connector,
-                headers={"User-Agent": self.user_agent, "Accept": "application/json"},
+                headers=self._headers,
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
             )
         return self._session

@@ -2,9 +2,9 @@
 
 Why not aiohttp's client for these: its request path (URL building, header multidicts, a timer, a writer task, the
 response object) cost ~146 µs of CPU per request against a real API server, this ~95 µs (bench/request_cpu.py: a
-small object, TLS, 20 at once), and the operator makes 3.6 requests per job (bench/results/20261205-115721-operator-cpu.md). The
-API server's answers need little: a status line, a few headers, a body framed by Content-Length or chunked. Watches
-(long streams) stay on aiohttp.
+small object, TLS, 20 at once), and the operator makes 3.6 requests per job
+(bench/results/20261205-115721-operator-cpu.md). The API server's answers need little: a status line, a few headers,
+a body framed by Content-Length or chunked. Watches (long streams) stay on aiohttp.
 
 A connection whose answer is not read to its end (a timeout, a cancel, an error, an answer too long to hold) is
 closed, never pooled: what is pooled is always at a request boundary.
@@ -18,6 +18,8 @@ import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import quote, urlencode, urlsplit
+
+from .kubeconfig import tls_context
 
 MAX_HEAD = 64 * 1024  # bytes of status line and headers; more is not an API server's answer
 # RFC 3986's characters allowed in a path as they are; anything else (a space, a CR or LF from a name someone typed)
@@ -83,20 +85,15 @@ class _Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         if self._waiter is None or self._waiter.done():
-            self.reusable = False  # nothing was asked: this connection is out of step
-            self.close()
+            self.close()  # nothing was asked: this connection is out of step
             return
         self._buf += data
         try:
             self._read()
         except (ValueError, TooLarge) as exc:
-            self.reusable = False
             if not self._waiter.done():
                 self._waiter.set_exception(exc)
             self.close()
-
-    def eof_received(self) -> bool | None:
-        return None  # close the transport; connection_lost finishes an answer framed by the close
 
     # --- requests ---
     def send(self, request: bytes, waiter: asyncio.Future[Answer], max_bytes: int | None) -> None:
@@ -223,8 +220,10 @@ class Connections:
         self.port = url.port or (443 if url.scheme == "https" else 80)
         self.prefix = url.path.rstrip("/")  # a server URL may carry a path (behind a proxy)
         self.ssl: ssl.SSLContext | None = None
-        if url.scheme == "https":
-            self.ssl = ssl_context if isinstance(ssl_context, ssl.SSLContext) else _unverified(ssl_context)
+        if url.scheme == "https":  # a bool: verify the server's certificate or not, as aiohttp's ssl= meant
+            context = ssl_context if isinstance(ssl_context, ssl.SSLContext) else tls_context(server, ssl_context, None)
+            assert isinstance(context, ssl.SSLContext)
+            self.ssl = context
         self.connect_timeout = connect_timeout
         self._host_header = url.netloc.rpartition("@")[2]
         self._idle: list[_Connection] = []
@@ -272,10 +271,3 @@ class Connections:
         while self._idle:
             self._idle.pop().close(gently=True)
 
-
-def _unverified(verify: bool) -> ssl.SSLContext:
-    context = ssl.create_default_context()
-    if not verify:  # what aiohttp's ssl=False means: TLS, without checking the server's certificate
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    return context

@@ -161,8 +161,8 @@ def _plain_kubeconfig(path: str, context: str | None, token: str | None) -> Conn
     if not bearer and user.get("tokenFile"):
         bearer = (base / user["tokenFile"]).read_text().strip()
     presented = None if token or not (cert and key) else (cert, key)
-    return Connection(server=server, ssl_context=_tls(server, verify, ca, presented),
-                      namespace=ctx.get("namespace") or "default", _token=bearer, trust=_tls(server, verify, ca),
+    return Connection(server=server, ssl_context=tls_context(server, verify, ca, presented),
+                      namespace=ctx.get("namespace") or "default", _token=bearer, trust=tls_context(server, verify, ca),
                       ca_file=ca, client_cert=presented, verify=verify)
 
 
@@ -183,14 +183,14 @@ def _connection(cfg: Any, namespace: str) -> Connection:
     token = bearer.removeprefix("Bearer ").strip() if bearer else None
     server = cfg.host.rstrip("/")
     client_cert = (cfg.cert_file, cfg.key_file) if cfg.cert_file and cfg.key_file else None
-    return Connection(server=server, ssl_context=_tls(server, cfg.verify_ssl, cfg.ssl_ca_cert, client_cert),
+    return Connection(server=server, ssl_context=tls_context(server, cfg.verify_ssl, cfg.ssl_ca_cert, client_cert),
                       namespace=namespace, _token=token,
                       _config=cfg if getattr(cfg, "refresh_api_key_hook", None) else None,
-                      trust=_tls(server, cfg.verify_ssl, cfg.ssl_ca_cert),
+                      trust=tls_context(server, cfg.verify_ssl, cfg.ssl_ca_cert),
                       ca_file=cfg.ssl_ca_cert or None, client_cert=client_cert, verify=bool(cfg.verify_ssl))
 
 
-def _tls(server: str, verify: bool, cafile: str | None,
+def tls_context(server: str, verify: bool, cafile: str | None,
          client_cert: tuple[str | None, str | None] | None = None) -> ssl.SSLContext | bool:
     """The TLS context for the API server (False for plain http), with a client certificate if given."""
     if not server.startswith("https"):
