@@ -10,21 +10,23 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from .contract import PROTOCOL
+
 # A queue, handler or schedule: a Kubernetes object name (DNS-1123 subdomain) that also fits a label value
 # (pods carry it), so at most 63 characters. A namespace is a DNS-1123 label (no dots).
-NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
-NAME_MAX = 63
+NAME_PATTERN = PROTOCOL["namePattern"]
+NAME_MAX = PROTOCOL["nameMax"]
 
 # Go-style durations as CEL's duration() reads them ("30s", "1h30m", "500ms"); no sign, so never negative.
-DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
+DURATION_PATTERN = PROTOCOL["durationPattern"]
 _DURATION_RE = re.compile(DURATION_PATTERN)
 _PART_RE = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 # The longest duration any field takes: ten years. Far beyond any sane timeout, lease or retention, and small
 # enough that a time plus a duration never leaves what datetime (and CEL) can hold.
-MAX_DURATION = timedelta(hours=87600)
-MAX_DURATION_TEXT = "87600h"
+MAX_DURATION = timedelta(hours=PROTOCOL["maxDurationHours"])
+MAX_DURATION_TEXT = f"{PROTOCOL['maxDurationHours']}h"
 # The times Sextant reads from objects: anything outside is refused (an RFC 3339 time the API server accepts can
 # say year 0 or 9999-12-31T23:59:59-01:00, which is year 10000 in UTC and overflows datetime). With MAX_DURATION,
 # a time plus a duration stays far below datetime.max.

@@ -4,7 +4,17 @@ scripts: labels, annotations, lease names, the idempotency window's environment 
 
 from __future__ import annotations
 
+import json
+from importlib import resources
+from typing import Any
+
 from . import API_VERSION
+
+# The worker protocol's numbers and words (exit codes, limits, the id alphabet, the fence): protocol.json beside this
+# file, the one definition. The Node SDK gets the same file generated into sdk/node/src/generated/protocol.ts
+# (resources/typescript.py), and both sides' parity tests check against its golden values.
+PROTOCOL_FILE = resources.files(__package__).joinpath("protocol.json")
+PROTOCOL: dict[str, Any] = json.loads(PROTOCOL_FILE.read_text(encoding="utf-8"))["constants"]
 
 # An attempt's pod and its Lease (the runner's): whose attempt they are.
 LABEL_JOB = "sextant.dev/job"
@@ -31,7 +41,7 @@ LABEL_SCHEDULE = "sextant.dev/schedule"
 ANNOTATION_SCHEDULED_AT = "sextant.dev/scheduled-at"
 
 # A worker's registration Lease (docs/workers.md §1).
-LABEL_WORKER = "sextant.dev/worker"
+LABEL_WORKER = PROTOCOL["workerLabel"]
 ANNOTATION_QUEUES = "sextant.dev/queues"
 ANNOTATION_HANDLERS = "sextant.dev/handlers"
 ANNOTATION_SLOTS = "sextant.dev/slots"
@@ -59,7 +69,7 @@ def worker_of(holder: str) -> str:
 
 # How long an idempotency key stays claimed (a duration; default 24h), for tests and experiments: the operator and
 # every client must be given the same value (resources/inputs.idempotency_window reads it).
-ENV_IDEMPOTENCY_WINDOW = "SEXTANT_IDEMPOTENCY_WINDOW"
+ENV_IDEMPOTENCY_WINDOW = PROTOCOL["idempotencyWindowEnv"]
 
 # The API groups (group/version) Sextant calls besides its own (API_VERSION); "v1" is the core group, under /api.
 CORE = "v1"

@@ -16,19 +16,20 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from .common import NAME_MAX, NAME_PATTERN, parse_duration
-from .contract import ENV_IDEMPOTENCY_WINDOW
-from .job import CONCURRENCY_KEY_MAX, ID_ALPHABET, ID_LENGTH, IDEMPOTENCY_WINDOW, State, payload_refusal
+from .contract import ENV_IDEMPOTENCY_WINDOW, PROTOCOL
+from .job import (CONCURRENCY_KEY_MAX, ID_ALPHABET, ID_LENGTH, IDEMPOTENCY_WINDOW, MAX_PRIORITY, MIN_PRIORITY, State,
+                  payload_refusal)
 
 _NAME_RE = re.compile(NAME_PATTERN)
 # A namespace is a DNS-1123 label (no dots).
-NAMESPACE_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+NAMESPACE_PATTERN = PROTOCOL["namespacePattern"]
 _NAMESPACE_RE = re.compile(NAMESPACE_PATTERN)
 # A job id in either spelling: job_8f3k2m9q or job-8f3k2m9q (any object name is accepted too).
-JOB_ID_PATTERN = r"^[a-z0-9]([-_.a-z0-9]*[a-z0-9])?$"
+JOB_ID_PATTERN = PROTOCOL["jobIdPattern"]
 _JOB_ID_RE = re.compile(JOB_ID_PATTERN)
-KEY_MAX = 253
+KEY_MAX = PROTOCOL["keyMax"]
 STATES = [s.value for s in State]
-PRIORITY_MIN, PRIORITY_MAX = -(2**31), 2**31 - 1
+PRIORITY_MIN, PRIORITY_MAX = MIN_PRIORITY, MAX_PRIORITY
 
 
 class InputError(ValueError):

@@ -11,6 +11,7 @@ from pydantic import Field, field_validator, model_validator
 
 from .common import (ANY_JSON, MAX_TIME, MIN_TIME, NAME_MAX, NAME_PATTERN, TIME_RANGE_TEXT, Condition, Model,
                      Timestamp, format_time, json_depth, parse_time, validations)
+from .contract import PROTOCOL
 from .report import Progress
 
 KIND = "Job"
@@ -21,10 +22,10 @@ _REPLACE = "cancel this job and create a new one with a fresh idempotency key"
 
 # Deeper payloads are refused: JSON encoders stop at a few hundred levels (orjson at 255), and the API server
 # takes up to 10,000. No real payload nests this deep.
-MAX_PAYLOAD_DEPTH = 100
-CONCURRENCY_KEY_MAX = 253
+MAX_PAYLOAD_DEPTH = PROTOCOL["maxPayloadDepth"]
+CONCURRENCY_KEY_MAX = PROTOCOL["concurrencyKeyMax"]
 # Priorities are 32-bit, as Kubernetes' own PriorityClass values.
-MIN_PRIORITY, MAX_PRIORITY = -(2**31), 2**31 - 1
+MIN_PRIORITY, MAX_PRIORITY = PROTOCOL["priorityMin"], PROTOCOL["priorityMax"]
 
 _RUN_AT_IN_RANGE = {
     "rule": f"self >= timestamp('{format_time(MIN_TIME, precise=False)}') && "
@@ -49,9 +50,9 @@ def check_run_at(value: Any) -> Any:
 
 # The payload's cap, as compact UTF-8 JSON: a job object stays far below etcd's 1.5 MB request limit, and the
 # handler gets it on stdin (an environment variable over 128 KiB makes exec fail with E2BIG).
-PAYLOAD_MAX_BYTES = 256 * 1024
+PAYLOAD_MAX_BYTES = PROTOCOL["payloadMaxBytes"]
 # Up to this size the runner also hands the payload to the handler as SEXTANT_PAYLOAD (compatibility).
-PAYLOAD_ENV_MAX_BYTES = 32 * 1024
+PAYLOAD_ENV_MAX_BYTES = PROTOCOL["payloadEnvMaxBytes"]
 
 
 def payload_json(payload: Any) -> str:
@@ -320,10 +321,10 @@ class Job(Model):
 
 # A job's name: job- and ID_LENGTH of these lower-case letters and digits that cannot be misread (no 0/o, 1/l/i),
 # since people type them.
-ID_ALPHABET = "23456789abcdefghjkmnpqrstuvwxyz"
-ID_LENGTH = 8
+ID_ALPHABET = PROTOCOL["idAlphabet"]
+ID_LENGTH = PROTOCOL["idLength"]
 # How long an idempotency key stays claimed, unless SEXTANT_IDEMPOTENCY_WINDOW says otherwise.
-IDEMPOTENCY_WINDOW = timedelta(hours=24)
+IDEMPOTENCY_WINDOW = timedelta(hours=PROTOCOL["idempotencyWindowHours"])
 
 
 def job_id(name: str) -> str:

@@ -16,30 +16,31 @@ from typing import Any
 from pydantic import Field
 
 from .common import Model, Timestamp, json_depth, parse_duration
+from .contract import PROTOCOL
 
 # A command asks for a snooze by exiting with this code, the delay in the file SNOOZE_FILE_ENV names. (The SDK's
 # Snooze exits the same way in an attempt pod.) Next to NonRetryableError's 86.
-SNOOZE_EXIT_CODE = 85
+SNOOZE_EXIT_CODE = PROTOCOL["snoozeExitCode"]
 # Snoozes per job (reset by retry): past this, a snooze is an ordinary failed attempt (reason TooManySnoozes).
 MAX_SNOOZES = 100
 # The longest single snooze.
-MAX_SNOOZE = timedelta(days=7)
-MAX_SNOOZE_TEXT = "7 days"
+MAX_SNOOZE = timedelta(days=PROTOCOL["maxSnoozeDays"])
+MAX_SNOOZE_TEXT = f"{PROTOCOL['maxSnoozeDays']} days"
 
 # The output's cap, as compact UTF-8 JSON: over it the output is not kept and status.outputNote says why.
-OUTPUT_MAX_BYTES = 32 * 1024
-OUTPUT_MAX_DEPTH = 100
+OUTPUT_MAX_BYTES = PROTOCOL["outputMaxBytes"]
+OUTPUT_MAX_DEPTH = PROTOCOL["outputMaxDepth"]
 # A pod's termination message (the kubelet keeps 4096 bytes of it) carries pod mode's report: the output it can hold.
 POD_REPORT_MAX_BYTES = 4000
 
 # Progress: a fraction in [0, 1] and a short message, written to the job at most once per PROGRESS_INTERVAL.
-PROGRESS_MESSAGE_MAX = 200
+PROGRESS_MESSAGE_MAX = PROTOCOL["progressMessageMax"]
 PROGRESS_INTERVAL = timedelta(seconds=5)
 
 # A command handler's files (paths in its environment; each in a directory of the attempt's own).
-OUTPUT_FILE_ENV = "SEXTANT_OUTPUT_FILE"  # JSON written there is the output (read when it exits 0)
-SNOOZE_FILE_ENV = "SEXTANT_SNOOZE_FILE"  # the delay ("30s", or seconds) when it exits SNOOZE_EXIT_CODE
-PROGRESS_FILE_ENV = "SEXTANT_PROGRESS_FILE"  # "0.4 resized 4/10": read every few seconds while it runs
+OUTPUT_FILE_ENV = PROTOCOL["outputFileEnv"]  # JSON written there is the output (read when it exits 0)
+SNOOZE_FILE_ENV = PROTOCOL["snoozeFileEnv"]  # the delay ("30s", or seconds) when it exits SNOOZE_EXIT_CODE
+PROGRESS_FILE_ENV = PROTOCOL["progressFileEnv"]  # "0.4 resized 4/10": read every few seconds while it runs
 
 
 def snooze_seconds(delay: Any) -> float:

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import Field
 
 from .common import ANY_JSON, NAME_MAX, NAME_PATTERN, Condition, Model, Timestamp
+from .contract import PROTOCOL
 from .report import MAX_SNOOZE, PROGRESS_MESSAGE_MAX
 
 KIND = "Worker"
@@ -24,11 +25,11 @@ SHORT_NAMES = ["sworker"]
 # --max-worker-slots of them.
 MAX_SLOTS = 4096
 # A result's message, as the timeline keeps it (lifecycle/transitions.py cuts it to MESSAGE_MAX_BYTES again).
-MESSAGE_MAX_LENGTH = 4096
+MESSAGE_MAX_LENGTH = PROTOCOL["messageMaxLength"]
 INCARNATION_PATTERN = r"^[a-z0-9]{1,32}$"
 # The finalizer a worker creates its object with: the operator removes it once every attempt assigned to the worker
 # is recorded on its job, so that deleting the object (its pod's garbage collection, a user) loses no attempt.
-FINALIZER = "sextant.dev/attempts"
+FINALIZER = PROTOCOL["workerFinalizer"]
 
 LIVE, DRAINING, EXPIRED = "live", "draining", "expired"
 

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..resources.contract import PROTOCOL
+
 
 @dataclass(frozen=True)
 class Settings:
     namespace: str
     name: str
-    concurrency: int = 8
-    drain_grace: float = 25.0  # seconds; below a pod's default terminationGracePeriodSeconds (30 s)
+    concurrency: int = PROTOCOL["workerConcurrency"]
+    drain_grace: float = float(PROTOCOL["workerDrainGraceSeconds"])  # seconds; below a pod's default terminationGracePeriodSeconds (30 s)
     want_queues: frozenset[str] | None = None  # None: every Queue of the namespace
     want_handlers: frozenset[str] | None = None  # None: every worker-mode Handler it can run
     # Which Handlers' commands it may run (docs/workers.md, "Commands run only where allowed"): True for every one
