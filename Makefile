@@ -66,8 +66,11 @@ bench: $(VENV)/.installed controlplane
 	$(PY) -m pip install -q -e '.[test,bench]'
 	$(PY) -m bench $(BENCH_ARGS)
 
+# The CRDs (crds/ and the chart's copy) from the models, and from them and resources/protocol.json the Node SDK's
+# wire types and protocol constants (sdk/node/src/generated/); unit tests fail while any of them is stale.
 crds: $(VENV)/.installed
 	$(PY) -m sextant.resources.crds
+	$(PY) -m sextant.resources.typescript
 
 # requirements.lock, the images' dependencies (Dockerfile, Dockerfile.runner install it with pip --require-hashes):
 # pyproject.toml's dependencies and its build backend (hack/lock-build.in), each pinned with the hashes of every file

@@ -1,23 +1,27 @@
 // What people type and what Sextant writes, checked and spelled as the Python side does (operator/sextant/resources:
-// common.py, inputs.py, job.py), so that a Node client and a Python one agree on every name, id and refusal.
+// common.py, inputs.py, job.py), so that a Node client and a Python one agree on every name, id and refusal. The
+// numbers, patterns and words are protocol.json's (generated/protocol.ts), the one definition both sides read.
 import { createHash } from 'node:crypto';
+import { PROTOCOL } from './generated/protocol.js';
 
-export const NAME_MAX = 63;
-const NAME_RE = /^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/;
-const NAMESPACE_RE = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
-const JOB_ID_RE = /^[a-z0-9]([-_.a-z0-9]*[a-z0-9])?$/;
-const DURATION_RE = /^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$/;
+export const NAME_MAX = PROTOCOL.nameMax;
+const NAME_RE = new RegExp(PROTOCOL.namePattern);
+const NAMESPACE_RE = new RegExp(PROTOCOL.namespacePattern);
+const JOB_ID_RE = new RegExp(PROTOCOL.jobIdPattern);
+const DURATION_RE = new RegExp(PROTOCOL.durationPattern);
 const PART_RE = /([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)/g;
 const UNIT_SECONDS: Record<string, number> = { ms: 0.001, s: 1, m: 60, h: 3600 };
-const MAX_DURATION_SECONDS = 87600 * 3600;
-export const ID_ALPHABET = '23456789abcdefghjkmnpqrstuvwxyz';
-export const ID_LENGTH = 8;
-export const PAYLOAD_MAX_BYTES = 256 * 1024;
-export const MAX_PAYLOAD_DEPTH = 100;
-export const KEY_MAX = 253;
-export const PRIORITY_MIN = -(2 ** 31);
-export const PRIORITY_MAX = 2 ** 31 - 1;
-export const IDEMPOTENCY_WINDOW_MS = 24 * 3600 * 1000;
+const MAX_DURATION_SECONDS = PROTOCOL.maxDurationHours * 3600;
+export const ID_ALPHABET = PROTOCOL.idAlphabet;
+export const ID_LENGTH = PROTOCOL.idLength;
+export const PAYLOAD_MAX_BYTES = PROTOCOL.payloadMaxBytes;
+export const PAYLOAD_ENV_MAX_BYTES = PROTOCOL.payloadEnvMaxBytes;
+export const MAX_PAYLOAD_DEPTH = PROTOCOL.maxPayloadDepth;
+export const KEY_MAX = PROTOCOL.keyMax;
+export const PRIORITY_MIN = PROTOCOL.priorityMin;
+export const PRIORITY_MAX = PROTOCOL.priorityMax;
+export const IDEMPOTENCY_WINDOW_MS = PROTOCOL.idempotencyWindowHours * 3600 * 1000;
+export const IDEMPOTENCY_WINDOW_ENV = PROTOCOL.idempotencyWindowEnv;
 
 /** Bad input: `field` names what was wrong (an option, a flag), `message` the rule. */
 export class InputError extends Error {
@@ -36,13 +40,13 @@ export function parseDuration(text: string): number {
   }
   let seconds = 0;
   for (const [, n, unit] of text.matchAll(PART_RE)) seconds += Number(n) * UNIT_SECONDS[unit];
-  if (!(seconds <= MAX_DURATION_SECONDS)) throw new Error(`${show(text)} is longer than the maximum duration, 87600h`);
+  if (!(seconds <= MAX_DURATION_SECONDS)) throw new Error(`${show(text)} is longer than the maximum duration, ${PROTOCOL.maxDurationHours}h`);
   return seconds;
 }
 
 /** A command exits with this code to snooze (the delay in $SEXTANT_SNOOZE_FILE); Snooze reports it too. */
-export const SNOOZE_EXIT_CODE = 85;
-const MAX_SNOOZE_SECONDS = 7 * 24 * 3600;
+export const SNOOZE_EXIT_CODE = PROTOCOL.snoozeExitCode;
+const MAX_SNOOZE_SECONDS = PROTOCOL.maxSnoozeDays * 24 * 3600;
 
 /** A snooze's delay in seconds: a duration ("30s", "5m") or a number of seconds, from 0 to 7 days
  * (report.snooze_seconds); an Error naming the rule otherwise. */
@@ -56,13 +60,13 @@ export function snoozeSeconds(delay: unknown): number {
     throw new TypeError(`snooze: the delay must be a duration such as "30s" or a number of seconds, not ${delay === null ? 'null' : typeof delay}`);
   }
   if (!Number.isFinite(seconds) || seconds < 0 || seconds > MAX_SNOOZE_SECONDS) {
-    throw new RangeError(`snooze: the delay must lie from 0s to 7 days, not ${show(delay)}`);
+    throw new RangeError(`snooze: the delay must lie from 0s to ${PROTOCOL.maxSnoozeDays} days, not ${show(delay)}`);
   }
   return seconds;
 }
 
 /** Progress: a fraction in [0, 1] and a short message (resources/report.py). */
-export const PROGRESS_MESSAGE_MAX = 200;
+export const PROGRESS_MESSAGE_MAX = PROTOCOL.progressMessageMax;
 
 export function clipProgressMessage(message: unknown): string | undefined {
   if (message === undefined || message === null) return undefined;
@@ -144,34 +148,35 @@ function kindOf(value: unknown): string {
 }
 
 /** Depth of nesting, and that every value is JSON (no undefined inside arrays, no NaN, no BigInt, no functions). */
-function checkJson(field: string, value: unknown, depth: number): number {
-  if (depth > MAX_PAYLOAD_DEPTH) throw new InputError(field, `the payload nests deeper than ${MAX_PAYLOAD_DEPTH} levels`);
+function checkJson(field: string, value: unknown, depth: number, limit = MAX_PAYLOAD_DEPTH): number {
+  if (depth > limit) throw new InputError(field, `the payload nests deeper than ${limit} levels`);
   if (value === null || typeof value === 'string' || typeof value === 'boolean') return depth;
   if (typeof value === 'number') {
     if (!Number.isFinite(value)) throw new InputError(field, `${value} is not a JSON number`);
     return depth;
   }
-  if (Array.isArray(value)) return Math.max(depth, ...value.map((v) => checkJson(field, v, depth + 1)));
+  if (Array.isArray(value)) return Math.max(depth, ...value.map((v) => checkJson(field, v, depth + 1, limit)));
   if (typeof value === 'object' && Object.getPrototypeOf(value) !== null && value.constructor === Object
       || (typeof value === 'object' && Object.getPrototypeOf(value) === null)) {
-    return Math.max(depth, ...Object.values(value as object).filter((v) => v !== undefined).map((v) => checkJson(field, v, depth + 1)));
+    return Math.max(depth, ...Object.values(value as object).filter((v) => v !== undefined).map((v) => checkJson(field, v, depth + 1, limit)));
   }
   throw new InputError(field, `the payload must be JSON: ${kindOf(value)} (${Object.prototype.toString.call(value)}) is not`);
 }
 
 /** The output's cap, as compact UTF-8 JSON: over it the output is not kept and status.outputNote says why
  * (resources/report.py). */
-export const OUTPUT_MAX_BYTES = 32 * 1024;
+export const OUTPUT_MAX_BYTES = PROTOCOL.outputMaxBytes;
+const OUTPUT_MAX_DEPTH = PROTOCOL.outputMaxDepth;
 
 /** A handler's return value as compact JSON, or why it is not kept (report.output_json): { json } or { note };
  * {} for no output (undefined or null). */
 export function outputJson(value: unknown, limit = OUTPUT_MAX_BYTES): { json?: string; note?: string } {
   if (value === undefined || value === null) return {};
   try {
-    checkJson('output', value, 1);
+    checkJson('output', value, 1, OUTPUT_MAX_DEPTH);
   } catch (err) {
     const rule = (err as InputError).rule ?? String(err);
-    if (rule.includes('nests deeper')) return { note: `the output nests deeper than ${MAX_PAYLOAD_DEPTH} levels; not kept` };
+    if (rule.includes('nests deeper')) return { note: `the output nests deeper than ${OUTPUT_MAX_DEPTH} levels; not kept` };
     return { note: `the output is not JSON (${rule.replace(/^the payload must be JSON: /, '')}); not kept` };
   }
   const json = JSON.stringify(value);
@@ -199,7 +204,7 @@ export function idempotencyKey(field: string, value: unknown): string {
   return value;
 }
 
-export const CONCURRENCY_KEY_MAX = 253;
+export const CONCURRENCY_KEY_MAX = PROTOCOL.concurrencyKeyMax;
 
 /** A job's concurrency key (spec.concurrencyKey): a tenant, a customer id. */
 export function concurrencyKey(field: string, value: unknown): string {
@@ -241,15 +246,15 @@ export function randomName(): string {
 
 /** How long an idempotency key stays claimed: 24 h, or SEXTANT_IDEMPOTENCY_WINDOW (as the operator is told). */
 export function idempotencyWindowMs(env: NodeJS.ProcessEnv = process.env): number {
-  const text = env.SEXTANT_IDEMPOTENCY_WINDOW;
+  const text = env[IDEMPOTENCY_WINDOW_ENV];
   if (!text) return IDEMPOTENCY_WINDOW_MS;
   let seconds: number;
   try {
     seconds = parseDuration(text);
   } catch (err) {
-    throw new Error(`SEXTANT_IDEMPOTENCY_WINDOW: ${(err as Error).message}`);
+    throw new Error(`${IDEMPOTENCY_WINDOW_ENV}: ${(err as Error).message}`);
   }
-  if (seconds <= 0) throw new Error(`SEXTANT_IDEMPOTENCY_WINDOW: the idempotency window must be longer than 0s, got '${text}'`);
+  if (seconds <= 0) throw new Error(`${IDEMPOTENCY_WINDOW_ENV}: the idempotency window must be longer than 0s, got '${text}'`);
   return seconds * 1000;
 }
 

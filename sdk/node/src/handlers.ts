@@ -2,6 +2,7 @@
 // @sextant.sdk.handler does. The registry lives on globalThis under a registered Symbol so that a handlers module
 // and the worker agree on it even when they load two copies of this package.
 import { objectName, shortNumber, snoozeSeconds } from './common.js';
+import { PROTOCOL } from './generated/protocol.js';
 import type { JobsApi } from './client.js';
 
 /** The job an attempt runs. */
@@ -73,7 +74,7 @@ export class Snooze extends Error {
 }
 
 /** The exit code an attempt reports for NonRetryableError (the operator never retries it). */
-export const NON_RETRYABLE_EXIT_CODE = 86;
+export const NON_RETRYABLE_EXIT_CODE = PROTOCOL.nonRetryableExitCode;
 
 function registry(): Map<string, Handler> {
   const g = globalThis as any;

@@ -6,9 +6,9 @@
 import * as http from 'node:http';
 import * as https from 'node:https';
 import { KubeConfig } from '@kubernetes/client-node';
+import { GROUP, VERSION } from './generated/wire.js';
 
-export const GROUP = 'sextant.dev';
-export const VERSION = 'v1alpha1';
+export { GROUP, VERSION };
 export const API_VERSION = `${GROUP}/${VERSION}`;
 
 export type Obj = Record<string, any>;

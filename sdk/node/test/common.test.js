@@ -1,18 +1,53 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
 import {
   checkPayload, formatTime, jobId, jobName, keyedName, parseDuration, randomName, objectName, idempotencyWindowMs,
+  ID_ALPHABET, ID_LENGTH, NAME_MAX, PAYLOAD_MAX_BYTES, MAX_PAYLOAD_DEPTH, KEY_MAX, CONCURRENCY_KEY_MAX, PRIORITY_MIN,
+  PRIORITY_MAX, IDEMPOTENCY_WINDOW_MS, SNOOZE_EXIT_CODE, OUTPUT_MAX_BYTES, PROGRESS_MESSAGE_MAX,
 } from '../dist/common.js';
+import { NON_RETRYABLE_EXIT_CODE } from '../dist/handlers.js';
+import { PROTOCOL } from '../dist/generated/protocol.js';
+import { FINALIZER, LABEL_WORKER } from '../dist/worker/registration.js';
+import { DEFAULT_CONCURRENCY, DEFAULT_DRAIN_GRACE_SECONDS } from '../dist/worker/index.js';
+import { OUTPUT_FILE_ENV, PROGRESS_FILE_ENV, SNOOZE_FILE_ENV } from '../dist/worker/work.js';
+
+// The worker protocol's one definition, which the Python side reads too (operator/sextant/resources/protocol.json;
+// tests/unit/test_protocol.py checks Python against the same golden values).
+const FIXTURE = JSON.parse(readFileSync(new URL('../../../operator/sextant/resources/protocol.json', import.meta.url), 'utf8'));
+const C = FIXTURE.constants;
+
+test('the built SDK holds the protocol file\'s constants (regenerate with make crds, rebuild with make node-sdk)', () => {
+  assert.deepEqual({ ...PROTOCOL }, C);
+});
+
+test('the public constants are the protocol\'s', () => {
+  assert.deepEqual(
+    [SNOOZE_EXIT_CODE, NON_RETRYABLE_EXIT_CODE, ID_ALPHABET, ID_LENGTH, NAME_MAX, PAYLOAD_MAX_BYTES, MAX_PAYLOAD_DEPTH,
+      KEY_MAX, CONCURRENCY_KEY_MAX, PRIORITY_MIN, PRIORITY_MAX, IDEMPOTENCY_WINDOW_MS, OUTPUT_MAX_BYTES,
+      PROGRESS_MESSAGE_MAX, FINALIZER, LABEL_WORKER, DEFAULT_CONCURRENCY, DEFAULT_DRAIN_GRACE_SECONDS, OUTPUT_FILE_ENV,
+      PROGRESS_FILE_ENV, SNOOZE_FILE_ENV],
+    [C.snoozeExitCode, C.nonRetryableExitCode, C.idAlphabet, C.idLength, C.nameMax, C.payloadMaxBytes, C.maxPayloadDepth,
+      C.keyMax, C.concurrencyKeyMax, C.priorityMin, C.priorityMax, C.idempotencyWindowHours * 3600 * 1000,
+      C.outputMaxBytes, C.progressMessageMax, C.workerFinalizer, C.workerLabel, C.workerConcurrency,
+      C.workerDrainGraceSeconds, C.outputFileEnv, C.progressFileEnv, C.snoozeFileEnv]);
+});
 
 test('keyedName names a keyed job exactly as the Python client does', () => {
   // operator/sextant/lifecycle/idempotency.keyed_name of the same inputs
-  assert.equal(keyedName('shop', 'receipt-42', 0), 'job-5e45mnsy');
-  assert.equal(keyedName('default', 'k', 3), 'job-44xfhx6j');
-  assert.equal(keyedName('ns', 'ünï', 1), 'job-uqb9a552');
+  for (const { namespace, key, generation, name } of FIXTURE.golden.keyedName) {
+    assert.equal(keyedName(namespace, key, generation), name);
+  }
+});
+
+test('durations are read as the Python side reads them', () => {
+  for (const { text, seconds } of FIXTURE.golden.durationSeconds) assert.equal(parseDuration(text), seconds, text);
+  for (const text of FIXTURE.golden.refusedDurations) assert.throws(() => parseDuration(text), Error, text);
 });
 
 test('random names use the unambiguous alphabet', () => {
-  for (let i = 0; i < 200; i++) assert.match(randomName(), /^job-[23456789abcdefghjkmnpqrstuvwxyz]{8}$/);
+  const name = new RegExp(`^job-[${C.idAlphabet}]{${C.idLength}}$`);
+  for (let i = 0; i < 200; i++) assert.match(randomName(), name);
 });
 
 test('ids in both spellings', () => {
@@ -21,9 +56,7 @@ test('ids in both spellings', () => {
   assert.throws(() => jobName('id', 'Job 1'), /^InputError: id: 'Job 1' is not a job id/);
 });
 
-test('durations', () => {
-  assert.equal(parseDuration('1h30m'), 5400);
-  assert.equal(parseDuration('200ms'), 0.2);
+test('a refused duration names the rule', () => {
   assert.throws(() => parseDuration('10'), /'10' is not a duration: use a number and a unit/);
   assert.throws(() => parseDuration('99999999h'), /longer than the maximum duration, 87600h/);
 });

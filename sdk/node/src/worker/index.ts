@@ -1,5 +1,6 @@
 // A worker in your own Node program (createWorker) and the pieces `sextant-worker` shares with it.
 import { namespaceName } from '../common.js';
+import { PROTOCOL } from '../generated/protocol.js';
 import { ConnectOptions, Kube } from '../kube.js';
 import { definedHandlers, isHandler, type Handler, type HandlerFunction } from '../handlers.js';
 import { Level, logger } from './log.js';
@@ -8,8 +9,8 @@ import { Settings, WorkerService } from './service.js';
 
 export { PlanError } from './plan.js';
 
-export const DEFAULT_CONCURRENCY = 8;
-export const DEFAULT_DRAIN_GRACE_SECONDS = 25;
+export const DEFAULT_CONCURRENCY = PROTOCOL.workerConcurrency;
+export const DEFAULT_DRAIN_GRACE_SECONDS = PROTOCOL.workerDrainGraceSeconds;
 
 /** The worker stopped on its own: another process registered under its name. */
 export class WorkerStopped extends Error {

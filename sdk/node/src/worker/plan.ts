@@ -12,10 +12,7 @@ export class PlanError extends Error {
 /** true: every Handler's command (--allow-commands); else these Handlers' (--allow-command), none by default. */
 export type AllowCommands = boolean | ReadonlySet<string>;
 
-export interface HandlerSpec {
-  worker?: { command?: string[] };
-  template?: unknown;
-}
+import type { HandlerSpec } from '../generated/wire.js';
 
 export interface Served {
   queues: Set<string>;

@@ -10,17 +10,18 @@
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import { API_VERSION, ApiError, Kube, Obj, path, sleep } from '../kube.js';
-import { formatTime } from '../common.js';
+import { NAME_MAX, formatTime } from '../common.js';
+import { PROTOCOL } from '../generated/protocol.js';
+import type { WorkerProgress, WorkerResult, WorkerSpec } from '../generated/wire.js';
 import type { Logger } from './log.js';
 
-const RENEW_DEADLINE = 2 / 3;
+const RENEW_DEADLINE = PROTOCOL.renewDeadline;
 const JSON_PATCH = 'application/json-patch+json';
 const REGISTER_TIMEOUT_MS = 10_000;
 const REGISTER_BACKOFF_MAX_MS = 5_000;
-export const FINALIZER = 'sextant.dev/attempts';
-export const LABEL_WORKER = 'sextant.dev/worker';
+export const FINALIZER = PROTOCOL.workerFinalizer;
+export const LABEL_WORKER = PROTOCOL.workerLabel;
 const DNS_LABEL = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/;
-const MAX_NAME = 63;
 
 export const monotonic = (): number => performance.now();
 
@@ -37,12 +38,12 @@ export class TakenOver extends Error {}
 /** Any text → a DNS label. */
 export function sanitise(text: string): string {
   const label = text.toLowerCase().replace(/[^a-z0-9-]+/g, '-').replace(/^-+|-+$/g, '');
-  return label.slice(0, MAX_NAME).replace(/-+$/, '') || 'worker';
+  return label.slice(0, NAME_MAX).replace(/-+$/, '') || 'worker';
 }
 
 export function nameProblem(name: string): string | undefined {
   if (DNS_LABEL.test(name)) return undefined;
-  return `--name '${name}': a worker's name must be a DNS label (lower-case letters, digits and '-', at most ${MAX_NAME} characters, starting and ending with a letter or digit), e.g. '${sanitise(name)}'`;
+  return `--name '${name}': a worker's name must be a DNS label (lower-case letters, digits and '-', at most ${NAME_MAX} characters, starting and ending with a letter or digit), e.g. '${sanitise(name)}'`;
 }
 
 /** In a pod: its name (POD_NAME, else HOSTNAME); elsewhere <host>-<pid>. */
@@ -50,7 +51,7 @@ export function defaultName(env: NodeJS.ProcessEnv = process.env): string {
   if (env.POD_NAME) return sanitise(env.POD_NAME);
   if (env.KUBERNETES_SERVICE_HOST && env.HOSTNAME) return sanitise(env.HOSTNAME);
   const suffix = `-${process.pid}`;
-  return sanitise(hostname().split('.')[0]).slice(0, MAX_NAME - suffix.length).replace(/-+$/, '') + suffix;
+  return sanitise(hostname().split('.')[0]).slice(0, NAME_MAX - suffix.length).replace(/-+$/, '') + suffix;
 }
 
 export function podOwner(env: NodeJS.ProcessEnv = process.env): Obj | undefined {
@@ -100,10 +101,10 @@ export class Registration {
   private onTaken: (() => void) | undefined;
 
   constructor(private readonly kube: Kube, private readonly namespace: string, readonly name: string,
-              private readonly offer: () => Offer, private readonly results: () => Obj[],
+              private readonly offer: () => Offer, private readonly results: () => WorkerResult[],
               private readonly onLost: (why: string) => void, private readonly log: Logger,
               private readonly owner?: Obj, private readonly user?: string,
-              private readonly progress: () => Obj[] = () => []) {
+              private readonly progress: () => WorkerProgress[] = () => []) {
     this.p = path('workers', namespace, name);
   }
 
@@ -119,8 +120,8 @@ export class Registration {
     this.onTaken = callback;
   }
 
-  private spec(offer: Offer): Obj {
-    const spec: Obj = {
+  private spec(offer: Offer): WorkerSpec {
+    const spec: WorkerSpec = {
       incarnation: this.incarnation, queues: [...offer.queues].sort(), handlers: [...offer.handlers].sort(),
       slots: Math.max(0, offer.slots), leaseDurationSeconds: offer.leaseSeconds, draining: offer.draining,
       renewTime: formatTime(new Date()), results: this.results(),

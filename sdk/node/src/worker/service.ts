@@ -3,11 +3,14 @@
 // fence and the drain. An assignment runs once, only for the incarnation it names when that is this process's current
 // one; the job is read once (GET) for its payload, and a job that is gone or has another uid is reported NotFound.
 import { ApiError, Informer, Kube, Obj, path } from '../kube.js';
-import { checkFraction, clipProgressMessage, formatTime, jobId, parseDuration, payloadJson, scheduledAtOf } from '../common.js';
+import { PAYLOAD_ENV_MAX_BYTES, checkFraction, clipProgressMessage, formatTime, jobId, parseDuration, payloadJson, scheduledAtOf } from '../common.js';
+import { PROTOCOL } from '../generated/protocol.js';
+import { QUEUE_SPEC_DEFAULTS, type Assignment, type HandlerSpec, type QueueSpec as QueueObjectSpec, type WorkerProgress,
+  type WorkerResult } from '../generated/wire.js';
 import { JobsApi } from '../client.js';
 import { Snooze, type Context, type HandlerFunction, type Job } from '../handlers.js';
 import type { Logger } from './log.js';
-import { AllowCommands, HandlerSpec, Served, plan, servedHandlers, serving } from './plan.js';
+import { AllowCommands, Served, plan, servedHandlers, serving } from './plan.js';
 import { WorkerMetrics } from './metrics.js';
 import { Offer, Registration, monotonic, podOwner } from './registration.js';
 import { CommandWork, Ended, Execution, FunctionWork, Reaper, Work, commandEnvironment } from './work.js';
@@ -15,11 +18,9 @@ import { CommandWork, Ended, Execution, FunctionWork, Reaper, Work, commandEnvir
 const LOST = 'Lost'; // no longer this worker's: stopped, reported nothing
 const DRAINED = 'Drained';
 const NOT_FOUND = 'NotFound';
-const DRAIN_LEAVE_WAIT_MS = 5000;
-const REMEMBERED = 100_000;
-const MESSAGE_MAX_LENGTH = 4096;
-const PAYLOAD_ENV_MAX_BYTES = 32 * 1024;
-const QUEUE_DEFAULTS = { leaseDuration: '30s', cancelGrace: '10s' };
+const DRAIN_LEAVE_WAIT_MS = PROTOCOL.drainLeaveWaitSeconds * 1000;
+const REMEMBERED = PROTOCOL.rememberedAssignments;
+const MESSAGE_MAX_LENGTH = PROTOCOL.messageMaxLength;
 
 export interface Settings {
   namespace: string;
@@ -32,12 +33,9 @@ export interface Settings {
   commandEnv: Record<string, string>;
 }
 
-interface QueueSpec { leaseDuration: string; cancelGrace: string }
-
-interface Assignment {
-  job: string; uid: string; queue: string; handler: string; sequence: number; attempt: number; incarnation: string;
-  assignedAt: string; timeoutAt?: string; stop?: string; cancelGraceSeconds?: number;
-}
+/** What a worker reads of a Queue: its lease and cancel grace, the CRD's defaults filled in. */
+type QueueSpec = Required<Pick<QueueObjectSpec, 'leaseDuration' | 'cancelGrace'>>;
+const QUEUE_DEFAULTS: QueueSpec = { leaseDuration: QUEUE_SPEC_DEFAULTS.leaseDuration, cancelGrace: QUEUE_SPEC_DEFAULTS.cancelGrace };
 
 interface Running {
   assignment: Assignment;
@@ -92,9 +90,9 @@ export class WorkerService {
   private readonly assigned = new Map<string, Assignment>();
   private readonly running = new Map<string, Running>();
   private readonly handled = new Set<string>(); // insertion-ordered: the oldest are forgotten first
-  private readonly results = new Map<string, Obj>();
+  private readonly results = new Map<string, WorkerResult>();
   // The latest progress of each running attempt that reported some: sent with the next write.
-  private readonly progress = new Map<string, Obj>();
+  private readonly progress = new Map<string, WorkerProgress>();
   private readonly tasks = new Set<Promise<void>>();
   private lingering = 0;
   private draining = false;
@@ -153,7 +151,7 @@ export class WorkerService {
   offer(): Offer {
     const leases = [...this.queues].filter(([name]) => this.served.queues.has(name))
       .map(([, q]) => seconds(q.leaseDuration, QUEUE_DEFAULTS.leaseDuration));
-    const lease = leases.length ? Math.min(...leases) : seconds(QUEUE_DEFAULTS.leaseDuration, '30s');
+    const lease = leases.length ? Math.min(...leases) : parseDuration(QUEUE_DEFAULTS.leaseDuration);
     return { queues: [...this.served.queues], handlers: [...servedHandlers(this.served)],
              slots: Math.max(0, this.settings.concurrency - this.lingering), leaseSeconds: Math.max(1, Math.floor(lease)),
              draining: this.draining };
@@ -305,7 +303,7 @@ export class WorkerService {
     const key = keyOf(a);
     return (fraction, message) => {
       if (!this.running.has(key)) return;
-      const entry: Obj = { job: a.job, uid: a.uid, sequence: a.sequence, incarnation: a.incarnation, fraction };
+      const entry: WorkerProgress = { job: a.job, uid: a.uid, sequence: a.sequence, incarnation: a.incarnation, fraction };
       if (message) entry.message = message;
       this.progress.set(key, entry);
     };
@@ -355,8 +353,8 @@ export class WorkerService {
     }
   }
 
-  private result(a: Assignment, ended: Ended, stop: string | undefined, startedAt: Date | undefined): Obj {
-    const result: Obj = { job: a.job, uid: a.uid, sequence: a.sequence, incarnation: a.incarnation };
+  private result(a: Assignment, ended: Ended, stop: string | undefined, startedAt: Date | undefined): WorkerResult {
+    const result: WorkerResult = { job: a.job, uid: a.uid, sequence: a.sequence, incarnation: a.incarnation };
     if (ended.exitCode !== null) result.exitCode = Math.max(0, Math.min(255, ended.exitCode));
     if (stop !== undefined) result.reason = stop;
     if (ended.message && ended.exitCode !== 0) result.message = ended.message.slice(-MESSAGE_MAX_LENGTH);
@@ -369,7 +367,7 @@ export class WorkerService {
   }
 
   /** A result to write: in the next spec write (at once when none is in flight). */
-  private report(key: string, result: Obj): void {
+  private report(key: string, result: WorkerResult): void {
     if (!this.assigned.has(key)) return this.refused(key, 'its assignment has left status meanwhile');
     this.results.set(key, result);
     this.registration.changed();

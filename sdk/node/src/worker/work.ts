@@ -7,6 +7,7 @@ import { accessSync, constants as fsConstants, mkdtempSync, openSync, readFileSy
 import { constants, tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { OUTPUT_MAX_BYTES, SNOOZE_EXIT_CODE, outputJson, parseProgressLine, shortNumber, snoozeSeconds } from '../common.js';
+import { PROTOCOL } from '../generated/protocol.js';
 import { NON_RETRYABLE_EXIT_CODE, type Context, type HandlerFunction, type Job } from '../handlers.js';
 
 export interface Ended {
@@ -20,15 +21,15 @@ export interface Ended {
   snoozeSeconds?: number;
 }
 
-export const PROGRESS_FILE_ENV = 'SEXTANT_PROGRESS_FILE'; // "0.4 resized 4/10": read every second while it runs
+export const PROGRESS_FILE_ENV = PROTOCOL.progressFileEnv; // "0.4 resized 4/10": read every second while it runs
 const PROGRESS_POLL_MS = 1000;
-export const SNOOZE_FILE_ENV = 'SEXTANT_SNOOZE_FILE'; // the delay ("30s", or seconds) when it exits 85
+export const SNOOZE_FILE_ENV = PROTOCOL.snoozeFileEnv; // the delay ("30s", or seconds) when it exits 85
 
 export function snoozed(seconds: number): Ended {
   return { exitCode: SNOOZE_EXIT_CODE, message: `snoozed for ${shortNumber(seconds)}s`, snoozeSeconds: seconds };
 }
 
-export const OUTPUT_FILE_ENV = 'SEXTANT_OUTPUT_FILE'; // JSON written there is the output (read when it exits 0)
+export const OUTPUT_FILE_ENV = PROTOCOL.outputFileEnv; // JSON written there is the output (read when it exits 0)
 
 /** A handler that returned `value`: succeeded, its output kept when it is JSON within the cap (else why not, also
  * said in its output after `note`). */
