@@ -5,6 +5,7 @@ import {
   InputError, checkPayload, concurrencyKey, formatTime, idempotencyKey, idempotencyWindowMs, jobId, jobName, keyedName,
   namespaceName, objectName, priority as checkPriority, randomName, selectorValue,
 } from './common.js';
+import type { JobStatus } from './generated/wire.js';
 import { API_VERSION, ApiError, ConnectOptions, Kube, Obj, path } from './kube.js';
 
 export interface CreateJob<P = Record<string, unknown>> {
@@ -85,8 +86,9 @@ export interface BulkOutcome {
 }
 
 // The states each bulk verb applies to (the Job CRD's CEL rules; lifecycle/selection.py in Python).
-const CANCELLABLE = ['scheduled', 'queued', 'running', 'failed'];
-const RETRYABLE = ['failed', 'dead'];
+type State = NonNullable<JobStatus['state']>; // the Job CRD's enum: a state misspelled here does not compile
+const CANCELLABLE: string[] = ['scheduled', 'queued', 'running', 'failed'] satisfies State[];
+const RETRYABLE: string[] = ['failed', 'dead'] satisfies State[];
 
 function listed(states: string[]): string {
   return `${states.slice(0, -1).join(', ')} or ${states[states.length - 1]}`;
@@ -110,7 +112,7 @@ export class KeyConflict extends Refused {
 }
 
 const SAME_JOB = ['queue', 'handler', 'payload'];
-const STATES = ['scheduled', 'queued', 'running', 'succeeded', 'failed', 'dead', 'cancelled'];
+const STATES: string[] = ['scheduled', 'queued', 'running', 'succeeded', 'failed', 'dead', 'cancelled'] satisfies State[];
 const REFUSAL = /(?:^|: )Forbidden: (cannot (?:cancel|retry): .*?)(?:, <nil>)?$/;
 
 const field = (spec: Obj, f: string) => (f === 'payload' ? spec[f] ?? {} : spec[f]);
