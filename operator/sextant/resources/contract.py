@@ -13,8 +13,8 @@ from . import API_VERSION
 # The worker protocol's numbers and words (exit codes, limits, the id alphabet, the fence): protocol.json beside this
 # file, the one definition. The Node SDK gets the same file generated into sdk/node/src/generated/protocol.ts
 # (resources/typescript.py), and both sides' parity tests check against its golden values.
-PROTOCOL_FILE = resources.files(__package__).joinpath("protocol.json")
-PROTOCOL: dict[str, Any] = json.loads(PROTOCOL_FILE.read_text(encoding="utf-8"))["constants"]
+PROTOCOL: dict[str, Any] = json.loads(
+    resources.files(__package__).joinpath("protocol.json").read_text(encoding="utf-8"))["constants"]
 
 # An attempt's pod and its Lease (the runner's): whose attempt they are.
 LABEL_JOB = "sextant.dev/job"

@@ -57,7 +57,7 @@ def _models_in(annotation: Any) -> set[type[BaseModel]]:
 
 
 def _doc(lines: str, indent: str = "") -> str:
-    width = 117 - len(indent)
+    width = 113 - len(indent)  # "/** " and " */" around it: at most 120 characters a line
     text = [part for line in lines.replace("*/", "*\\/").splitlines() for part in textwrap.wrap(line, width) or [""]]
     if len(text) == 1:
         return f"{indent}/** {text[0]} */\n"

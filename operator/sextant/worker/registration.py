@@ -39,7 +39,8 @@ log = logging.getLogger("sextant.worker")
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 MAX_NAME = 63  # a label value
-RENEW_DEADLINE = contract.PROTOCOL["renewDeadline"]  # 2/3 of the leaseDuration: renewals at 1/3, retried until 2/3, then the worker fences itself
+# 2/3 of the leaseDuration: renewals at 1/3, retried until 2/3, then the worker fences itself
+RENEW_DEADLINE = contract.PROTOCOL["renewDeadline"]
 JSON_PATCH = "application/json-patch+json"
 REGISTER_TIMEOUT = 10.0  # seconds per request while (re-)registering: no attempt runs then, nothing is at stake
 REGISTER_BACKOFF_MAX = 5.0

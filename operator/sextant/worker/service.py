@@ -48,7 +48,8 @@ from .settings import Settings
 log = logging.getLogger("sextant.worker")
 
 LOST = "Lost"  # the attempt is no longer this worker's: stopped, and reported nothing
-DRAIN_LEAVE_WAIT = float(contract.PROTOCOL["drainLeaveWaitSeconds"])  # seconds a drain waits for its assignments to leave status (their results recorded)
+# Seconds a drain waits for its assignments to leave status (their results recorded).
+DRAIN_LEAVE_WAIT = float(contract.PROTOCOL["drainLeaveWaitSeconds"])
 DRAIN_POLL = 0.05
 # Assignments that left status, remembered so that one seen again (a stale status) never runs twice: the most recent
 # this many (bounded, as a worker runs for months).

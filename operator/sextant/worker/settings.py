@@ -13,7 +13,8 @@ class Settings:
     namespace: str
     name: str
     concurrency: int = PROTOCOL["workerConcurrency"]
-    drain_grace: float = float(PROTOCOL["workerDrainGraceSeconds"])  # seconds; below a pod's default terminationGracePeriodSeconds (30 s)
+    # Seconds; below a pod's default terminationGracePeriodSeconds (30 s).
+    drain_grace: float = float(PROTOCOL["workerDrainGraceSeconds"])
     want_queues: frozenset[str] | None = None  # None: every Queue of the namespace
     want_handlers: frozenset[str] | None = None  # None: every worker-mode Handler it can run
     # Which Handlers' commands it may run (docs/workers.md, "Commands run only where allowed"): True for every one

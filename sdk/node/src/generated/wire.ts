@@ -69,8 +69,8 @@ export interface Attempt {
   exitCode?: number;
   /**
    * Error, Timeout, LeaseExpired, PodLost, Drained, NonRetryableExitCode, Cancelled, Snoozed, TooManySnoozes; a pod
-   * that did not start: Unschedulable, StartTimeout or the kubelet's waiting reason (ErrImagePull, ImagePullBackOff,
-   * ...).
+   * that did not start: Unschedulable, StartTimeout or the kubelet's waiting reason (ErrImagePull,
+   * ImagePullBackOff, ...).
    */
   reason?: string;
   /** What went wrong, for a person. */
@@ -137,9 +137,9 @@ export interface HandlerSpec {
    */
   worker?: WorkerHandler;
   /**
-   * The handler runs `sextant run`, which renews the attempt's lease. The lease clock starts when the container starts;
-   * an attempt whose lease is not renewed for leaseDuration fails with LeaseExpired. Set false for an image without the
-   * runner: then only the timeout stops a hung attempt.
+   * The handler runs `sextant run`, which renews the attempt's lease. The lease clock starts when the container
+   * starts; an attempt whose lease is not renewed for leaseDuration fails with LeaseExpired. Set false for an image
+   * without the runner: then only the timeout stops a hung attempt.
    */
   heartbeat?: boolean;
   /** Exit codes that end the job dead at once instead of retrying. */
@@ -171,8 +171,9 @@ export interface JobSpec {
   /** Higher runs first within its queue; FIFO among equals (32-bit). */
   priority?: number;
   /**
-   * The job's concurrency key, e.g. a tenant or customer id: the queue's perKeyConcurrency limits running attempts per
-   * key, and the queue admits keys in turn (round-robin) among jobs of equal priority. 1 to 253 characters; immutable.
+   * The job's concurrency key, e.g. a tenant or customer id: the queue's perKeyConcurrency limits running attempts
+   * per key, and the queue admits keys in turn (round-robin) among jobs of equal priority. 1 to 253 characters;
+   * immutable.
    */
   concurrencyKey?: string;
   /** Set to true to cancel the job (scheduled/queued at once, running after cancelGrace). */
@@ -207,8 +208,8 @@ export interface JobStatus {
   /** The last spec.retryToken acted upon. */
   retryToken?: string;
   /**
-   * A cancel requested by Sextant itself (a Schedule's Replace policy), and why; it acts like spec.cancel, so that the
-   * operator never writes a Job's spec.
+   * A cancel requested by Sextant itself (a Schedule's Replace policy), and why; it acts like spec.cancel, so that
+   * the operator never writes a Job's spec.
    */
   cancelRequested?: string;
   /** The job that already holds this idempotency key. */
@@ -302,9 +303,9 @@ export interface QueueSpec {
   /** How long one attempt may run, from its handler's start, before it fails with Timeout (at least 1ms). */
   timeout?: string;
   /**
-   * How long an attempt's pod may take to start its handler (waiting for a node, pulling its image) before the attempt
-   * fails with Unschedulable, the image pull's reason (ErrImagePull, ImagePullBackOff, ...) or StartTimeout; it counts
-   * as an attempt and is retried. The job stays queued meanwhile.
+   * How long an attempt's pod may take to start its handler (waiting for a node, pulling its image) before the
+   * attempt fails with Unschedulable, the image pull's reason (ErrImagePull, ImagePullBackOff, ...) or
+   * StartTimeout; it counts as an attempt and is retried. The job stays queued meanwhile.
    */
   startTimeout?: string;
   /** How long a running attempt's lease lasts without a heartbeat (at least 1s). */
@@ -325,9 +326,9 @@ export interface QueueSpec {
    */
   rateLimit?: RateLimit;
   /**
-   * Running attempts at once per concurrency key (a Job's spec.concurrencyKey), within the queue's concurrency. Jobs
-   * without a key are not limited by it. Whether set or not, the queue admits keys in turn (round-robin) among jobs of
-   * equal priority, so that one key's backlog does not delay another's jobs.
+   * Running attempts at once per concurrency key (a Job's spec.concurrencyKey), within the queue's concurrency.
+   * Jobs without a key are not limited by it. Whether set or not, the queue admits keys in turn (round-robin) among
+   * jobs of equal priority, so that one key's backlog does not delay another's jobs.
    */
   perKeyConcurrency?: number;
 }
@@ -407,8 +408,8 @@ export interface Schedule {
 
 export interface ScheduleSpec {
   /**
-   * Five cron fields ("0 2 * * *": minute 0-59, hour 0-23, day-of-month 1-31 or L (the last), month 1-12 or jan-dec,
-   * day-of-week 0-7 or sun-sat; each *, a value, a range a-b, a step *\/n, a-b/n or a/n, or a list) or a macro
+   * Five cron fields ("0 2 * * *": minute 0-59, hour 0-23, day-of-month 1-31 or L (the last), month 1-12 or jan-
+   * dec, day-of-week 0-7 or sun-sat; each *, a value, a range a-b, a step *\/n, a-b/n or a/n, or a list) or a macro
    * (@hourly, @daily, ...). Exclusive with interval.
    */
   cron?: string;
@@ -420,8 +421,8 @@ export interface ScheduleSpec {
    */
   timeZone?: string;
   /**
-   * Create each tick's job up to this much later: a delay in [0, jitter) fixed per tick (a hash of the schedule's uid
-   * and the tick), so a fleet of schedules does not fire in the same second.
+   * Create each tick's job up to this much later: a delay in [0, jitter) fixed per tick (a hash of the schedule's
+   * uid and the tick), so a fleet of schedules does not fire in the same second.
    */
   jitter?: string;
   /** What each fire creates. */
@@ -488,8 +489,8 @@ export interface WorkerHandler {
 }
 
 /**
- * A Deployment of workers whose replicas the operator sets from the slots its queues need (its scale subresource only);
- * docs/workers.md, Autoscaling.
+ * A Deployment of workers whose replicas the operator sets from the slots its queues need (its scale subresource
+ * only); docs/workers.md, Autoscaling.
  */
 export interface WorkerPool {
   /** sextant.dev/v1alpha1 */
@@ -506,13 +507,13 @@ export interface WorkerPoolSpec {
   /** The Deployment of `sextant worker` pods to scale. */
   scaleTargetRef: ScaleTargetRef;
   /**
-   * The queues its workers serve (their --queue list): their jobs are the demand. Empty: every Queue of the namespace,
-   * as a worker without --queue serves.
+   * The queues its workers serve (their --queue list): their jobs are the demand. Empty: every Queue of the
+   * namespace, as a worker without --queue serves.
    */
   queues?: string[];
   /**
-   * Only these handlers' jobs count (give the workers' --handler list when several pools share a queue); empty: every
-   * worker-mode Handler's.
+   * Only these handlers' jobs count (give the workers' --handler list when several pools share a queue); empty:
+   * every worker-mode Handler's.
    */
   handlers?: string[];
   /** Attempts one worker runs at once: its --concurrency (default 8). */
@@ -526,7 +527,10 @@ export interface WorkerPoolSpec {
    * become runnable.
    */
   leadTime?: string;
-  /** A scale-down follows the highest replica count wanted within this window (no flapping); a scale-up is immediate. */
+  /**
+   * A scale-down follows the highest replica count wanted within this window (no flapping); a scale-up is
+   * immediate.
+   */
   scaleDownDelay?: string;
 }
 
@@ -549,8 +553,8 @@ export interface WorkerPoolStatus {
   /** When the operator last changed replicas. */
   lastScaleTime?: string;
   /**
-   * AbleToScale (False: the target cannot be read or written, or the spec is invalid) and ScalingLimited (True: desired
-   * is held at minReplicas or maxReplicas).
+   * AbleToScale (False: the target cannot be read or written, or the spec is invalid) and ScalingLimited (True:
+   * desired is held at minReplicas or maxReplicas).
    */
   conditions?: Condition[];
   /** The latest decision, for a person. */
@@ -589,9 +593,9 @@ export interface WorkerResult {
   /** The handler's exit code; unset when it did not run (see reason). */
   exitCode?: number;
   /**
-   * Why it ended without an exit code, or a refinement of one: Drained (stopped by the worker's drain), NotFound (the
-   * job is gone or has another uid), Cancelled or Timeout (the worker stopped it for that stop: the assignment's, or
-   * its own timeoutAt).
+   * Why it ended without an exit code, or a refinement of one: Drained (stopped by the worker's drain), NotFound
+   * (the job is gone or has another uid), Cancelled or Timeout (the worker stopped it for that stop: the
+   * assignment's, or its own timeoutAt).
    */
   reason?: string;
   /** What went wrong, for a person (the output's last lines, the exception). */
@@ -618,8 +622,8 @@ export interface WorkerSpec {
   /** How many attempts it runs at once. */
   slots: number;
   /**
-   * How long after the operator last observed a renewal (a new metadata.generation) the worker counts as gone and its
-   * attempts fail LeaseExpired.
+   * How long after the operator last observed a renewal (a new metadata.generation) the worker counts as gone and
+   * its attempts fail LeaseExpired.
    */
   leaseDurationSeconds: number;
   /** It takes no new jobs (SIGTERM). */
