@@ -584,6 +584,20 @@ def test_the_lease_admission_policy_keeps_the_leader_lease_the_operators_and_the
     assert not find(off, "ValidatingAdmissionPolicyBinding", "sx-sextant-leases")
 
 
+def test_the_job_admission_policy_is_on_by_default_for_every_jobs_create_and_update(helm):
+    """sextant.dev/requested-by names the requester itself or nobody (tests/cluster/test_worker_admission.py runs
+    it against the API server)."""
+    spec = one(helm.template(), "ValidatingAdmissionPolicy", "sx-sextant-jobs")["spec"]
+    assert spec["failurePolicy"] == "Fail" and "namespaceSelector" not in spec["matchConstraints"]
+    assert spec["matchConstraints"]["resourceRules"] == [{"apiGroups": ["sextant.dev"], "apiVersions": ["*"],
+                                                          "operations": ["CREATE", "UPDATE"], "resources": ["jobs"]}]
+    assert one(helm.template(), "ValidatingAdmissionPolicyBinding", "sx-sextant-jobs")["spec"] == {
+        "policyName": "sx-sextant-jobs", "validationActions": ["Deny"]}
+    off = helm.template({"jobAdmission": {"enabled": False}})
+    assert not find(off, "ValidatingAdmissionPolicy", "sx-sextant-jobs")
+    assert not find(off, "ValidatingAdmissionPolicyBinding", "sx-sextant-jobs")
+
+
 def test_the_worker_admission_policy_holds_a_pod_to_the_worker_named_after_it(helm):
     """On by default, in every namespace: requests with a pod-bound token other than the operator's may write only
     the Worker named after their pod, in its namespace (tests/cluster/test_worker_admission.py runs it)."""
