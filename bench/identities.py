@@ -7,7 +7,7 @@ the priority level the chart gives the operator and the workers could change not
   - the operator: `sextant dev`'s service account (sextant.dev.flowcontrol: sextant-system/sextant, cluster-admin),
     in the chart's priority level through `sextant dev`'s FlowSchema;
   - the workers: sextant-bench/worker, with a worker's rights (the chart's worker Role for this protocol; for the
-    baseline's workers, the previous protocol's: jobs/status and Leases), in the same priority level through a
+    baseline's workers, the previous protocol's: jobs/status and Leases), in a priority level of their own through a
     workers FlowSchema, as the chart's `<release>-workers`;
   - the load generator: sextant-bench/loadgen, which may only create jobs, matched by no FlowSchema of ours: the
     defaults' `service-accounts` (workload-low), where any other service account's flood would land.
@@ -31,6 +31,8 @@ NAMESPACE = "sextant-bench"
 WORKER = "worker"
 LOADGEN = "loadgen"
 WORKERS_FLOW_SCHEMA = "sextant-bench-workers"
+WORKERS_PRIORITY_LEVEL = "sextant-bench-workers"
+WORKERS_NOMINAL_CONCURRENCY_SHARES = 50  # the chart's flowControl.workers default
 TOKEN_DURATION = "24h"  # longer than any run (--timeout at most 30 min per workload, the scale run included)
 LABELS = {"app.kubernetes.io/part-of": "sextant-bench"}
 
@@ -66,10 +68,20 @@ WORKER_USER = user(NAMESPACE, WORKER)
 LOADGEN_USER = user(NAMESPACE, LOADGEN)
 
 
+def workers_priority_level() -> dict[str, Any]:
+    """`sextant dev`'s operator level, for the workers alone: the chart's `<release>-workers` (half the shares)."""
+    level = copy.deepcopy(flowcontrol.priority_level())
+    level["metadata"] = {"name": WORKERS_PRIORITY_LEVEL, "labels": LABELS}
+    level["spec"]["limited"]["nominalConcurrencyShares"] = WORKERS_NOMINAL_CONCURRENCY_SHARES
+    return level
+
+
 def workers_flow_schema() -> dict[str, Any]:
-    """`sextant dev`'s operator FlowSchema, for the workers' service account: the chart's `<release>-workers`."""
+    """`sextant dev`'s operator FlowSchema, for the workers' service account in their own level: the chart's
+    `<release>-workers`."""
     schema = copy.deepcopy(flowcontrol.operator_flow_schema())
     schema["metadata"] = {"name": WORKERS_FLOW_SCHEMA, "labels": LABELS}
+    schema["spec"]["priorityLevelConfiguration"] = {"name": WORKERS_PRIORITY_LEVEL}
     schema["spec"]["rules"][0]["subjects"] = [{"kind": "ServiceAccount",
                                                "serviceAccount": {"name": WORKER, "namespace": NAMESPACE}}]
     return schema
@@ -97,6 +109,7 @@ def objects(baseline_workers: bool) -> list[dict[str, Any]]:
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE, "labels": LABELS}},
         *_account(WORKER, BASELINE_WORKER_RULES if baseline_workers else WORKER_RULES),
         *_account(LOADGEN, LOADGEN_RULES),
+        workers_priority_level(),
         workers_flow_schema(),
     ]
 

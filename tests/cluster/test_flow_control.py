@@ -34,7 +34,7 @@ def classified(http: httpx.Client, path: str) -> tuple[str, str]:
             response.headers.get("X-Kubernetes-PF-PriorityLevel-UID", ""))
 
 
-def test_the_charts_priority_level_serves_the_operator_and_the_workers(cluster, tools, tmp_path):  # noqa: F811
+def test_the_charts_priority_levels_serve_the_operator_and_the_workers_apart(cluster, tools, tmp_path):  # noqa: F811
     home = cluster.create_namespace(namespace_name("apf"))
     helm = Helm(tools, tmp_path, cluster.kubeconfig)
     jobs = f"/apis/sextant.dev/v1alpha1/namespaces/{home}/jobs"
@@ -61,9 +61,12 @@ def test_the_charts_priority_level_serves_the_operator_and_the_workers(cluster, 
         wait_for(lambda: classified(operator, jobs) == want_operator, 30,
                  message=lambda: f"the operator's requests in {want_operator}: {classified(operator, jobs)}")
         assert classified(operator, "/apis/sextant.dev/v1alpha1/jobs") == want_operator  # cluster-wide lists too
-        want_worker = (uid(cluster, "flowschema", f"{RELEASE}-sextant-workers"), level)
+        # The workers' own level: a busy or hostile worker takes its own seats, never the operator's.
+        workers_level = uid(cluster, "prioritylevelconfiguration", f"{RELEASE}-sextant-workers")
+        assert workers_level != level
+        want_worker = (uid(cluster, "flowschema", f"{RELEASE}-sextant-workers"), workers_level)
         wait_for(lambda: classified(worker, f"/apis/sextant.dev/v1alpha1/namespaces/{home}/queues") == want_worker,
-                 30, message="the workers' requests in their FlowSchema")
+                 30, message="the workers' requests in their FlowSchema and level")
         # Anyone else stays where they were.
         assert default.get(jobs).headers["X-Kubernetes-PF-FlowSchema-UID"] == uid(cluster, "flowschema",
                                                                                   "service-accounts")

@@ -584,6 +584,20 @@ def test_the_lease_admission_policy_keeps_the_leader_lease_the_operators_and_the
     assert not find(off, "ValidatingAdmissionPolicyBinding", "sx-sextant-leases")
 
 
+def test_the_job_admission_policy_is_on_by_default_for_every_jobs_create_and_update(helm):
+    """sextant.dev/requested-by names the requester itself or nobody (tests/cluster/test_worker_admission.py runs
+    it against the API server)."""
+    spec = one(helm.template(), "ValidatingAdmissionPolicy", "sx-sextant-jobs")["spec"]
+    assert spec["failurePolicy"] == "Fail" and "namespaceSelector" not in spec["matchConstraints"]
+    assert spec["matchConstraints"]["resourceRules"] == [{"apiGroups": ["sextant.dev"], "apiVersions": ["*"],
+                                                          "operations": ["CREATE", "UPDATE"], "resources": ["jobs"]}]
+    assert one(helm.template(), "ValidatingAdmissionPolicyBinding", "sx-sextant-jobs")["spec"] == {
+        "policyName": "sx-sextant-jobs", "validationActions": ["Deny"]}
+    off = helm.template({"jobAdmission": {"enabled": False}})
+    assert not find(off, "ValidatingAdmissionPolicy", "sx-sextant-jobs")
+    assert not find(off, "ValidatingAdmissionPolicyBinding", "sx-sextant-jobs")
+
+
 def test_the_worker_admission_policy_holds_a_pod_to_the_worker_named_after_it(helm):
     """On by default, in every namespace: requests with a pod-bound token other than the operator's may write only
     the Worker named after their pod, in its namespace (tests/cluster/test_worker_admission.py runs it)."""
@@ -602,18 +616,20 @@ def test_the_worker_admission_policy_holds_a_pod_to_the_worker_named_after_it(he
     assert not find(off, "ValidatingAdmissionPolicyBinding", "sx-sextant-workers")
 
 
-def test_the_operator_and_the_workers_get_a_priority_level_of_their_own(helm):
-    """API Priority and Fairness: one limited level, a FlowSchema for the operator's service account and one for the
-    chart's workers' accounts, matched before the defaults' service-accounts (9000) and global-default (9900)
-    (tests/cluster/test_flow_control.py sees the API server classify them)."""
+def test_the_operator_and_the_workers_get_a_priority_level_each(helm):
+    """API Priority and Fairness: a limited level for the operator's service account and another for the chart's
+    workers' accounts (a busy or hostile worker cannot take the operator's seats), each with its FlowSchema, matched
+    before the defaults' service-accounts (9000) and global-default (9900) (tests/cluster/test_flow_control.py sees
+    the API server classify them)."""
     docs = helm.template(WITH_WORKERS)
-    level = one(docs, "PriorityLevelConfiguration", "sx-sextant")["spec"]
-    assert level["type"] == "Limited" and level["limited"]["nominalConcurrencyShares"] == 100
-    assert level["limited"]["limitResponse"]["type"] == "Queue"
+    for name, shares in (("sx-sextant", 100), ("sx-sextant-workers", 50)):
+        level = one(docs, "PriorityLevelConfiguration", name)["spec"]
+        assert level["type"] == "Limited" and level["limited"]["nominalConcurrencyShares"] == shares
+        assert level["limited"]["limitResponse"]["type"] == "Queue"
     operator = one(docs, "FlowSchema", "sx-sextant-operator")["spec"]
     workers = one(docs, "FlowSchema", "sx-sextant-workers")["spec"]
-    for schema in (operator, workers):
-        assert schema["priorityLevelConfiguration"] == {"name": "sx-sextant"}
+    for schema, level in ((operator, "sx-sextant"), (workers, "sx-sextant-workers")):
+        assert schema["priorityLevelConfiguration"] == {"name": level}
         assert 1000 <= schema["matchingPrecedence"] < 9000 and schema["distinguisherMethod"] == {"type": "ByUser"}
     assert operator["rules"][0]["subjects"] == [{"kind": "ServiceAccount", "serviceAccount": {
         "name": "sx-sextant", "namespace": "sextant-system"}}]
@@ -621,9 +637,13 @@ def test_the_operator_and_the_workers_get_a_priority_level_of_their_own(helm):
         {"kind": "ServiceAccount", "serviceAccount": {"name": "sx-sextant-worker-payments", "namespace": "shop"}},
         {"kind": "ServiceAccount", "serviceAccount": {"name": "sx-sextant-worker-images", "namespace": "billing"}}]
     assert not find(helm.template(), "FlowSchema", "sx-sextant-workers"), "no workers, no workers' FlowSchema"
-    tuned = one(helm.template({"flowControl": {"nominalConcurrencyShares": 40, "lendablePercent": 0}}),
-                "PriorityLevelConfiguration", "sx-sextant")["spec"]["limited"]
-    assert (tuned["nominalConcurrencyShares"], tuned["lendablePercent"]) == (40, 0)
+    assert not find(helm.template(), "PriorityLevelConfiguration", "sx-sextant-workers"), "nor their level"
+    tuned = helm.template({**WITH_WORKERS, "flowControl": {
+        "nominalConcurrencyShares": 40, "lendablePercent": 0, "workers": {"nominalConcurrencyShares": 7,
+                                                                          "lendablePercent": 10}}})
+    for name, want in (("sx-sextant", (40, 0)), ("sx-sextant-workers", (7, 10))):
+        limited = one(tuned, "PriorityLevelConfiguration", name)["spec"]["limited"]
+        assert (limited["nominalConcurrencyShares"], limited["lendablePercent"]) == want
     off = helm.template({**WITH_WORKERS, "flowControl": {"enabled": False}})
     assert not find(off, "PriorityLevelConfiguration") and not find(off, "FlowSchema")
     bad = helm("template", "sx", str(CHART), values={"flowControl": {"matchingPrecedence": 9500}}, check=False)

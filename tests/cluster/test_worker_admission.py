@@ -165,3 +165,41 @@ def test_a_token_bound_to_no_pod_is_left_to_rbac(cluster, release):
     created = unbound.post(workers, json=laptop)
     assert created.status_code == 201, created.text
     assert unbound.delete(f"{workers}/laptop-1234").status_code == 200
+
+
+def test_a_job_names_who_asked_for_it_only_as_the_api_server_authenticated_them(cluster, release):
+    """The chart's job admission policy: sextant.dev/requested-by may name the requester itself, or be left out;
+    naming anyone else (on a create, or by changing it later) is refused, so what `inspect` and the HTTP API show
+    of it is a fact. Here with the worker's token (handler code chaining jobs), which may create jobs."""
+    ns = release["namespace"]
+    jobs = f"/apis/sextant.dev/v1alpha1/namespaces/{ns}/jobs"
+    asker = token(cluster, ns, release["worker_sa"]).http
+    me = f"system:serviceaccount:{ns}:{release['worker_sa']}"
+
+    def body(name: str, requested_by: str | None) -> dict[str, Any]:
+        made = job(name)
+        if requested_by is not None:
+            made["metadata"]["annotations"] = {"sextant.dev/requested-by": requested_by}
+        return made
+
+    def refused(response: httpx.Response, said: str) -> None:
+        assert response.status_code == 403, f"{response.status_code}: {response.text}"
+        text = response.json()["message"]
+        assert f"ValidatingAdmissionPolicy '{RELEASE}-sextant-jobs'" in text, text
+        assert (f"metadata.annotations[sextant.dev/requested-by] must name the requester itself, {me}, or be left "
+                f"out; not {said}") in text, text
+
+    wait_for(lambda: asker.post(jobs, json=body("job-probe", "root"), params={"dryRun": "All"}).status_code == 403,
+             30, message="the job admission policy to be in force")
+    refused(asker.post(jobs, json=body("job-forged", "system:admin")), "system:admin")
+    assert asker.post(jobs, json=body("job-mine", me)).status_code == 201
+    assert asker.post(jobs, json=body("job-unsaid", None)).status_code == 201
+    # Changed later to anyone but the one who changes it (here the admin, with kubectl): refused; a change that
+    # leaves it as it was passes.
+    changed = cluster.kubectl("annotate", "--overwrite", "-n", ns, "jobs.sextant.dev/job-unsaid",
+                              "sextant.dev/requested-by=alice", check=False)
+    assert changed.returncode != 0 and "must name the requester itself" in changed.stderr, changed.stderr
+    assert changed.stderr.rstrip().endswith("not alice"), changed.stderr
+    cluster.kubectl("label", "-n", ns, "jobs.sextant.dev/job-mine", "team=a")
+    shown = json.loads(cluster.kubectl("get", "jobs.sextant.dev", "-n", ns, "job-mine", "-o", "json").stdout)
+    assert shown["metadata"]["annotations"]["sextant.dev/requested-by"] == me

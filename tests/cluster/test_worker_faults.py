@@ -235,6 +235,27 @@ def test_a_longer_outage_stops_the_handlers_and_the_worker_registers_again_witho
         op.stop()
 
 
+def test_a_job_its_worker_cannot_read_yet_is_read_again_not_failed(cluster, namespace, crds, workers, proxy,
+                                                                    tmp_path):
+    """The worker's GETs of its job answered 503, more often than one read retries: no answer about the job. It reads
+    again, and the job's one attempt runs (maxAttempts 1: reported NotFound, the job would have ended dead)."""
+    runs = tmp_path / "runs"
+    op = Operator(cluster.kubeconfig, namespace, tmp_path)  # the operator talks to the API server directly
+    op.start()
+    try:
+        apply(cluster, namespace, queue("q", maxAttempts=1, **BACKOFF), command("nap", locked(runs, "true")))
+        workers("w", "--queue=q", "--handler=nap", config=proxied(cluster, proxy, tmp_path / "kubeconfig"))
+        wait_live(cluster, namespace, "w")
+        proxy.refuse(12, lambda request: request.method == "GET" and request.path.endswith("/jobs/job-r"))
+        apply(cluster, namespace, job("job-r", handler_name="nap"))
+        final = wait_state(cluster, namespace, "job-r", "succeeded", timeout=90)
+        assert proxy.counts["refused on demand"] == 12, "the worker's reads were not refused: the test proves nothing"
+        assert timeline_of(final) == [("succeeded", None)] and final["attempt"] == 1, final
+        assert runs_of(runs) == [("job-r", 1, "start"), ("job-r", 1, "end")]
+    finally:
+        op.stop()
+
+
 # ================================================================ upgrade from protocol v1
 class V1Lease:
     """A protocol-v1 worker's registration Lease, renewed by a thread as that worker would have (v1 is gone from

@@ -12,6 +12,9 @@ A test may also take the API server away (`down`): while it is down every reques
 without an answer and never forwarded, and every watch open is cut, as a stopped API server behind a load balancer
 looks to its clients; when it comes back up the held requests' connections are reset (their clients ask again).
 
+A test may also refuse requests of its choice on demand (`refuse`): the next few that match are answered 503 without
+being forwarded.
+
 A test may also strike the watches of one client and kind on demand (`strike`): the next few watches that match
 get the fault it names (a malformed line, a 410), and the matching watches open now are cut so that they ask again.
 
@@ -54,6 +57,7 @@ class FaultProxy:
         self._requests = self._writes = self._watches = 0
         self.faulty = True  # False: a plain proxy (to let the operator settle)
         self._strikes: list[tuple[Callable[[web.Request], bool], str]] = []  # (which watches, fault), in order
+        self._refusals: list[Callable[[web.Request], bool]] = []  # which requests to answer 503, one each
         self._struck = 0  # bumped by strike(): the matching watches open then are cut
         self._up: asyncio.Event | None = None  # cleared while down
         self.down_requests = 0  # requests held (never forwarded) while down
@@ -143,6 +147,18 @@ class FaultProxy:
         self._strikes.extend([(match, fault)] * times)
         self._struck += 1
 
+    def refuse(self, times: int, match: Callable[[web.Request], bool]) -> None:
+        """The next `times` requests (not watches) that `match` are answered 503, whatever `faulty` says."""
+        self._refusals.extend([match] * times)
+
+    def _refused(self, request: web.Request) -> bool:
+        for i, match in enumerate(self._refusals):
+            if match(request):
+                del self._refusals[i]
+                self.counts["refused on demand"] += 1
+                return True
+        return False
+
     def _strike_for(self, request: web.Request) -> str | None:
         for i, (match, fault) in enumerate(self._strikes):
             if match(request):
@@ -171,6 +187,10 @@ class FaultProxy:
                                           "reason": "Expired", "message": "too old resource version"}, status=410)
             return await self._watch(request, fault, 1 + self._watches % 3)
         self._requests += 1
+        if self._refused(request):
+            return web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 503,
+                                      "reason": "ServiceUnavailable", "message": "the fault proxy says no"},
+                                     status=503)
         for every, status in ((self.refuse_every, 429), (self.unavailable_every, 503)):
             if self.faulty and self._requests % every == every // 2:
                 self.counts[f"refused {status}"] += 1

@@ -156,3 +156,29 @@ def test_an_init_worker_forwards_sigterm_and_exits_with_the_workers_code(tmp_pat
     finally:
         init.kill()
         init.wait(10)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not sys.platform.startswith("linux"),
+                    reason="needs root to run the worker as another user (CI runs as root)")
+@pytest.mark.parametrize("private", [True, False], ids=["kept-private", "default"])
+def test_a_worker_keeps_its_environment_from_the_commands_it_runs(tmp_path: Path, private: bool):
+    """A command runs as its worker's user; /proc/<worker>/environ (its credentials) is readable to it unless the
+    worker made itself non-dumpable, as `sextant worker` does at start. Both run as `nobody` here (root reads
+    anything); Python is imported before the switch (this machine's may live where nobody may read)."""
+    script = textwrap.dedent(f"""
+        import os, subprocess, sys
+        from sextant.runner.process import PR_SET_DUMPABLE, PRCTL, keep_private
+        os.setgid(65534); os.setuid(65534)
+        PRCTL(PR_SET_DUMPABLE, 1, 0, 0, 0)  # as a process started by that user is (setuid made this one private)
+        if {private!r}:
+            assert keep_private()
+        seen = subprocess.run(["cat", f"/proc/{{os.getpid()}}/environ"], capture_output=True)
+        sys.stdout.write("read" if b"SEXTANT_SECRET=hush" in seen.stdout else "refused: " + seen.stderr.decode())
+    """)
+    env = {**os.environ, "SEXTANT_SECRET": "hush", "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-c", script], env=env, cwd="/", capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    if private:
+        assert done.stdout.startswith("refused: ") and "Permission denied" in done.stdout, done.stdout
+    else:
+        assert done.stdout == "read", done.stdout  # the test can tell: without it, the command reads the secret

@@ -174,3 +174,24 @@ def test_a_command_that_exits_without_reading_its_payload_ends_with_its_own_code
                                5.0).run()
 
     assert uvloop.run(run()).exit_code == 1
+
+
+async def test_the_files_a_command_writes_are_read_bounded_whatever_it_made_of_them(tmp_path: Path) -> None:
+    """A command may link its files to /dev/zero, make them FIFOs, or write without end: the worker's event loop
+    reads a bounded part of each and never blocks on them (a FIFO is refused, as a link to a device is)."""
+    seen: list[tuple[float, str | None]] = []
+
+    async def run(script: str) -> Ended:
+        work = command(script, tmp_path)
+        work.on_progress = lambda fraction, message: seen.append((fraction, message))
+        return (await asyncio.wait_for(ended(work), 30))[0]
+
+    refused = Ended(85, "SEXTANT_SNOOZE_FILE: snooze is not a regular file")
+    assert await run('ln -s /dev/zero "$SEXTANT_SNOOZE_FILE"; exit 85') == refused
+    assert await run('mkfifo "$SEXTANT_SNOOZE_FILE"; exit 85') == refused
+    assert (await run('mkfifo "$SEXTANT_OUTPUT_FILE"')).output_note == (
+        "SEXTANT_OUTPUT_FILE cannot be read (output.json is not a regular file); not kept")
+    assert await run('ln -s /dev/zero "$SEXTANT_PROGRESS_FILE"; sleep 1.5') == Ended(0) and seen == []
+    long = ('f="$SEXTANT_PROGRESS_FILE"; seq 1 400000 | sed "s/.*/0.1 step/" > "$f.new"; echo "0.5 half" >> "$f.new"; '
+            'mv "$f.new" "$f"')  # 4 MB, whole at once: only its last line is progress
+    assert await run(f"{long}; sleep 1.5") == Ended(0) and seen == [(0.5, "half")]

@@ -22,6 +22,7 @@ import inspect
 import json
 import os
 import signal
+import stat
 import sys
 import tempfile
 import traceback
@@ -48,6 +49,22 @@ TAIL_LINES, TAIL_BYTES = 80, 2048
 TAIL_KEPT = 16 * 1024  # bytes of output kept to find those lines in
 CHUNK = 64 * 1024
 PROGRESS_POLL = 1.0  # seconds between looks at a command's SEXTANT_PROGRESS_FILE
+PROGRESS_TAIL = 4096  # bytes of SEXTANT_PROGRESS_FILE read, from its end: its latest line
+SNOOZE_HEAD = 100  # bytes of SEXTANT_SNOOZE_FILE read: a delay such as 30s
+
+
+def read_bounded(path: Path, limit: int, *, tail: bool = False) -> bytes:
+    """At most `limit` bytes of a file a command wrote (its last ones with tail), whatever the command made of it: a
+    file that grows without end, a link to /dev/zero, a FIFO (opened without waiting for a writer: not a regular
+    file, refused). The worker's event loop reads it, so the read must stay small and never block."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(f"{path.name} is not a regular file")
+        if tail and info.st_size > limit:
+            f.seek(info.st_size - limit)
+        return f.read(limit)
 
 
 @dataclass(frozen=True)
@@ -240,8 +257,7 @@ class CommandWork:
     def _output(self) -> Ended:
         """Exit 0: succeeded, with the JSON the command wrote to SEXTANT_OUTPUT_FILE, if any, as its output."""
         try:
-            with open(self.files / "output.json", "rb") as f:
-                data = f.read(OUTPUT_MAX_BYTES + 1)
+            data = read_bounded(self.files / "output.json", OUTPUT_MAX_BYTES + 1)
         except FileNotFoundError:
             return Ended(0)
         except OSError as exc:
@@ -259,7 +275,7 @@ class CommandWork:
         """Exit SNOOZE_EXIT_CODE: snoozed for the delay in SEXTANT_SNOOZE_FILE; without a valid one the attempt fails
         (the lifecycle says so), with why."""
         try:
-            text = (self.files / "snooze").read_text(errors="replace")[:100]
+            text = read_bounded(self.files / "snooze", SNOOZE_HEAD).decode(errors="replace")
             return snoozed(snooze_seconds(text))
         except FileNotFoundError:
             why = f"{SNOOZE_FILE_ENV} was not written (write a delay such as 30s there before exit {SNOOZE_EXIT_CODE})"
@@ -279,7 +295,7 @@ class CommandWork:
                 if (stat.st_mtime_ns, stat.st_size) == seen:
                     continue
                 seen = (stat.st_mtime_ns, stat.st_size)
-                lines = path.read_text(errors="replace")[-4096:].strip().splitlines()
+                lines = read_bounded(path, PROGRESS_TAIL, tail=True).decode(errors="replace").strip().splitlines()
                 if lines and self.on_progress is not None:
                     self.on_progress(*parse_progress_line(lines[-1]))
             except FileNotFoundError:

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable
 
 PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 # What an init passes on to the process it runs; the rest (SIGCHLD, SIGKILL, SIGSTOP...) it keeps or cannot catch.
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
@@ -62,6 +63,13 @@ def die_with_parent(reaper: GroupReaper | None = None) -> Callable[[], None] | N
             os.kill(os.getpid(), signal.SIGKILL)
 
     return preexec
+
+
+def keep_private() -> bool:
+    """Make this process's memory and environment (/proc/<pid>/environ, mem, fd...) unreadable to the commands it
+    runs, which run as its user: not dumpable (PR_SET_DUMPABLE 0), so only root may look, and no core file. A command
+    is dumpable again from its exec, as any program is. False where the kernel has no such thing."""
+    return PRCTL is not None and PRCTL(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
 
 
 def become_subreaper() -> bool:

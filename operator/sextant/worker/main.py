@@ -206,8 +206,10 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
+    from ..runner.process import keep_private
     from .registration import default_name, name_problem
 
+    keep_private()  # its commands run as its user: they must not read its environment (credentials) through /proc
     logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:

@@ -3,7 +3,8 @@ assignments, in status), one Execution per assignment, results batched into its 
 and the drain. Everything runs on one event loop; sync SDK functions in a thread pool of --concurrency threads.
 
 An assignment runs once, and only for the incarnation it names when that is this process's current one. The job is
-read once (GET) for its payload; a job that is gone or has another uid is reported NotFound without running. An
+read (GET) for its payload, again while the API server fails to answer; a job that is gone or has another uid is
+reported NotFound without running. An
 assignment that leaves status while its handler runs (the operator recorded the attempt otherwise: the worker
 expired, was taken over) is stopped and reported nothing.
 """
@@ -51,6 +52,7 @@ LOST = "Lost"  # the attempt is no longer this worker's: stopped, and reported n
 # Seconds a drain waits for its assignments to leave status (their results recorded).
 DRAIN_LEAVE_WAIT = float(contract.PROTOCOL["drainLeaveWaitSeconds"])
 DRAIN_POLL = 0.05
+READ_RETRY_FIRST, READ_RETRY_MAX = 0.2, 2.0  # seconds between reads of a job the API server did not give
 # Assignments that left status, remembered so that one seen again (a stale status) never runs twice: the most recent
 # this many (bounded, as a worker runs for months).
 REMEMBERED = contract.PROTOCOL["rememberedAssignments"]
@@ -255,13 +257,26 @@ class Worker:
         grace = running.execution.cancel_grace if running.execution is not None else 0.0
         return min(grace, self.offer().lease_seconds / 6)
 
-    async def _job(self, assignment: Assignment) -> dict[str, Any] | None:
-        """The job, for its payload; None when it is gone or is another job of the same name (another uid)."""
-        try:
-            raw = await self.kube.get(contract.jobs_path(self.namespace, assignment.job))
-        except NotFound:
-            return None
-        return raw if (raw.get("metadata") or {}).get("uid") == assignment.uid else None
+    async def _job(self, running: Running) -> dict[str, Any] | Ended | None:
+        """The job, for its payload; None when it is gone or is another job of the same name (another uid). A read
+        that fails otherwise (an outage, a 429) says nothing about the job: it is tried again until it answers or the
+        attempt is stopped (the worker fenced, a cancel, its timeout), and then it is an Ended that ran nothing.
+        Reporting it NotFound would burn a counted attempt on the API server's trouble."""
+        assignment = running.assignment
+        pause = READ_RETRY_FIRST
+        while True:
+            try:
+                raw = await self.kube.get(contract.jobs_path(self.namespace, assignment.job))
+            except NotFound:
+                return None
+            except ApiError as exc:
+                if running.stop is not None:
+                    return Ended(None, f"stopped before the job could be read: {exc}")
+                log.warning("job %s: cannot read it (trying again in %.1f s): %s", assignment.job, pause, exc)
+                await asyncio.sleep(pause)
+                pause = min(READ_RETRY_MAX, pause * 2)
+                continue
+            return raw if (raw.get("metadata") or {}).get("uid") == assignment.uid else None
 
     def _work(self, raw: dict[str, Any], assignment: Assignment) -> Work | Ended:
         """How to run the job's handler here; Ended when it cannot run here at all."""
@@ -320,19 +335,13 @@ class Worker:
     async def _attempt(self, key: Key, running: Running) -> None:
         assignment = running.assignment
         try:
-            try:
-                raw = await self._job(assignment)
-            except ApiError as exc:
-                log.warning("job %s: cannot read it: %s", assignment.job, exc)
-                raw = None
-                missing = f"the job could not be read: {exc}"
-            else:
-                missing = "the job is gone, or is another job of the same name"
+            raw = await self._job(running)
             if running.stop is not None and running.stop[0] == LOST:
                 return self._refused(assignment, "no longer this worker's")
             if raw is None:
-                return self._report(key, result_of(assignment, Ended(None, missing), NOT_FOUND, None, self.now()))
-            work = self._work(raw, assignment)
+                gone = Ended(None, "the job is gone, or is another job of the same name")
+                return self._report(key, result_of(assignment, gone, NOT_FOUND, None, self.now()))
+            work = raw if isinstance(raw, Ended) else self._work(raw, assignment)
             execution = Execution(work if not isinstance(work, Ended) else _Done(work), self._cancel_grace(assignment))
             running.execution = execution
             if running.stop is not None:

@@ -99,7 +99,14 @@ export class Kube {
 
   /** One request; the answer's JSON. ApiError for an error answer, or none within timeoutMs. */
   async request(method: string, p: string, options: RequestOptions = {}): Promise<Obj> {
-    const base = await this.options();
+    let base: https.RequestOptions;
+    try {
+      base = await this.options();
+    } catch (err) {
+      // A credential refresh that failed (an exec plugin, a token file) is a request that could not be sent, as a
+      // refused connection is: its callers retry it, and a worker fences itself in time rather than exit.
+      throw new ApiError(0, `${method} ${p}: no credentials: ${(err as Error).message}`);
+    }
     const url = this.url(p, options.query);
     const payload = options.body === undefined ? undefined : Buffer.from(JSON.stringify(options.body));
     const headers: Record<string, string> = { ...(base.headers as Record<string, string>), Accept: 'application/json',

@@ -164,3 +164,22 @@ test("a command's progress: the latest line of $SEXTANT_PROGRESS_FILE, read whil
   assert.throws(() => parseProgressLine('1.5 over'), /^RangeError: progress: the fraction must be a number from 0 to 1, not 1.5/);
   assert.throws(() => parseProgressLine('half done'), /progress: SEXTANT_PROGRESS_FILE must start with a fraction from 0 to 1, not 'half'/);
 });
+
+test('the files a command writes are read bounded, whatever it made of them: /dev/zero, a FIFO, a long file', async () => {
+  const seen = [];
+  const env = commandEnvironment(process.env, {}, {});
+  const run = (script) => new Execution(new CommandWork(['sh', '-c', script], env, {}, '[job-x#1]', undefined,
+    (fraction, message) => seen.push([fraction, message])), 1).run();
+  assert.deepEqual(await run('ln -s /dev/zero "$SEXTANT_SNOOZE_FILE"; exit 85'),
+    { exitCode: 85, message: 'SEXTANT_SNOOZE_FILE: snooze is not a regular file' });
+  assert.deepEqual(await run('mkfifo "$SEXTANT_SNOOZE_FILE"; exit 85'),
+    { exitCode: 85, message: 'SEXTANT_SNOOZE_FILE: snooze is not a regular file' });
+  assert.match((await run('mkfifo "$SEXTANT_OUTPUT_FILE"')).outputNote,
+    /^SEXTANT_OUTPUT_FILE cannot be read \(output.json is not a regular file\); not kept$/);
+  assert.deepEqual(await run('ln -s /dev/zero "$SEXTANT_PROGRESS_FILE"; sleep 1.5'), { exitCode: 0 });
+  assert.deepEqual(seen, []);
+  // 4 MB, whole at once: only its last line is progress
+  assert.deepEqual(await run('f="$SEXTANT_PROGRESS_FILE"; seq 1 400000 | sed "s/.*/0.1 step/" > "$f.new"; echo "0.5 half" >> "$f.new"; mv "$f.new" "$f"; sleep 1.5'),
+    { exitCode: 0 });
+  assert.deepEqual(seen, [[0.5, 'half']]);
+});

@@ -1,8 +1,9 @@
 // The worker (docs/workers.md; the Python worker's service.py): its Worker object (registration.ts), the watch of that
 // one object (its assignments, in status), one Execution per assignment, results batched into its spec, stops, the
 // fence and the drain. An assignment runs once, only for the incarnation it names when that is this process's current
-// one; the job is read once (GET) for its payload, and a job that is gone or has another uid is reported NotFound.
-import { ApiError, Informer, Kube, Obj, path } from '../kube.js';
+// one; the job is read (GET) for its payload, again while the API server fails to answer, and a job that is gone or
+// has another uid is reported NotFound.
+import { ApiError, Informer, Kube, Obj, path, sleep } from '../kube.js';
 import { PAYLOAD_ENV_MAX_BYTES, checkFraction, clipProgressMessage, formatTime, jobId, parseDuration, payloadJson, scheduledAtOf } from '../common.js';
 import { PROTOCOL } from '../generated/protocol.js';
 import { QUEUE_SPEC_DEFAULTS, type Assignment, type HandlerSpec, type QueueSpec as QueueObjectSpec, type WorkerProgress,
@@ -20,6 +21,7 @@ const DRAINED = 'Drained';
 const NOT_FOUND = 'NotFound';
 const DRAIN_LEAVE_WAIT_MS = PROTOCOL.drainLeaveWaitSeconds * 1000;
 const REMEMBERED = PROTOCOL.rememberedAssignments;
+const READ_RETRY_FIRST_MS = 200, READ_RETRY_MAX_MS = 2000; // between reads of a job the API server did not give
 const MESSAGE_MAX_LENGTH = PROTOCOL.messageMaxLength;
 
 export interface Settings {
@@ -239,13 +241,27 @@ export class WorkerService {
     return seconds((this.queues.get(a.queue) ?? QUEUE_DEFAULTS).cancelGrace, QUEUE_DEFAULTS.cancelGrace);
   }
 
-  private async readJob(a: Assignment): Promise<Obj | undefined> {
-    try {
-      const raw = await this.kube.request('GET', path('jobs', this.namespace, a.job));
-      return raw.metadata?.uid === a.uid ? raw : undefined;
-    } catch (err) {
-      if (err instanceof ApiError && err.status === 404) return undefined;
-      throw err;
+  /**
+   * The job, for its payload; undefined when it is gone or is another job of the same name (another uid). A read
+   * that fails otherwise (an outage, a 429) says nothing about the job: it is tried again until it answers or the
+   * attempt is stopped (the worker fenced, a cancel, its timeout), and then it is an Ended that ran nothing.
+   * Reporting it NotFound would burn a counted attempt on the API server's trouble.
+   */
+  private async readJob(running: Running): Promise<Obj | Ended | undefined> {
+    const a = running.assignment;
+    let pause = READ_RETRY_FIRST_MS;
+    for (;;) {
+      try {
+        const raw = await this.kube.request('GET', path('jobs', this.namespace, a.job));
+        return raw.metadata?.uid === a.uid ? raw : undefined;
+      } catch (err) {
+        if (err instanceof ApiError && err.status === 404) return undefined;
+        const message = (err as Error).message;
+        if (running.stop) return { exitCode: null, message: `stopped before the job could be read: ${message}` };
+        this.log.warn(`job ${a.job}: cannot read it (trying again in ${pause} ms): ${message}`);
+        await sleep(pause);
+        pause = Math.min(READ_RETRY_MAX_MS, pause * 2);
+      }
     }
   }
 
@@ -312,17 +328,13 @@ export class WorkerService {
   private async attempt(key: string, running: Running): Promise<void> {
     const a = running.assignment;
     try {
-      let raw: Obj | undefined;
-      let missing = 'the job is gone, or is another job of the same name';
-      try {
-        raw = await this.readJob(a);
-      } catch (err) {
-        this.log.warn(`job ${a.job}: cannot read it: ${(err as Error).message}`);
-        missing = `the job could not be read: ${(err as Error).message}`;
-      }
+      const raw = await this.readJob(running);
       if (running.stop?.[0] === LOST) return this.refused(key, 'no longer this worker\'s');
-      if (!raw) return this.report(key, this.result(a, { exitCode: null, message: missing }, NOT_FOUND, undefined));
-      const work = this.work(raw, a);
+      if (!raw) {
+        const gone = { exitCode: null, message: 'the job is gone, or is another job of the same name' };
+        return this.report(key, this.result(a, gone, NOT_FOUND, undefined));
+      }
+      const work = isEnded(raw) ? raw : this.work(raw, a);
       const execution = new Execution('run' in work ? work : done(work), this.cancelGrace(a));
       running.execution = execution;
       if (running.stop) execution.stop(running.stop[0], running.stop[1]);
@@ -491,6 +503,11 @@ export class WorkerService {
   slots(): [number, number] {
     return [this.running.size, this.settings.concurrency];
   }
+}
+
+/** A readJob that gave up (stopped): what ran instead of the job. */
+function isEnded(read: Obj | Ended): read is Ended {
+  return 'exitCode' in read && !('metadata' in read);
 }
 
 function done(ended: Ended): Work {

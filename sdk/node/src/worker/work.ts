@@ -3,7 +3,7 @@
 // Exit codes as everywhere in Sextant: 0 on return, 1 on an error, 86 for NonRetryableError, 128+N after signal N
 // (143 for a function that ended by its abort signal), 127 for a command that cannot start.
 import { spawn, ChildProcess } from 'node:child_process';
-import { accessSync, constants as fsConstants, mkdtempSync, openSync, readFileSync, readSync, closeSync, rmSync, statSync } from 'node:fs';
+import { accessSync, constants as fsConstants, fstatSync, mkdtempSync, openSync, readSync, closeSync, rmSync, statSync } from 'node:fs';
 import { constants, tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { OUTPUT_MAX_BYTES, SNOOZE_EXIT_CODE, outputJson, parseProgressLine, shortNumber, snoozeSeconds } from '../common.js';
@@ -23,6 +23,8 @@ export interface Ended {
 
 export const PROGRESS_FILE_ENV = PROTOCOL.progressFileEnv; // "0.4 resized 4/10": read every second while it runs
 const PROGRESS_POLL_MS = 1000;
+const PROGRESS_TAIL = 4096; // bytes of SEXTANT_PROGRESS_FILE read, from its end: its latest line
+const SNOOZE_HEAD = 100; // bytes of SEXTANT_SNOOZE_FILE read: a delay such as 30s
 export const SNOOZE_FILE_ENV = PROTOCOL.snoozeFileEnv; // the delay ("30s", or seconds) when it exits 85
 
 export function snoozed(seconds: number): Ended {
@@ -39,6 +41,24 @@ export function returned(value: unknown, note: string): Ended {
   if (json !== undefined) ended.output = json;
   if (why !== undefined) ended.outputNote = why;
   return said(ended, note);
+}
+
+/**
+ * At most `limit` bytes of a file a command wrote (its last ones with tail), whatever the command made of it: a file
+ * that grows without end, a link to /dev/zero, a FIFO (opened without waiting for a writer: not a regular file,
+ * refused). The worker's event loop reads it, so the read must stay small and never block.
+ */
+export function readBounded(file: string, limit: number, tail = false): Buffer {
+  const fd = openSync(file, fsConstants.O_RDONLY | fsConstants.O_NONBLOCK);
+  try {
+    const stat = fstatSync(fd);
+    if (!stat.isFile()) throw new Error(`${file.split('/').pop()} is not a regular file`);
+    const buffer = Buffer.alloc(limit);
+    const from = tail ? Math.max(0, stat.size - limit) : 0;
+    return buffer.subarray(0, readSync(fd, buffer, 0, limit, from));
+  } finally {
+    closeSync(fd);
+  }
 }
 
 function said(ended: Ended, note: string): Ended {
@@ -204,7 +224,7 @@ export class CommandWork implements Work {
       const seen = `${stat.mtimeMs}/${stat.size}`;
       if (seen === this.progressSeen) return;
       this.progressSeen = seen;
-      const lines = readFileSync(file, 'utf8').slice(-4096).trim().split('\n');
+      const lines = readBounded(file, PROGRESS_TAIL, true).toString('utf8').trim().split('\n');
       if (lines.length && lines[lines.length - 1].trim()) this.onProgress?.(...parseProgressLine(lines[lines.length - 1]));
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code === 'ENOENT') return;
@@ -216,13 +236,7 @@ export class CommandWork implements Work {
   private output(): Ended {
     let data: Buffer;
     try {
-      const fd = openSync(join(this.files, 'output.json'), 'r');
-      try {
-        const buffer = Buffer.alloc(OUTPUT_MAX_BYTES + 1);
-        data = buffer.subarray(0, readSync(fd, buffer, 0, buffer.length, 0));
-      } finally {
-        closeSync(fd);
-      }
+      data = readBounded(join(this.files, 'output.json'), OUTPUT_MAX_BYTES + 1);
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code === 'ENOENT') return { exitCode: 0 };
       return said({ exitCode: 0, outputNote: `${OUTPUT_FILE_ENV} cannot be read (${(err as Error).message}); not kept` }, this.label);
@@ -243,7 +257,7 @@ export class CommandWork implements Work {
   private snooze(): Ended {
     let why: string;
     try {
-      return snoozed(snoozeSeconds(readFileSync(join(this.files, 'snooze'), 'utf8').slice(0, 100)));
+      return snoozed(snoozeSeconds(readBounded(join(this.files, 'snooze'), SNOOZE_HEAD).toString('utf8')));
     } catch (err) {
       why = (err as NodeJS.ErrnoException).code === 'ENOENT'
         ? `${SNOOZE_FILE_ENV} was not written (write a delay such as 30s there before exit ${SNOOZE_EXIT_CODE})`
