@@ -68,7 +68,11 @@ def test_each_component_has_its_own_rights_and_the_workers_their_priority_level(
     assert rules(False, "loadgen") == [{"apiGroups": ["sextant.dev", "batch"], "resources": ["jobs"],
                                         "verbs": ["create"]}]
     schema = identities.workers_flow_schema()
-    assert schema["spec"]["priorityLevelConfiguration"]["name"] == "sextant"
+    level = identities.workers_priority_level()
+    # The workers' own level, as the chart's flowControl.workers: never the operator's seats.
+    assert schema["spec"]["priorityLevelConfiguration"]["name"] == level["metadata"]["name"] != "sextant"
+    assert level["spec"]["limited"]["nominalConcurrencyShares"] == 50
+    assert level in identities.objects(False)
     assert schema["spec"]["rules"][0]["subjects"] == [
         {"kind": "ServiceAccount", "serviceAccount": {"name": "worker", "namespace": "sextant-bench"}}]
 
