@@ -32,7 +32,7 @@ class SettingsError(ValueError):
 
 def check_dsn(dsn: str) -> str:
     if not dsn.startswith(SCHEMES):
-        raise SettingsError(f"{ENV_DSN}: {dsn.split('://')[0]!r} is not an archive: use postgresql://USER@HOST/DB "
+        raise SettingsError(f"{dsn.split('://')[0][:40]!r} is not an archive's DSN: use postgresql://USER@HOST/DB "
                             "or sqlite:///PATH")
     return dsn
 
