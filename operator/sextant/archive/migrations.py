@@ -39,13 +39,18 @@ def current(connection: Connection) -> str | None:
     return context.get_current_revision()
 
 
+def behind(revision: str | None) -> bool:
+    """Whether a database at `revision` is one this code can migrate: no schema yet, or an older revision of its own."""
+    known = {script.revision for script in ScriptDirectory.from_config(_config()).walk_revisions()}
+    return revision != head() and (revision is None or revision in known)
+
+
 def refusal(revision: str | None, shown_dsn: str) -> str | None:
     """Why a database at `revision` cannot be used by this code (one line), or None."""
     wanted = head()
     if revision == wanted:
         return None
-    known = {script.revision for script in ScriptDirectory.from_config(_config()).walk_revisions()}
-    if revision is not None and revision not in known:
+    if not behind(revision):
         return (f"the archive at {shown_dsn} has schema revision {revision}, which this Sextant does not know "
                 f"(it reads {wanted}): it was migrated by a newer Sextant; run that version")
     at = f"at schema revision {revision}" if revision else "without the archive's schema"

@@ -113,7 +113,7 @@ class Archive:
             async with archive._connection() as conn:
                 revision = await conn.run_sync(migrations.current)
                 problem = migrations.refusal(revision, shown(dsn))
-                if problem and migrate and revision != migrations.head():
+                if migrate and migrations.behind(revision):
                     await conn.run_sync(migrations.upgrade)
                     problem = migrations.refusal(await conn.run_sync(migrations.current), shown(dsn))
                 await conn.commit()
