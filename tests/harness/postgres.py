@@ -41,9 +41,11 @@ def free_port() -> int:
 
 
 class Postgres:
-    """One server: start(), stop() (and start() again: the fault tests), create_database(), destroy()."""
+    """One server: start(), stop() (and start() again: the fault tests), create_database(), destroy(). durable:
+    PostgreSQL's own defaults (fsync on), for a benchmark; else the tests' (no fsync)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, durable: bool = False) -> None:
+        self.durable = durable
         self.bin = bin_dir()
         self.root = Path(tempfile.mkdtemp(prefix="sextant-pg-"))
         self.data = self.root / "data"
@@ -69,10 +71,10 @@ class Postgres:
         return self.root / "server.log"
 
     def start(self) -> None:
-        # fsync off and a small shared buffer: a test server on a shared 2-core machine, thrown away afterwards.
         options = (f"-p {self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={self.root} "
-                   "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c shared_buffers=128MB "
-                   "-c max_connections=200")
+                   "-c shared_buffers=128MB -c max_connections=200")
+        if not self.durable:  # a test server, thrown away afterwards: nothing to keep through a crash
+            options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", options, "-w", "-t", "60", "start")
 
     def stop(self) -> None:
