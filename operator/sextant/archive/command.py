@@ -8,7 +8,7 @@ import asyncio
 import os
 import sys
 
-from .settings import ENV_DSN, SettingsError, check_dsn, default_dsn
+from .settings import ENV_DSN, check_dsn, default_dsn
 
 # The database libraries are imported when the command runs, so that every other command starts fast.
 
@@ -30,7 +30,7 @@ def _migrate(args: argparse.Namespace) -> int:
     try:
         dsn = check_dsn(args.dsn or os.environ.get(ENV_DSN) or default_dsn())
         asyncio.run(_open(dsn))
-    except (SettingsError, SchemaMismatch, ArchiveUnavailable) as exc:
+    except (ValueError, SchemaMismatch, ArchiveUnavailable) as exc:  # SettingsError is a ValueError too
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(f"the archive at {shown(dsn)} is at schema revision {head()}")

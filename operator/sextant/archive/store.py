@@ -51,7 +51,10 @@ def _dumps(value: Any) -> str:
 
 def engine_url(dsn: str) -> URL:
     """postgresql:// (or postgres://) → psycopg 3's asyncio driver; sqlite:///PATH → aiosqlite's."""
-    url = make_url(dsn)
+    try:
+        url = make_url(dsn)
+    except (sa_exc.ArgumentError, ValueError) as exc:
+        raise ValueError(f"the archive's DSN cannot be read: {exc}") from None  # not shown: it may hold a password
     if url.get_backend_name() in ("postgresql", "postgres"):
         return url.set(drivername="postgresql+psycopg")
     if url.get_backend_name() == "sqlite":
@@ -227,7 +230,7 @@ class Archive:
         minute = minute_of(jobs.c.recorded_at)
         counts = select(minute, jobs.c.state, func.count()).where(*window).group_by(minute, jobs.c.state) \
             .order_by(minute, jobs.c.state)
-        per_minute = [(parse_time(m), state, n) for m, state, n in await self._all(counts)]
+        per_minute = [(_minute(m), state, n) for m, state, n in await self._all(counts)]
         if self.backend == "postgresql":
             cuts = [func.percentile_cont(f).within_group(column) for column in (jobs.c.wait_ms, jobs.c.run_ms)
                     for f in FRACTIONS]
@@ -237,7 +240,13 @@ class Archive:
             rows = await self._all(select(jobs.c.wait_ms, jobs.c.run_ms).where(*window))
             wait = percentiles([w for w, _ in rows if w is not None])
             run = percentiles([r for _, r in rows if r is not None])
-        return QueueStats(namespace, queue, since, until, [(m, s, n) for m, s, n in per_minute if m], wait, run)
+        return QueueStats(namespace, queue, since, until, per_minute, wait, run)
+
+
+def _minute(text: str) -> datetime:
+    moment = parse_time(text)
+    assert moment is not None  # recorded_at is never NULL
+    return moment
 
 
 def _cuts(*values: float | None) -> Percentiles | None:
