@@ -26,7 +26,6 @@ import json
 import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from sqlalchemy import text  # noqa: E402
 
+from bench.report import git_revision  # noqa: E402
 from sextant.archive.query import Filters  # noqa: E402
 from sextant.archive.record import record_of  # noqa: E402
 from sextant.archive.settings import PAYLOAD_MAX_BYTES  # noqa: E402
@@ -188,6 +188,7 @@ def main() -> int:
     args = parser.parse_args()
     records = args.records or (1_000_000 if args.backend == "postgresql" else 200_000)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    commit = git_revision(ROOT) or "?"  # the code measured: what was checked out when it started
     work = Path(tempfile.mkdtemp(prefix="sextant-archive-bench-"))
     server = None
     try:
@@ -209,9 +210,8 @@ def main() -> int:
     finally:
         if server is not None:
             server.destroy()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
     report = {"stamp": stamp, "command": " ".join(["python bench/archive.py", *sys.argv[1:]]),
-              "commit": commit.stdout.strip() or "?", "cpus": os.cpu_count(),
+              "commit": commit, "cpus": os.cpu_count(),
               "loadavg": [round(x, 2) for x in os.getloadavg()], "result": result}
     args.out.mkdir(parents=True, exist_ok=True)
     base = args.out / f"{stamp}-archive-{args.backend}"
