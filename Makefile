@@ -12,7 +12,7 @@ CACHE := $(HOME)/.cache/sextant
 export PIP_CACHE_DIR := $(CACHE)/pip
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup controlplane tools browser node-sdk test unit run crds lock bench clean
+.PHONY: setup controlplane tools browser postgres node-sdk test unit run crds lock bench clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -51,7 +51,15 @@ browser:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	  else echo "the dashboard tests need /usr/bin/chromium: run as root, or: sudo apt-get install -y chromium" >&2; exit 1; fi; }
 
-test: setup browser
+# PostgreSQL for the archive's tests (tests/archive/): Debian's package, whose server binaries the test harness starts
+# on a directory and a port of its own (tests/harness/postgres.py), never the system's cluster service. Installed as
+# root via apt-get when no pg_ctl is found.
+postgres:
+	@command -v pg_ctl >/dev/null || ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; \
+	  else echo "the archive's tests need PostgreSQL: run as root, or: sudo apt-get install -y postgresql" >&2; exit 1; fi; }
+
+test: setup browser postgres
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
 unit: $(VENV)/.installed node-sdk

@@ -4,6 +4,8 @@
   that its rules stay testable without I/O, a clock or a cluster; nor does it read the environment or the clock;
 - kube/ (Kubernetes plumbing for every process) imports only resources/ and itself: it knows no lifecycle rule;
 - only controller/ imports controller/ (the operator's internals), except the `sextant` command's composition root;
+- archive/ (the database of finished jobs) imports nothing of the project but resources/, lifecycle/ and itself, and
+  nothing imports it but the composition root (`sextant archive migrate`), until the operator's readers are wired to it;
 - no two packages import each other, directly or through others (no package cycles);
 - no two modules import each other either, directly or through others, not even for types;
 - no module keeps an unused import or a name that does not resolve (pyflakes).
@@ -96,6 +98,19 @@ def test_kube_imports_nothing_of_sextant_but_resources_and_itself(path: Path):
                                   and module_name(p) != COMPOSITION_ROOT], ids=lambda p: str(p.relative_to(PACKAGE_DIR)))
 def test_only_controller_imports_controller(path: Path):
     assert not {m for m in imports_of(path) if m == "sextant.controller" or m.startswith("sextant.controller.")}, \
+        path.relative_to(PACKAGE_DIR)
+
+
+@pytest.mark.parametrize("path", in_package("archive"), ids=lambda p: str(p.relative_to(PACKAGE_DIR)))
+def test_archive_imports_nothing_of_sextant_but_resources_lifecycle_and_itself(path: Path):
+    assert not outside(imports_of(path), ("sextant.resources", "sextant.lifecycle", "sextant.archive")), \
+        path.relative_to(PACKAGE_DIR)
+
+
+@pytest.mark.parametrize("path", [p for p in MODULES if p.relative_to(PACKAGE_DIR).parts[0] != "archive"
+                                  and module_name(p) != COMPOSITION_ROOT], ids=lambda p: str(p.relative_to(PACKAGE_DIR)))
+def test_only_the_composition_root_imports_the_archive(path: Path):
+    assert not {m for m in imports_of(path) if m == "sextant.archive" or m.startswith("sextant.archive.")}, \
         path.relative_to(PACKAGE_DIR)
 
 
