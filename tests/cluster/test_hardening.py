@@ -504,9 +504,13 @@ def test_low_rate_watch_faults_never_stop_the_operator(cluster, namespace, crds,
             if fault == "deep":
                 writer = Writer(cluster, namespace)
                 deep = {"jobTemplate": {"queue": "q", "handler": "h", "payload": {"x": DEEP}}, "interval": "1h"}
-                # Decoded: the schedule created after it (below) comes on the same watch, after it; had the deep
-                # one failed to decode, every list and watch of schedules would fail on it again.
                 assert writer.create("schedules", "Schedule", "deep", deep, 9_900), writer.refused
+                # Decoded and judged: a payload deeper than the models allow makes the schedule Invalid (jsonpath:
+                # kubectl reads it, no deep decoding here).
+                wait_for(lambda: cluster.kubectl(
+                    "get", "-n", namespace, "schedules.sextant.dev/deep", "-o",
+                    'jsonpath={.status.conditions[?(@.type=="Invalid")].reason}').stdout.strip() == "InvalidSpec",
+                    30, message="the operator to take the deep schedule in")
             else:
                 for kind in kinds:
                     proxy.strike(fault, 4, informer_watch(kind))
