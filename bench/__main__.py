@@ -48,7 +48,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument("--configs", default="W,S,A0,A1",
-                   help="of W, WN, WB, WQ, S, A0, A1, S0, S16, SK, SG, SQ, SB, SA, WA (default W,S,A0,A1)")
+                   help="of W, WN, WB, WQ, S, A0, A1, S0, S16, SG, SQ, SB, SA, WA (default W,S,A0,A1)")
     p.add_argument("--workloads", default="burst,fail,rate,scale",
                    help="of burst, fail (10%% of first attempts fail), rate (sustained arrivals), scale "
                         "(default all)")

@@ -19,7 +19,7 @@ def git_revision(checkout: Path | None = None) -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
 
-ORDER = ("W", "WN", "WA", "WQ", "WB", "S", "SA", "SQ", "SB", "A0", "A1", "S0", "S16", "SK", "SG")
+ORDER = ("W", "WN", "WA", "WQ", "WB", "S", "SA", "SQ", "SB", "A0", "A1", "S0", "S16", "SG")
 # Each job system against the baselines it must beat: the Job controller (A0 default, A1 tuned) and, for workers,
 # Sextant's own pod mode.
 RATIOS = (("W", "A1"), ("WN", "W"), ("WA", "W"), ("WQ", "W"), ("SA", "S"), ("W", "WB"), ("W", "S"), ("S", "A0"), ("S", "A1"))

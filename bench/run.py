@@ -82,11 +82,7 @@ CONFIGS = {
     "S16": Config("S16", SEXTANT, {"kube-scheduler": TUNED_SCHEDULER},
                   "Sextant operator with --workers 16; kube-scheduler " + " ".join(TUNED_SCHEDULER),
                   ("--workers", "16")),
-    # Not shipped, for the split of the operator's CPU (issue 17): S without kopf's watches (the informers alone),
-    # and S without the full-cluster gate.
-    "SK": Config("SK", SEXTANT, {"kube-scheduler": TUNED_SCHEDULER},
-                 "Sextant operator with --no-kopf-watches; kube-scheduler " + " ".join(TUNED_SCHEDULER),
-                 ("--no-kopf-watches",)),
+    # Not shipped, for the split of the operator's CPU (issue 17): S without the full-cluster gate.
     "SG": Config("SG", SEXTANT, {"kube-scheduler": TUNED_SCHEDULER},
                  "Sextant operator with --max-pending-pods 0 (no gate); kube-scheduler " + " ".join(TUNED_SCHEDULER),
                  ("--max-pending-pods", "0")),

@@ -87,6 +87,16 @@ def token_kubeconfig(cluster: Any, token: str, path: Path) -> Path:
     return path
 
 
+def proxied_kubeconfig(cluster: Any, url: str, path: Path) -> Path:
+    """A copy of the cluster's kubeconfig that reaches the API server through a proxy (tests/harness/faultproxy.py:
+    plain HTTP, no credentials: the proxy authenticates upstream)."""
+    config = yaml.safe_load(cluster.kubeconfig.read_text())
+    config["clusters"][0]["cluster"] = {"server": url}
+    config["users"][0]["user"] = {}
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
 def queue(name: str, **spec: Any) -> dict[str, Any]:
     return {"apiVersion": "sextant.dev/v1alpha1", "kind": "Queue", "metadata": {"name": name}, "spec": spec}
 

@@ -19,7 +19,8 @@ A test may also strike the watches of one client and kind on demand (`strike`): 
 get the fault it names (a malformed line, a 410), and the matching watches open now are cut so that they ask again.
 
 Bounded: it listens on 127.0.0.1 only, in a thread of its own, and stops by itself after `lifetime` seconds (and
-at stop()). `counts` says which faults it injected, so a test can check that it was not vacuous.
+at stop()). `counts` says which faults it injected, so a test can check that it was not vacuous; `seen`, which
+client (by its User-Agent) asked for what.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class FaultProxy:
         self.lifetime = lifetime
         self.refuse_every, self.unavailable_every, self.lose_every = refuse_every, unavailable_every, lose_every
         self.counts: Counter[str] = Counter()
+        self.seen: Counter[tuple[str, str, bool]] = Counter()  # requests by (User-Agent, path, a watch)
         self.url = ""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -173,9 +175,10 @@ class FaultProxy:
     # --- the faults -----------------------------------------------------------------------------------------
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         self.counts["requests"] += 1
+        watch = request.query.get("watch") in ("true", "1")
+        self.seen[request.headers.get("User-Agent", ""), request.path, watch] += 1
         if self.down:
             return await self._held(request)
-        watch = request.query.get("watch") in ("true", "1")
         if watch:
             self._watches += 1
             fault = self._strike_for(request)

@@ -6,6 +6,7 @@
 - only controller/ imports controller/ (the operator's internals), except the `sextant` command's composition root;
 - archive/ (the database of finished jobs) imports nothing of the project but resources/, lifecycle/ and itself, and
   nothing imports it but the composition root (`sextant archive migrate`), until the operator's readers are wired to it;
+- nothing imports or reaches into kopf's private modules (`kopf._…`);
 - no two packages import each other, directly or through others (no package cycles);
 - no two modules import each other either, directly or through others, not even for types;
 - no module keeps an unused import or a name that does not resolve (pyflakes).
@@ -123,6 +124,20 @@ def test_only_controller_imports_kopf():
         names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module
                   and not n.level}
         assert "kopf" not in names, path.relative_to(PACKAGE_DIR)
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE_DIR)))
+def test_nothing_uses_kopfs_private_modules(path: Path):
+    """kopf's public API only (kopf/__init__.py's names): its `kopf._…` modules change without notice."""
+    tree = ast.parse(path.read_text())
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module and not n.level}
+    reached = {f"kopf.{a.name}" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "kopf"
+               for a in n.names}  # from kopf import _cogs
+    reached |= {f"kopf.{n.attr}" for n in ast.walk(tree)
+                if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "kopf"}
+    private = {m for m in imported | reached if m == "kopf._" or m.startswith("kopf._")}
+    assert not private, (path.relative_to(PACKAGE_DIR), private)
 
 
 def package_graph() -> dict[str, set[str]]:

@@ -16,11 +16,10 @@ from .settings import ElectionSettings, Settings
 
 DESCRIPTION = (
     "Run Sextant's operator in the foreground until SIGINT/SIGTERM. It is a kopf operator: kopf runs the process "
-    "(start-up, clean-up, login with this kubeconfig, probes, signals) and its handlers watch Queue, Handler and "
-    "Schedule; Jobs and the Pods and Leases of jobs are watched by lean informers in the same process and event "
-    "loop, which also watch the three low-rate kinds for the admission gate (docs/operator.md). A malformed watch "
-    "line, a watch answered 410 or an object nested too deep fails one kopf watch, never the process: it lists "
-    "again. kopf writes nothing to Sextant's objects.")
+    "(start-up, clean-up, login with this kubeconfig, probes, signals) and watches nothing; every kind (Jobs, the "
+    "Pods and Leases of jobs, Queue, Handler and Schedule) is watched once, by a lean informer in the same process "
+    "and event loop (docs/operator.md). A malformed watch line, a watch answered 410 or an object nested too deep "
+    "fails one watch, never the process: it lists again. kopf writes nothing to Sextant's objects.")
 
 
 def _seconds(seconds: float) -> str:
@@ -95,11 +94,6 @@ def flags(op: argparse.ArgumentParser) -> None:
                     help="default %(default)s")
     op.add_argument("--leader-election-retry-period", default=_seconds(ElectionSettings.retry_period),
                     help="default %(default)s")
-    on, off = (" (default)", "") if Settings.kopf_watches else ("", " (default)")
-    op.add_argument("--kopf-watches", action=argparse.BooleanOptionalAction, default=Settings.kopf_watches,
-                    help=f"kopf's handlers watch Queues, Handlers and Schedules beside their informers{on}; "
-                         f"--no-kopf-watches{off} leaves them to the informers alone, e.g. to spare kopf's CPU per "
-                         "event or to rule kopf out when debugging (docs/operator.md)")
     op.add_argument("--kopf-liveness", metavar="URL",
                     help="also serve kopf's liveness endpoint, with the probes ready and role, e.g. "
                          "http://0.0.0.0:8081/healthz (default: none; /healthz and /readyz are on --http-port)")
@@ -143,8 +137,7 @@ def settings(args: argparse.Namespace, conn: kubeconfig.Connection) -> Settings:
                     http_max_in_flight=args.http_max_in_flight,
                     http_request_timeout=parse_duration(args.http_request_timeout).total_seconds(),
                     http_user_rate=float(args.http_user_rate), http_user_burst=args.http_user_burst,
-                    leader_election=election, kopf_watches=args.kopf_watches,
-                    kopf_liveness=args.kopf_liveness)
+                    leader_election=election, kopf_liveness=args.kopf_liveness)
 
 
 def run(args: argparse.Namespace, conn: kubeconfig.Connection) -> None:

@@ -13,7 +13,6 @@ from ..kube import metrics
 from ..kube.kubeconfig import Connection
 from ..resources import contract
 from ..kube.events import EventRecorder
-from .feed import Feed
 from ..kube.informer import Informer
 from .leader import LeaderElector, default_identity
 from .jobs import JobController
@@ -75,18 +74,14 @@ class Operator:
             return Informer(self.kube, path, on_change, name=name, label_selector=label_selector,
                             on_error=self._reporter(kind, api_version), on_reconnect=self._reconnected)
 
-        # The low-rate kinds reach the controllers through a Feed each: their informer, and (unless kopf_watches is
-        # off) kopf's on.event handler too (kopfapp.py); each version is applied once, whichever watch brings it
-        # first. The Feed also holds the health of kopf's watches of its kind, for readiness.
-        self.feeds = {"queues": Feed("queues", c.on_queue), "handlers": Feed("handlers", c.on_handler),
-                      "schedules": Feed("schedules", self.schedules.on_schedule)}
+        # One watch per kind, the informer's (kopf watches none: docs/operator.md); each first list opens the gate.
         self.informers = [
-            *(informer(p, self.feeds["queues"], "queues", "Queue", API_VERSION)
+            *(informer(p, c.on_queue, "queues", "Queue", API_VERSION)
               for p in _paths(contract.queues_path, ns)),
-            *(informer(p, self.feeds["handlers"], "handlers", "Handler", API_VERSION)
+            *(informer(p, c.on_handler, "handlers", "Handler", API_VERSION)
               for p in _paths(contract.handlers_path, ns)),
             *(informer(p, self._on_job, "jobs", "Job", API_VERSION) for p in _paths(contract.jobs_path, ns)),
-            *(informer(p, self.feeds["schedules"], "schedules", "Schedule", API_VERSION)
+            *(informer(p, self.schedules.on_schedule, "schedules", "Schedule", API_VERSION)
               for p in _paths(contract.schedules_path, ns)),
             # Only Sextant's own pods: a server-side label selector, never every pod of the cluster.
             *(informer(p, c.on_pod, "pods", "Pod", "v1", label_selector=contract.LABEL_JOB)
@@ -145,7 +140,7 @@ class Operator:
     @property
     def ready(self) -> bool:
         return (self.jobs.started.is_set() and self.schedules.started.is_set()
-                and all(i.healthy for i in self.informers) and all(f.healthy for f in self.feeds.values()))
+                and all(i.healthy for i in self.informers))
 
     def metrics(self) -> tuple[bytes, str]:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest

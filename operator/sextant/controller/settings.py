@@ -39,6 +39,4 @@ class Settings:
     http_user_rate: float = 20.0  # /v2 requests per second per user, on average; beyond, 429 with Retry-After
     http_user_burst: int = 100  # of which this many at once
     leader_election: ElectionSettings | None = None  # None: this replica acts alone
-    kopf_watches: bool = True  # kopf's on.event handlers for Queue/Handler/Schedule, beside their informers
-                               # (docs/operator.md); False: the informers alone
     kopf_liveness: str | None = None  # kopf's liveness endpoint with its probes (ready, role), e.g. :8081/healthz

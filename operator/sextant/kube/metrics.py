@@ -35,11 +35,6 @@ RECONCILE_ERRORS = Counter("sextant_reconcile_errors_total", "Reconciles that ra
 OBJECT_ERRORS = Counter("sextant_object_errors_total", "Failures to take in (stage digest) or reconcile (stage "
                         "reconcile) one object, by kind; each is retried with a per-object backoff.",
                         ["kind", "stage"], registry=REGISTRY)
-KOPF_EVENTS = Counter("sextant_kopf_events_total", "Watch events kopf's on.event handlers received, by kind "
-                      "(Queue, Handler, Schedule; docs/operator.md).", ["kind"], registry=REGISTRY)
-KOPF_WATCH_FAILURES = Counter("sextant_kopf_watch_failures_total", "kopf's watches (list or watch) that failed "
-                              "where kopf would end the process, contained and listed again, by kind and error "
-                              "(docs/operator.md).", ["kind", "error"], registry=REGISTRY)
 LOOP_RESTARTS = Counter("sextant_loop_restarts_total", "Long-running loops of the operator restarted after an "
                         "unexpected error (the process keeps running).", ["loop"], registry=REGISTRY)
 SCHEDULE_FIRE_LAG = Histogram("sextant_schedule_fire_lag_seconds", "From a schedule's tick to its job's creation.",
