@@ -61,8 +61,25 @@ class Report:
     message: str | None = None  # a failure's message, when the report carries it
 
 
+class _Phases:
+    """What a pod's phase and an assignment's alike tell of their attempt."""
+
+    phase: str
+    started_at: datetime | None
+
+    @property
+    def started(self) -> bool:
+        """The attempt's worker has taken the job: the pod's handler container started (the runner is up), or the
+        assignment landed; or it already ended."""
+        return self.started_at is not None or self.phase == "Running" or self.finished
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
+
+
 @dataclass(frozen=True)
-class PodObservation:
+class PodObservation(_Phases):
     """The few facts of an attempt pod that the lifecycle needs (controller/pods.observe reads them)."""
 
     name: str
@@ -85,15 +102,6 @@ class PodObservation:
     progress: Progress | None = None  # the latest the running attempt reported (its fraction and message)
 
     @property
-    def started(self) -> bool:
-        """The handler's container has started (the runner is up): the attempt's worker has taken the job."""
-        return self.started_at is not None or self.phase == "Running" or self.finished
-
-    @property
-    def finished(self) -> bool:
-        return self.phase in ("Succeeded", "Failed")
-
-    @property
     def alive(self) -> bool:
         """Still running or still terminating: a replacement must wait for it."""
         return not self.finished or self.deleting
@@ -105,7 +113,7 @@ class PodObservation:
 
 
 @dataclass(frozen=True)
-class AssignmentObservation:
+class AssignmentObservation(_Phases):
     """What an attempt assigned to a worker tells (docs/workers.md): its assignment in the Worker's status and the
     worker's result for it, read by lifecycle/workers.observe_assignment. Its phase is the attempt's: Pending while
     the assignment's write has not landed, Running once it has, Succeeded or Failed once it ended (as the worker's
@@ -124,15 +132,6 @@ class AssignmentObservation:
     message: str | None = None
     report: Report | None = None  # snooze, output (README, "Snooze, output and progress")
     progress: Progress | None = None  # the latest the running attempt reported (its fraction and message)
-
-    @property
-    def started(self) -> bool:
-        """The worker has taken the job: the assignment landed (its attempt runs), or it ended."""
-        return self.started_at is not None or self.phase == "Running" or self.finished
-
-    @property
-    def finished(self) -> bool:
-        return self.phase in ("Succeeded", "Failed")
 
     @property
     def alive(self) -> bool:
