@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from ..lifecycle.attempts import AttemptObservation, PodObservation, STARTING_REASONS
+from ..lifecycle.attempts import PodObservation
 from ..lifecycle.decision import Decision, JobSnapshot, Observations, missing
 from ..lifecycle.states import QUEUED, RUNNING
 from ..resources.job import JobStatus
@@ -51,9 +51,9 @@ def hold_until(stored: JobStatus, decided: JobStatus, obs: Observations, now: da
         return until if started <= now < until else None
     if stored.state is not None or decided.state != QUEUED:
         return None  # only a new job's first write waits
+    if isinstance(starting, PodObservation) and (starting.deleting or starting.waits_for is not None):
+        return None  # its pod goes, or waits for something (a node, an image): the job is written saying so
     if starting is not None:
-        if _stuck(starting):
-            return None  # its pod waits for something (a node, an image): the job is written saying so
         since = (starting.created_at if isinstance(starting, PodObservation) else starting.assigned_at) or now
     elif waiting_since is not None:
         since = waiting_since
@@ -61,13 +61,6 @@ def hold_until(stored: JobStatus, decided: JobStatus, obs: Observations, now: da
         return None
     until = since + record_queued_after
     return until if now < until else None
-
-
-def _stuck(starting: AttemptObservation) -> bool:
-    if not isinstance(starting, PodObservation):
-        return False
-    waits = starting.waiting_reason is not None and starting.waiting_reason not in STARTING_REASONS
-    return starting.deleting or starting.unschedulable or waits
 
 
 def scheduled(job: JobSnapshot, decision: Decision, obs: Observations, now: datetime,

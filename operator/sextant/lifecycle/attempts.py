@@ -111,6 +111,14 @@ class PodObservation(_Phases):
         """On its way out (deleted, or Kubernetes taking it away): it may vanish at any moment."""
         return self.deleting or self.disruption is not None
 
+    @property
+    def waits_for(self) -> str | None:
+        """What its status says it waits for, not yet started: a node (Unschedulable), or the kubelet's waiting reason
+        (ErrImagePull, ...) unless it is simply on its way (STARTING_REASONS)."""
+        if self.unschedulable:
+            return UNSCHEDULABLE
+        return self.waiting_reason if self.waiting_reason and self.waiting_reason not in STARTING_REASONS else None
+
 
 @dataclass(frozen=True)
 class AssignmentObservation(_Phases):
@@ -292,12 +300,7 @@ def snooze_allowed(snoozes: int) -> bool:
 def start_failure(pod: PodObservation, start_timeout: str) -> Outcome:
     """The outcome of an attempt whose pod did not start its handler within the queue's startTimeout: the reason
     says why, as the pod's status tells it."""
-    if pod.unschedulable:
-        reason = UNSCHEDULABLE
-    elif pod.waiting_reason and pod.waiting_reason not in STARTING_REASONS:
-        reason = pod.waiting_reason
-    else:
-        reason = START_TIMEOUT
+    reason = pod.waits_for or START_TIMEOUT
     detail = f": {pod.message}" if pod.message else ""
     return Outcome(FAILED, reason, None, f"pod {pod.name} did not start within startTimeout {start_timeout}{detail}",
                    pod.node)

@@ -224,8 +224,7 @@ def _first_write_message(s: Step) -> None:
     seen = s.obs.attempt(st.sequence + 1) if st.state == QUEUED and s.job.status.state is None else None
     if not isinstance(seen, A.PodObservation) or seen.started or seen.deleting:
         return
-    waits = seen.unschedulable or (seen.waiting_reason is not None and seen.waiting_reason not in A.STARTING_REASONS)
-    why = A.UNSCHEDULABLE if seen.unschedulable else seen.waiting_reason if waits else None
+    why = seen.waits_for
     st.message = f"runnable; its attempt's pod {seen.name} waits to start" + (f" ({why})" if why else "")
 
 
