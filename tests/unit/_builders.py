@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from sextant.controller.writes import RECORD_QUEUED_AFTER, scheduled
 from sextant.lifecycle import transitions as T
 from sextant.lifecycle.attempts import PodObservation
 from sextant.resources.common import parse_time
@@ -63,10 +64,17 @@ def obs(*pods: PodObservation, queue_spec: Any = _DEFAULT, handler_spec: Any = _
     return T.Observations(
         queue=queue() if queue_spec is _DEFAULT else queue_spec,
         handler=handler() if handler_spec is _DEFAULT else handler_spec,
-        pods=tuple(pods),
+        attempts=tuple(pods),
         lease_renewed_at=lease_renewed_at,
         duplicate_of=duplicate_of,
     )
+
+
+def decide(job: T.JobSnapshot, observed: T.Observations, now: datetime,
+           record_queued_after: timedelta = RECORD_QUEUED_AFTER) -> T.Decision:
+    """The rules' decision as the operator carries it out: its write policy may hold the status a moment
+    (controller/writes.py)."""
+    return scheduled(job, T.reconcile(job, observed, now), observed, now, record_queued_after)
 
 
 def condition(status: JobStatus, type_: str):
@@ -110,7 +118,8 @@ class Job:
                               self.lease_renewed_at)
 
     def reconcile(self) -> T.Decision:
-        self.last = T.reconcile(self.snap(), self.observe(), self.now)
+        """The rules' decision as the operator carries it out (its write policy may hold the status a moment)."""
+        self.last = decide(self.snap(), self.observe(), self.now)
         self.status = self.last.status
         return self.last
 

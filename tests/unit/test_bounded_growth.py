@@ -12,6 +12,7 @@ from _builders import Job, queue, snapshot, spec
 from sextant.resources import inputs, request
 from sextant.controller.pods import build_pod
 from sextant.http import api
+from sextant.lifecycle import step
 from sextant.lifecycle import transitions as T
 from sextant.resources.handler import HandlerSpec
 from sextant.resources.job import PAYLOAD_ENV_MAX_BYTES, PAYLOAD_MAX_BYTES, State, payload_json, payload_size
@@ -145,14 +146,14 @@ def retried_for_ever(failures: int, message: str = "boom") -> Job:
 def test_the_timeline_keeps_the_first_attempt_and_the_most_recent_ones():
     job = retried_for_ever(50)
     st = job.status
-    assert st.sequence == 50 and len(st.attempts) == T.TIMELINE_MAX == 20
+    assert st.sequence == 50 and len(st.attempts) == step.TIMELINE_MAX == 20
     assert [a.sequence for a in st.attempts] == [1, *range(32, 51)]
     assert st.dropped_attempts == 30
     assert st.attempts[-1].result == "failed" and st.attempts[-1].reason == "Error"
 
 
 def test_a_short_timeline_is_whole_and_counts_nothing():
-    st = retried_for_ever(T.TIMELINE_MAX).status
+    st = retried_for_ever(step.TIMELINE_MAX).status
     assert [a.sequence for a in st.attempts] == list(range(1, 21)) and st.dropped_attempts is None
 
 
@@ -160,21 +161,21 @@ def test_a_long_message_is_cut_to_1_kib_keeping_its_start_and_its_end():
     message = "Traceback (most recent call last):\n" + "  frame ✓\n" * 2000 + "ValueError: the last line"
     st = retried_for_ever(1, message).status
     kept = st.attempts[-1].message
-    assert len(kept.encode()) <= T.MESSAGE_MAX_BYTES
+    assert len(kept.encode()) <= step.MESSAGE_MAX_BYTES
     assert kept.startswith("Traceback") and kept.endswith("ValueError: the last line") and "[…]" in kept
-    assert len(st.message.encode()) < 2 * T.MESSAGE_MAX_BYTES  # the job's message quotes the cut one
+    assert len(st.message.encode()) < 2 * step.MESSAGE_MAX_BYTES  # the job's message quotes the cut one
 
 
 @pytest.mark.parametrize("text", ["", "short", "é" * 512, "x" * 1024])
 def test_a_message_within_the_limit_is_kept_whole(text):
-    assert T.clip(text) == text
+    assert step.clip(text) == text
 
 
 @pytest.mark.parametrize("size", [1025, 1026, 4000, 100_000])
 def test_clip_never_exceeds_the_limit_and_never_splits_a_character(size):
     text = ("ü€𝄞" * size)[:size]
-    kept = T.clip(text)
-    assert len(kept.encode()) <= T.MESSAGE_MAX_BYTES
+    kept = step.clip(text)
+    assert len(kept.encode()) <= step.MESSAGE_MAX_BYTES
     kept.encode().decode()  # valid UTF-8
 
 

@@ -125,6 +125,6 @@ def test_the_view_keeps_the_last_state_of_a_disrupted_pod_of_the_job():
     snap = View.snapshot(("shop", "job-x"), raw)
     assert isinstance(snap, JobSnapshot)
     seen = view.observations(("shop", "job-x"), snap)
-    assert seen.pods == () and seen.gone_pod(1).disruption == "DeletionByPodGC"
+    assert seen.attempts == () and seen.gone_pod(1).disruption == "DeletionByPodGC"
     view.delete_pod({"metadata": {"namespace": "shop", "name": "job-x-1"}})  # a relist's notice changes nothing
     assert view.observations(("shop", "job-x"), snap).gone_pod(1) is not None

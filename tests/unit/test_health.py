@@ -11,6 +11,7 @@ import pytest
 
 from sextant.lifecycle.reading import invalid_conditions
 from sextant.lifecycle import transitions as T
+from sextant.lifecycle.step import set_health
 from sextant.lifecycle.health import COND_READY, COND_RECONCILING, COND_STALLED, health
 from sextant.resources.common import Condition
 from sextant.resources.job import JobStatus, State
@@ -33,7 +34,7 @@ def cond(type_: str, reason: str, message: str = "m") -> Condition:
 
 def with_health(state: State, *conditions: Condition, message: str = "words") -> JobStatus:
     status = JobStatus(state=state, message=message, conditions=list(conditions), observed_generation=1)
-    T.set_health(status, T0, 1)
+    set_health(status, T0, 1)
     return status
 
 
@@ -87,7 +88,7 @@ def test_an_invalid_job_is_failed_for_kstatus():
     # ... and readable again: the next reconcile's health says what the state says (Invalid is cleared beside it).
     status = JobStatus.model_validate({"state": "queued", "message": "m", "conditions": conditions,
                                        "observedGeneration": 1})
-    T.set_health(status, at(5), 1)
+    set_health(status, at(5), 1)
     assert kstatus.compute(job_object(status)).status == kstatus.IN_PROGRESS
 
 
@@ -95,11 +96,11 @@ def test_transitions_move_the_health_conditions_only_with_the_value():
     status = with_health(State.QUEUED)
     first = {c.type: c.last_transition_time for c in status.conditions}
     status.state, status.message = State.RUNNING, "attempt 1 of 5 started"
-    T.set_health(status, at(30), 1)
+    set_health(status, at(30), 1)
     assert {c.type: c.last_transition_time for c in status.conditions} == first  # still reconciling
     status.state = State.SUCCEEDED
     status.conditions.append(cond("Succeeded", "Succeeded"))
-    T.set_health(status, at(60), 1)
+    set_health(status, at(60), 1)
     moved = {c.type: c.last_transition_time for c in status.conditions}
     assert moved[COND_READY] != first[COND_READY] and moved[COND_RECONCILING] != first[COND_RECONCILING]
     assert moved[COND_STALLED] == first[COND_STALLED]  # False before and after

@@ -1,7 +1,8 @@
 """The layering (README, Layout; docs/operator.md), read from the source:
 
 - lifecycle/ (the pure rules) imports nothing of the project but resources/ (the public API's models) and itself, so
-  that its rules stay testable without I/O, a clock or a cluster; nor does it read the environment or the clock;
+  that its rules stay testable without I/O, a clock or a cluster; nor does it read the environment or the clock, nor
+  say when a status is written: that is the operator's write policy (controller/writes.py), pure too;
 - kube/ (Kubernetes plumbing for every process) imports only resources/ and itself: it knows no lifecycle rule;
 - only controller/ imports controller/ (the operator's internals), except the `sextant` command's composition root;
 - archive/ (the database of finished jobs) imports nothing of the project but resources/, lifecycle/ and itself, and
@@ -88,6 +89,24 @@ def test_lifecycle_reads_no_environment_clock_or_randomness(path: Path):
     assert not imported & {"os", "random", "secrets", "time"}, path.name
     assert not attrs & {"datetime.now", "datetime.utcnow", "date.today", "os.environ"}, path.name
     assert "environ" not in names, path.name
+
+
+# The operator's write policy: pure like the rules it follows, so that it is a table test (tests/unit/test_writes.py).
+WRITE_POLICY = PACKAGE_DIR / "controller" / "writes.py"
+
+
+def test_the_write_policy_imports_only_the_rules_and_the_models():
+    assert not outside(imports_of(WRITE_POLICY), ("sextant.resources", "sextant.lifecycle"))
+
+
+def test_the_write_policy_reads_no_environment_clock_or_randomness():
+    test_lifecycle_reads_no_environment_clock_or_randomness(WRITE_POLICY)
+
+
+@pytest.mark.parametrize("path", in_package("lifecycle"), ids=lambda p: p.name)
+def test_the_rules_say_nothing_of_when_to_write(path: Path):
+    """The rules decide the state; when it is written is the write policy's (controller/writes.py)."""
+    assert "RECORD_" not in path.read_text(), path.relative_to(PACKAGE_DIR)
 
 
 @pytest.mark.parametrize("path", in_package("kube"), ids=lambda p: p.name)

@@ -46,7 +46,7 @@ def nested(depth: int) -> dict[str, Any]:
 
 def first_sight(raw: dict[str, Any]) -> T.Decision:
     snapshot = read_job(raw)
-    return T.reconcile(snapshot, T.Observations(queue=queue(), handler=handler(), pods=()), T0)
+    return T.reconcile(snapshot, T.Observations(queue=queue(), handler=handler(), attempts=()), T0)
 
 
 def test_a_job_read_into_the_view_carries_no_payload_only_its_size():

@@ -19,6 +19,7 @@ from hypothesis.errors import InvalidArgument
 from hypothesis import strategies as st
 
 from _builders import JOB, T0, handler, queue, snapshot, spec
+from sextant.controller import writes
 from sextant.lifecycle import states as S
 from sextant.lifecycle import transitions as T
 from sextant.lifecycle.attempts import RUNNER_NON_RETRYABLE, PodObservation
@@ -227,9 +228,10 @@ class World:
 
     def reconcile(self) -> T.Decision:
         before, observed = self.status, self.observe()
-        decision = untouched(T.reconcile, self.snap(), observed, self.now)
+        decided = untouched(T.reconcile, self.snap(), observed, self.now)
+        self.check_idempotent(decided, observed)
+        decision = writes.scheduled(self.snap(), decided, observed, self.now)  # as the operator carries it out
         self.check(before, decision)
-        self.check_idempotent(decision, observed)
         for e in decision.events:
             event(f"event {e.reason}")
         if len(decision.events) > 1:
@@ -434,7 +436,7 @@ class World:
             starting = self.pods.get(self.status.sequence + 1)
             # A started pod is recorded within RECORD_RUNNING_AFTER of its start (unless it goes first).
             assert starting is None or not starting.started or starting.deleting or (
-                starting.started_at is not None and self.now - starting.started_at < T.RECORD_RUNNING_AFTER)
+                starting.started_at is not None and self.now - starting.started_at < writes.RECORD_RUNNING_AFTER)
         # Never two live attempts: no replacement while the previous pod is still terminating.
         assert len(self.alive()) <= 1
         if self.status.state in S.TERMINAL:

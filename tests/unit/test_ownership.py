@@ -85,7 +85,7 @@ def test_a_pod_that_is_not_the_jobs_is_not_its_attempt(foreign):
     assert not view.has_strays(KEY, raw)  # so never adopted, nor force-deleted as a stray
     seen = standing(False, view.pods_of(KEY).values())
     assert not seen.holds and seen.placement is Placement.BOUND  # nor holding the queue's slot
-    assert view.observations(KEY, View.snapshot(KEY, raw)).pods == ()
+    assert view.observations(KEY, View.snapshot(KEY, raw)).attempts == ()
 
 
 def test_the_jobs_own_pod_counts_even_when_seen_before_the_job():

@@ -161,9 +161,9 @@ def test_retry_resets_the_snoozes():
 
 
 def test_a_worker_attempt_snoozes_the_same_way():
-    seen = A.PodObservation("w1", 1, "Failed", node="w1", worker="w1/abc", exit_code=SNOOZE_EXIT_CODE,
-                            report=report_of(WorkerResult(job=JOB, uid="u", sequence=1, incarnation="abc",
-                                                          exit_code=SNOOZE_EXIT_CODE, snooze_seconds=12)))
+    seen = A.AssignmentObservation("w1", "w1/abc", 1, "Failed", exit_code=SNOOZE_EXIT_CODE,
+                                   report=report_of(WorkerResult(job=JOB, uid="u", sequence=1, incarnation="abc",
+                                                                 exit_code=SNOOZE_EXIT_CODE, snooze_seconds=12)))
     outcome = A.outcome_of(seen, None)
     assert (outcome.result, outcome.reason, outcome.snooze_seconds) == ("snoozed", "Snoozed", 12)
 

@@ -18,6 +18,7 @@ from _builders import (
     at,
     condition,
     creates,
+    decide,
     deletes,
     event_reasons,
     handler,
@@ -27,7 +28,9 @@ from _builders import (
     snapshot,
     spec,
 )
+from sextant.controller import writes
 from sextant.lifecycle import transitions as T
+from sextant.lifecycle.decision import COND_BLOCKED
 from sextant.lifecycle.backoff import backoff_delay, jitter_sample
 from sextant.resources.common import format_time, parse_time
 from sextant.resources.job import JobStatus, State
@@ -231,7 +234,7 @@ def test_a_pending_pod_keeps_the_job_queued():
         assert d.actions == [] and d.events == []
         assert d.wake_at == at(5 + 600)
         assert not d.wants_admission or True  # the controller never admits it again: its pod is alive
-        assert job.observe().alive_pods
+        assert job.observe().alive_attempts
 
 
 def test_the_container_start_takes_the_job():
@@ -328,7 +331,7 @@ def test_a_new_job_whose_pod_started_unrecorded_is_stopped_with_its_grace_when_c
     assert creates(T.admit(snapshot(decided.status), job.observe(), job.now))
     job.pods[1] = pod(1, "Running", node="node-a", created_at=at(1), started_at=at(2))
     job.advance(1.5)
-    assert T.reconcile(job.snap(), job.observe(), job.now).status == JobStatus()  # both writes held
+    assert decide(job.snap(), job.observe(), job.now).status == JobStatus()  # both writes held
     job.update_spec(cancel=True)
     d = job.reconcile()
     assert (d.status.state, d.status.stop_reason, d.status.attempts[-1].started_at) == (R, "Cancelled",
@@ -426,17 +429,17 @@ def test_a_new_job_admitted_at_once_is_not_written_while_its_pod_starts():
     decided = T.reconcile(job.snap(), job.observe(), job.now)
     assert decided.status.state == Q
     started = T.admit(snapshot(decided.status), job.observe(), job.now)
-    held = T.hold_first_write(job.snap(), started, job.now, job.now)
+    held = writes.scheduled(job.snap(), started, job.observe(), job.now, waiting_since=job.now)
     assert held.status == JobStatus() and held.events == [] and creates(held) == creates(started)
-    assert held.wake_at == at(1) + T.RECORD_QUEUED_AFTER
+    assert held.wake_at == at(1) + writes.RECORD_QUEUED_AFTER
     # Later reconciles keep holding while the pod starts quietly ...
     job.pods[1] = pod(1, "Pending", created_at=at(1))
     job.advance(3)
-    d = T.reconcile(job.snap(), job.observe(), job.now)
-    assert d.status == JobStatus() and d.wake_at == at(1) + T.RECORD_QUEUED_AFTER
+    d = decide(job.snap(), job.observe(), job.now)
+    assert d.status == JobStatus() and d.wake_at == at(1) + writes.RECORD_QUEUED_AFTER
     # ... and a start in time is the job's first write: running.
     job.pods[1] = pod(1, "Running", created_at=at(1), started_at=at(3))
-    assert T.reconcile(job.snap(), job.observe(), job.now).status.state == R
+    assert decide(job.snap(), job.observe(), job.now).status.state == R
 
 
 def test_a_new_job_in_line_for_a_slot_is_not_written_queued_until_it_has_waited():
@@ -444,11 +447,12 @@ def test_a_new_job_in_line_for_a_slot_is_not_written_queued_until_it_has_waited(
     that comes sooner makes the take its first write (create, take, finish)."""
     job = Job(now=at(1))
     decided = T.reconcile(job.snap(), job.observe(), job.now)
-    held = T.hold_first_write(job.snap(), decided, at(1), job.now)
-    assert held.status == JobStatus() and held.events == [] and held.wake_at == at(1) + T.RECORD_QUEUED_AFTER
-    job.advance(T.RECORD_QUEUED_AFTER.total_seconds())
+    held = writes.scheduled(job.snap(), decided, job.observe(), job.now, waiting_since=at(1))
+    assert held.status == JobStatus() and held.events == [] and held.wake_at == at(1) + writes.RECORD_QUEUED_AFTER
+    job.advance(writes.RECORD_QUEUED_AFTER.total_seconds())
     later = T.reconcile(job.snap(), job.observe(), job.now)
-    assert T.hold_first_write(job.snap(), later, at(1), job.now) is later and later.status.state == Q
+    assert writes.scheduled(job.snap(), later, job.observe(), job.now, waiting_since=at(1)) is later and \
+        later.status.state == Q
 
 
 def test_a_longer_record_queued_after_holds_the_first_write_longer_but_never_a_stuck_pod():
@@ -458,24 +462,25 @@ def test_a_longer_record_queued_after_holds_the_first_write_longer_but_never_a_s
     job = Job(now=at(1))
     job.pods[1] = pod(1, "Pending", created_at=at(1))
     job.advance(300)
-    d = T.reconcile(job.snap(), job.observe(), job.now, hour)
+    d = decide(job.snap(), job.observe(), job.now, hour)
     assert d.status == JobStatus() and d.actions == []
     assert d.wake_at == at(1) + timedelta(minutes=10)  # the queue's startTimeout ends before the hold
-    assert T.reconcile(job.snap(), job.observe(), job.now).status.state == Q  # the default: 5 s
+    assert decide(job.snap(), job.observe(), job.now).status.state == Q  # the default: 5 s
     job.pods[1] = pod(1, "Pending", created_at=at(1), unschedulable=True)
-    assert T.reconcile(job.snap(), job.observe(), job.now, hour).status.state == Q
+    assert decide(job.snap(), job.observe(), job.now, hour).status.state == Q
     # In line for a slot: the same hold, from when the job became runnable.
     fresh = Job(now=at(1))
-    decided = T.reconcile(fresh.snap(), fresh.observe(), fresh.now, hour)
-    assert T.hold_first_write(fresh.snap(), decided, at(1), at(301), hour).status == JobStatus()
-    assert T.hold_first_write(fresh.snap(), decided, at(1), at(1) + hour, hour) is decided
+    decided = T.reconcile(fresh.snap(), fresh.observe(), fresh.now)
+    assert writes.scheduled(fresh.snap(), decided, fresh.observe(), at(301), hour, at(1)).status == JobStatus()
+    assert writes.scheduled(fresh.snap(), decided, fresh.observe(), at(1) + hour, hour, at(1)) is decided
 
 
 def test_a_blocked_new_job_is_written_at_once():
     job = Job(now=at(1))
-    decided = T.reconcile(job.snap(), T.Observations(None, None), job.now)  # no Queue, no Handler
-    assert any(c.type == T.COND_BLOCKED and c.status == "True" for c in decided.status.conditions)
-    assert T.hold_first_write(job.snap(), decided, at(1), job.now) is decided
+    nothing = T.Observations(None, None)  # no Queue, no Handler
+    decided = T.reconcile(job.snap(), nothing, job.now)
+    assert any(c.type == COND_BLOCKED and c.status == "True" for c in decided.status.conditions)
+    assert writes.scheduled(job.snap(), decided, nothing, job.now, waiting_since=at(1)) is decided
 
 
 @pytest.mark.parametrize("pod_fields, later, message", [

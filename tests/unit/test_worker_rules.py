@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from _builders import JOB, T0, UID, at, handler, queue, snapshot, spec
+from _builders import JOB, T0, UID, at, decide, handler, queue, snapshot, spec
 from sextant.controller.view import View
 from sextant.controller.workerstatus import Outbox, build_status, unchanged
 from sextant.lifecycle import attempts as A
@@ -138,14 +138,14 @@ def test_what_an_assignment_tells_of_its_attempt(case, results, incarnation, liv
     worker = W.read_worker(worker_obj(spec_fields={"incarnation": incarnation, "results": results},
                                       **({"deletionTimestamp": format_time(T0)} if deleting else {})))
     seen = W.observe_assignment(assignment(**stopped), "w1", worker, live, at(now))
-    assert seen.phase == phase and seen.worker == f"w1/{INC}" and seen.node == "w1"
+    assert seen.phase == phase and seen.worker == f"w1/{INC}" and seen.worker_name == "w1"
     got = A.outcome_of(seen, stop)
     assert (got.result, got.reason) == outcome if outcome else got is None
 
 
 def test_an_assignment_on_its_way_is_a_pod_being_created_and_one_whose_worker_is_gone_is_lost():
     pending = W.observe_assignment(assignment(), "w1", None, True, at(1), durable=False)
-    assert pending.phase == "Pending" and not pending.started and pending.alive and pending.created_at is None
+    assert pending.phase == "Pending" and not pending.started and pending.alive and pending.assigned_at is None
     lost = W.observe_assignment(assignment(), "w1", None, False, at(1))
     assert A.outcome_of(lost, None).reason == A.LEASE_EXPIRED
 
@@ -224,15 +224,15 @@ class OnWorker:
     def __init__(self, **spec_fields: Any) -> None:
         self.spec = spec(**spec_fields)
         self.status = JobStatus()
-        self.seen: list[A.PodObservation] = []
+        self.seen: list[A.AssignmentObservation] = []
         self.now = T0
         self.queue = queue(cancelGrace="2s")
 
     def obs(self) -> T.Observations:
-        return T.Observations(queue=self.queue, handler=handler(), pods=tuple(self.seen))
+        return T.Observations(queue=self.queue, handler=handler(), attempts=tuple(self.seen))
 
     def reconcile(self) -> T.Decision:
-        decision = T.reconcile(snapshot(self.status, self.spec), self.obs(), self.now)
+        decision = decide(snapshot(self.status, self.spec), self.obs(), self.now)
         self.status = decision.status
         return decision
 

@@ -40,6 +40,7 @@ from .timers import Timers
 from ..lifecycle.reading import InvalidJob, payload_left_out
 from .view import View, WorkerChange, is_slim, settled, state_of
 from .runtime import Runtime
+from . import writes
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,7 @@ class _PodNotCreated(Exception):
 
 class JobController:
     def __init__(self, kube: Kube, view: View, events: EventRecorder, timers: Timers, *,
-                 workers: int, pending_pods: int, record_queued_after: timedelta = T.RECORD_QUEUED_AFTER,
+                 workers: int, pending_pods: int, record_queued_after: timedelta = writes.RECORD_QUEUED_AFTER,
                  now: Callable[[], datetime] = utcnow) -> None:
         self.kube = kube
         self.record_queued_after = record_queued_after
@@ -423,11 +424,12 @@ class JobController:
             return
         now = self.now()
         obs = self.view.observations(key, job, now)
-        decision = before = T.reconcile(job, obs, now, self.record_queued_after)
+        decision = before = T.reconcile(job, obs, now)
         if any(c.type == COND_INVALID and c.status == "True" for c in decision.status.conditions):
             T.set_condition(decision.status, COND_INVALID, False, "Valid", "the job can be read", now, job.generation)
         queue = (key[0], job.spec.queue)
-        admissible = decision.wants_admission and obs.queue and obs.handler and not obs.alive_pods
+        admissible = decision.wants_admission and obs.queue and obs.handler and not obs.alive_attempts
+        waiting_since = None
         if admissible:
             granted = self.slots.request(key, queue, job.spec.priority, parse_time(decision.status.queued_at) or now)
             worker = self.slots.worker_of(key) if obs.handler.on_workers else None
@@ -437,14 +439,14 @@ class JobController:
                 started.events[:0] = decision.events
                 # A job first seen now is not written queued while its pod starts, or while its assignment lands and
                 # runs its first second (then 3 writes in all, 2 for a job that ends within that second).
-                decision = T.hold_first_write(job, started, now, now, self.record_queued_after)
+                decision, waiting_since = started, now
             elif not granted:
                 # In line for a slot: a job first seen now is not written queued if a slot comes soon (the take
                 # is then its first write: create, take, finish).
-                decision = T.hold_first_write(job, decision, parse_time(decision.status.queued_at) or now, now,
-                                              self.record_queued_after)
+                waiting_since = parse_time(decision.status.queued_at) or now
         else:
             self.slots.withdraw(key)
+        decision = writes.scheduled(job, decision, obs, now, self.record_queued_after, waiting_since)
         retry = False
         try:
             applied = await self._apply(key, raw, job, decision)

@@ -18,7 +18,7 @@ from .leader import LeaderElector, default_identity
 from .jobs import JobController
 from ..kube.client import Kube
 from ..kube.clock import utcnow
-from ..lifecycle.transitions import Event
+from ..lifecycle.decision import Event
 from ..resources import API_VERSION
 from .pools import PoolController
 from .schedules import ScheduleController

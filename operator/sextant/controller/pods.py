@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..lifecycle.attempts import DISRUPTION_TARGET, PodObservation, Report
-from ..lifecycle.transitions import CreatePod, JobSnapshot
+from ..lifecycle.decision import CreatePod, JobSnapshot
 from ..resources import API_VERSION, GROUP
 from ..resources.common import parse_duration, time_or_none
 from ..resources.handler import HandlerSpec

@@ -25,7 +25,7 @@ from ..kube.clock import utcnow
 from ..kube.events import EventRecorder
 from ..kube.informer import Key, key_of
 from ..lifecycle.scaling import Demand, Member, Plan, desired_replicas, describe, plan, queue_demand, stabilized, total
-from ..lifecycle.transitions import Event
+from ..lifecycle.decision import Event
 from ..resources import API_VERSION, contract
 from ..resources.common import Condition, format_time, problems
 from ..resources.workerpool import KIND, POD_DELETION_COST, RETIRE_COST, WorkerPoolSpec

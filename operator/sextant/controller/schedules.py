@@ -22,7 +22,7 @@ from ..kube import metrics
 from ..kube.client import ApiError, Conflict, Kube, NotFound
 from ..kube.clock import utcnow
 from ..lifecycle import schedule as S
-from ..lifecycle.transitions import Event
+from ..lifecycle.decision import Event
 from ..resources import API_VERSION, contract
 from ..resources.common import time_or_none
 from ..resources.schedule import KIND, ScheduleSpec, ScheduleStatus

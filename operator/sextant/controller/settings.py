@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from ..lifecycle.transitions import RECORD_QUEUED_AFTER
 from ..lifecycle.workers import MAX_WORKER_SLOTS
 from ..resources.job import IDEMPOTENCY_WINDOW
+from .writes import RECORD_QUEUED_AFTER
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from ..kube.clock import utcnow
 from ..lifecycle.idempotency import WINDOW, claimant, undecided
-from ..lifecycle.attempts import PodObservation
+from ..lifecycle.attempts import AssignmentObservation, PodObservation
 from ..lifecycle.states import FINISHED
 from ..lifecycle import workers as W
 from ..lifecycle.reading import PAYLOAD_NOTE, lean_job, read_job
@@ -175,7 +175,7 @@ class Placed:
     worker_uid: str
     assignment: Assignment
     # When the operator first saw it in the Worker's status (durable): its attempt runs from then at the earliest, so
-    # the first second of lifecycle/transitions.RECORD_RUNNING_AFTER counts from here, not from the decision to assign
+    # the first second of controller/writes.RECORD_RUNNING_AFTER counts from here, not from the decision to assign
     # (under load a status write takes longer than that second to land).
     landed_at: datetime | None = None
 
@@ -532,8 +532,8 @@ class View:
         attempt's end is recorded)."""
         return job in self.pending or bool(self.assigned.get(job))
 
-    def worker_observations(self, key: Key, uid: str, now: datetime) -> list[PodObservation]:
-        """The job's assignments as PodObservations (lifecycle/workers.observe_assignment)."""
+    def worker_observations(self, key: Key, uid: str, now: datetime) -> list[AssignmentObservation]:
+        """What the job's assignments tell of their attempts (lifecycle/workers.observe_assignment)."""
         ns = key[0]
         seen = []
         runs = self.assigned.get(key, {})
@@ -616,7 +616,7 @@ class View:
         return Observations(
             queue=queue,
             handler=handler,
-            pods=seen,
+            attempts=seen,
             lease_renewed_at=heartbeat,
             # A job without a state whose pod exists was admitted on first sight (its state is written when the pod
             # starts): the operator already let it run, it is no duplicate.

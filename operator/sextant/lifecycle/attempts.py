@@ -1,4 +1,5 @@
-"""What an attempt's pod tells: still running, or the attempt's outcome (what counts as a failed attempt)."""
+"""What an attempt's pod or assignment tells: still running, or the attempt's outcome (what counts as a failed
+attempt)."""
 
 from __future__ import annotations
 
@@ -60,9 +61,26 @@ class Report:
     message: str | None = None  # a failure's message, when the report carries it
 
 
+class _Phases:
+    """What a pod's phase and an assignment's alike tell of their attempt."""
+
+    phase: str
+    started_at: datetime | None
+
+    @property
+    def started(self) -> bool:
+        """The attempt's worker has taken the job: the pod's handler container started (the runner is up), or the
+        assignment landed; or it already ended."""
+        return self.started_at is not None or self.phase == "Running" or self.finished
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
+
+
 @dataclass(frozen=True)
-class PodObservation:
-    """The few facts of an attempt pod that the lifecycle needs."""
+class PodObservation(_Phases):
+    """The few facts of an attempt pod that the lifecycle needs (controller/pods.observe reads them)."""
 
     name: str
     sequence: int
@@ -80,26 +98,66 @@ class PodObservation:
     owner_uid: str | None = None  # the uid of its controller ownerReference (its Job's, when it is ours)
     created_at: datetime | None = None  # its creationTimestamp: the start timeout counts from here
     waiting_reason: str | None = None  # the handler container's waiting reason (ErrImagePull, ...), if it waits
-    # Worker mode: the attempt is an assignment on a worker (lifecycle/workers.observe_assignment), not a pod.
-    worker: str | None = None  # the worker it is assigned to, as <name>/<incarnation>
-    stop: str | None = None  # the stop the assignment carries (Cancelled, Timeout), if any
-    finished_at: datetime | None = None  # when the worker reported it ended (its clock)
-    report: Report | None = None  # snooze, output (README, "Snooze, output and progress")
+    report: Report | None = None  # its termination message's snooze and output (README, "Snooze, output and progress")
     progress: Progress | None = None  # the latest the running attempt reported (its fraction and message)
-
-    @property
-    def started(self) -> bool:
-        """The handler's container has started (the runner is up): the attempt's worker has taken the job."""
-        return self.started_at is not None or self.phase == "Running" or self.finished
-
-    @property
-    def finished(self) -> bool:
-        return self.phase in ("Succeeded", "Failed")
 
     @property
     def alive(self) -> bool:
         """Still running or still terminating: a replacement must wait for it."""
         return not self.finished or self.deleting
+
+    @property
+    def leaving(self) -> bool:
+        """On its way out (deleted, or Kubernetes taking it away): it may vanish at any moment."""
+        return self.deleting or self.disruption is not None
+
+    @property
+    def waits_for(self) -> str | None:
+        """What its status says it waits for, not yet started: a node (Unschedulable), or the kubelet's waiting reason
+        (ErrImagePull, ...) unless it is simply on its way (STARTING_REASONS)."""
+        if self.unschedulable:
+            return UNSCHEDULABLE
+        return self.waiting_reason if self.waiting_reason and self.waiting_reason not in STARTING_REASONS else None
+
+
+@dataclass(frozen=True)
+class AssignmentObservation(_Phases):
+    """What an attempt assigned to a worker tells (docs/workers.md): its assignment in the Worker's status and the
+    worker's result for it, read by lifecycle/workers.observe_assignment. Its phase is the attempt's: Pending while
+    the assignment's write has not landed, Running once it has, Succeeded or Failed once it ended (as the worker's
+    result says, or lost with its worker)."""
+
+    worker_name: str  # the Worker object's name
+    worker: str  # the worker it is assigned to, as <name>/<incarnation> (the timeline's `worker`)
+    sequence: int
+    phase: str = "Pending"  # Pending | Running | Succeeded | Failed
+    stop: str | None = None  # the stop the assignment carries (Cancelled, Timeout), if any
+    assigned_at: datetime | None = None  # once its write has landed: when it was assigned
+    started_at: datetime | None = None  # when its handler ran from (the worker's result; else since it landed)
+    finished_at: datetime | None = None  # when the worker reported it ended (its clock)
+    exit_code: int | None = None
+    reason: str | None = None  # the worker's result's reason (Drained, NotFound, ...), or LeaseExpired
+    message: str | None = None
+    report: Report | None = None  # snooze, output (README, "Snooze, output and progress")
+    progress: Progress | None = None  # the latest the running attempt reported (its fraction and message)
+
+    @property
+    def alive(self) -> bool:
+        """It holds its worker's slot until it ended: a replacement must wait for it."""
+        return not self.finished
+
+    @property
+    def leaving(self) -> bool:
+        return False  # nothing takes an assignment away but its end (or its worker's: LeaseExpired)
+
+
+# What the lifecycle reads of an attempt: its pod's facts, or its assignment's.
+AttemptObservation = PodObservation | AssignmentObservation
+
+
+def where(seen: AttemptObservation) -> str | None:
+    """Where the attempt runs, as its timeline entry's `node` says: the pod's node, or the worker's name."""
+    return seen.node if isinstance(seen, PodObservation) else seen.worker_name
 
 
 @dataclass(frozen=True)
@@ -118,34 +176,31 @@ class Outcome:
 
 
 def outcome_of(
-    pod: PodObservation | None, stop_reason: str | None, non_retryable: Collection[int] = (),
+    seen: AttemptObservation | None, stop_reason: str | None, non_retryable: Collection[int] = (),
     gone: PodObservation | None = None,
 ) -> Outcome | None:
     """The outcome of the current attempt, or None while it still runs.
 
-    pod is the attempt's pod, None once it no longer exists; gone is then how it was last seen, when it was
-    disrupted (PodGC marks a pod of a deleted node and force-deletes it at once: often only its deletion is
-    seen). stop_reason is set when the operator asked the pod to stop (cancel, timeout, lease expiry): that
-    reason wins over whatever the pod then reports, and its exit code (137 after SIGKILL) is recorded but not
+    seen is the attempt's pod or assignment, None once it no longer exists; gone is then how its pod was last seen,
+    when it was disrupted (PodGC marks a pod of a deleted node and force-deletes it at once: often only its deletion
+    is seen). stop_reason is set when the operator asked the attempt to stop (cancel, timeout, lease expiry): that
+    reason wins over whatever the attempt then reports, and its exit code (137 after SIGKILL) is recorded but not
     read as an ordinary Error.
     """
+    if isinstance(seen, AssignmentObservation):
+        return _assignment_outcome(seen, stop_reason, non_retryable)
+    pod = seen
     node = pod.node if pod else None
-    if stop_reason is None and pod is not None and pod.worker is not None and pod.finished and \
-            pod.reason in (CANCELLED, TIMEOUT):
-        stop_reason = pod.reason  # the worker applied the stop itself (its own timeoutAt timer, the operator away)
     if stop_reason is not None:
         if pod is not None and not pod.finished:
             return None
         result = CANCELLED_RESULT if stop_reason == CANCELLED else FAILED
-        return _reported(Outcome(result, stop_reason, pod.exit_code if pod else None, _stop_message(stop_reason),
-                                 node), pod)
+        return Outcome(result, stop_reason, pod.exit_code if pod else None, _stop_message(stop_reason), node)
     vanished = pod is None
     if vanished and gone is not None and gone.disruption is not None:
         pod = gone  # its last state says why it went
     if pod is None:
         return Outcome(FAILED, POD_LOST, None, "the attempt's pod was deleted before it finished")
-    if pod.worker is not None:
-        return _reported(_worker_outcome(pod, non_retryable), pod) if pod.finished else None
     if pod.phase == "Succeeded":
         return with_output(Outcome(SUCCEEDED, None, 0 if pod.exit_code is None else pod.exit_code, pod.message,
                                    pod.node), pod.report)
@@ -175,10 +230,28 @@ def outcome_of(
     return Outcome(FAILED, ERROR, pod.exit_code, message, node)
 
 
-def _worker_outcome(seen: PodObservation, non_retryable: Collection[int]) -> Outcome:
+def _assignment_outcome(seen: AssignmentObservation, stop_reason: str | None,
+                        non_retryable: Collection[int]) -> Outcome | None:
+    """A worker's attempt: None while it runs; once it ended, its outcome with the worker's own start and end (its
+    result: the timeline shows them)."""
+    if not seen.finished:
+        return None
+    if stop_reason is None and seen.reason in (CANCELLED, TIMEOUT):
+        stop_reason = seen.reason  # the worker applied the stop itself (its own timeoutAt timer, the operator away)
+    if stop_reason is not None:
+        result = CANCELLED_RESULT if stop_reason == CANCELLED else FAILED
+        outcome = Outcome(result, stop_reason, seen.exit_code, _stop_message(stop_reason), seen.worker_name)
+    else:
+        outcome = _ended_on_a_worker(seen, non_retryable)
+    if seen.finished_at is None:
+        return outcome
+    return replace(outcome, started_at=seen.started_at, finished_at=seen.finished_at)
+
+
+def _ended_on_a_worker(seen: AssignmentObservation, non_retryable: Collection[int]) -> Outcome:
     """A worker's attempt that ended: as its result says (lifecycle/workers.observe_assignment), or lost with its
     worker (LeaseExpired)."""
-    node = seen.node
+    node = seen.worker_name
     if seen.phase == "Succeeded":
         return with_output(Outcome(SUCCEEDED, None, 0 if seen.exit_code is None else seen.exit_code, None, node),
                            seen.report)
@@ -224,22 +297,10 @@ def snooze_allowed(snoozes: int) -> bool:
     return snoozes < MAX_SNOOZES
 
 
-def _reported(outcome: Outcome, seen: PodObservation | None) -> Outcome:
-    """A worker's attempt carries its own start and end (its result): the timeline shows them."""
-    if seen is None or seen.worker is None or seen.finished_at is None:
-        return outcome
-    return replace(outcome, started_at=seen.started_at, finished_at=seen.finished_at)
-
-
 def start_failure(pod: PodObservation, start_timeout: str) -> Outcome:
     """The outcome of an attempt whose pod did not start its handler within the queue's startTimeout: the reason
     says why, as the pod's status tells it."""
-    if pod.unschedulable:
-        reason = UNSCHEDULABLE
-    elif pod.waiting_reason and pod.waiting_reason not in STARTING_REASONS:
-        reason = pod.waiting_reason
-    else:
-        reason = START_TIMEOUT
+    reason = pod.waits_for or START_TIMEOUT
     detail = f": {pod.message}" if pod.message else ""
     return Outcome(FAILED, reason, None, f"pod {pod.name} did not start within startTimeout {start_timeout}{detail}",
                    pod.node)

@@ -5,7 +5,7 @@
 - `counted_state`: the one rule of what a job counts as in a queue's numbers. A job the operator has not written a
   state for yet is new and runnable (queued is "runnable, no worker has taken it"), so it counts as
   queued (scheduled while its runAt is ahead), unless it is Invalid; the operator holds many jobs so on purpose
-  (lifecycle.transitions.hold_first_write). The Queue's status (`count_unfinished`, written by the operator; GET
+  (controller/writes.hold_until). The Queue's status (`count_unfinished`, written by the operator; GET
   /v2/queues serves it back, `numbers_of_status`), the dashboard (`queue_stats`) and a new job's `state` in the
   /v2 API all count with it, so `kubectl get squeue`, /v2/queues and a create's answer agree.
 

@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from .health import COND_INVALID, invalid_health
-from .transitions import JobSnapshot
+from .decision import JobSnapshot
 from ..resources.common import format_time, json_depth, parse_time, problems
 from ..resources.contract import ANNOTATION_SCHEDULED_AT
 from ..resources.job import MAX_PAYLOAD_DEPTH, JobSpec, JobStatus, payload_size

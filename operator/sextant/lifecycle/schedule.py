@@ -73,7 +73,7 @@ from ..resources.job import State, payload_refusal
 from ..resources.schedule import KIND, MACROS, ScheduleSpec, ScheduleStatus, cron_problem
 from .idempotency import keyed_name
 from .states import FINISHED
-from .transitions import Event
+from .decision import Event
 
 LABEL_SCHEDULE, ANNOTATION_SCHEDULED_AT = contract.LABEL_SCHEDULE, contract.ANNOTATION_SCHEDULED_AT
 

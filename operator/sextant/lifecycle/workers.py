@@ -22,7 +22,7 @@ from ..resources.job import Attempt, JobStatus
 from ..resources.queue import QueueSpec
 from ..resources.report import Progress, output_json
 from ..resources.worker import DRAINING, EXPIRED, LIVE, Assignment, WorkerProgress, WorkerResult, WorkerSpec
-from .attempts import LEASE_EXPIRED, PodObservation, Report, heartbeat
+from .attempts import LEASE_EXPIRED, AssignmentObservation, PodObservation, Report, heartbeat
 from .states import QUEUED, RUNNING
 
 # How long past its grace period a stopped attempt's worker may take to report before the operator records the
@@ -209,9 +209,9 @@ def is_served(workers: Iterable[tuple[Believed, bool]], queue: str, handler: str
 
 
 def observe_assignment(assignment: Assignment, worker_name: str, worker: Believed | None, live: bool, now: datetime,
-                       durable: bool = True, landed_at: datetime | None = None) -> PodObservation:
-    """What an assignment tells of its attempt, as a pod tells it in pod mode (lifecycle/transitions.py):
-    - not durable yet (its status write has not landed): a pod being created — it holds the slot, has not started;
+                       durable: bool = True, landed_at: datetime | None = None) -> AssignmentObservation:
+    """What an assignment tells of its attempt (the rules read it as they read a pod in pod mode):
+    - not durable yet (its status write has not landed): Pending — it holds the slot, has not started;
     - a result for it (same uid, sequence, incarnation): finished, as the result says (applied before anything the
       same write says of the worker, e.g. a new incarnation);
     - else lost with its worker — gone, being deleted, expired (by the operator's clock) or restarted (another
@@ -220,31 +220,31 @@ def observe_assignment(assignment: Assignment, worker_name: str, worker: Believe
     - else running since it landed (landed_at: when the operator first saw it in the Worker's status; else since it
       was assigned), by the operator's clock."""
     assigned = parse_time(assignment.assigned_at)
-    base: dict[str, Any] = dict(name=worker_name, sequence=assignment.sequence, node=worker_name,
+    base: dict[str, Any] = dict(worker_name=worker_name, sequence=assignment.sequence,
                                 worker=contract.holder_identity(worker_name, assignment.incarnation),
                                 stop=assignment.stop)
     if not durable:
-        return PodObservation(**base, phase="Pending")
+        return AssignmentObservation(**base, phase="Pending")
     result = worker.result_for(assignment) if worker is not None else None
     if result is not None:
         succeeded = result.exit_code == 0 and result.reason is None
-        return PodObservation(**base, phase="Succeeded" if succeeded else "Failed", exit_code=result.exit_code,
-                              reason=result.reason, message=result.message, report=report_of(result),
-                              started_at=time_or_none(result.started_at) or assigned, created_at=assigned,
-                              finished_at=time_or_none(result.finished_at) or now)
+        return AssignmentObservation(**base, phase="Succeeded" if succeeded else "Failed", exit_code=result.exit_code,
+                                     reason=result.reason, message=result.message, report=report_of(result),
+                                     started_at=time_or_none(result.started_at) or assigned, assigned_at=assigned,
+                                     finished_at=time_or_none(result.finished_at) or now)
     lost = _lost(assignment, worker, live)
     if lost is not None:
-        return PodObservation(**base, phase="Failed", reason=LEASE_EXPIRED, message=lost, started_at=assigned,
-                              created_at=assigned)
+        return AssignmentObservation(**base, phase="Failed", reason=LEASE_EXPIRED, message=lost, started_at=assigned,
+                                     assigned_at=assigned)
     stop_at = parse_time(assignment.stop_requested_at)
     if stop_at is not None and now >= stop_at + timedelta(seconds=assignment.cancel_grace_seconds or 0) + \
             REPORT_AFTER_GRACE:
-        return PodObservation(**base, phase="Failed", started_at=assigned, created_at=assigned,
-                              message="the worker did not report the stopped attempt in time")
+        return AssignmentObservation(**base, phase="Failed", started_at=assigned, assigned_at=assigned,
+                                     message="the worker did not report the stopped attempt in time")
     since = max(assigned, landed_at) if landed_at is not None else assigned
     said = worker.progress_for(assignment) if worker is not None else None
     progress = Progress(fraction=said.fraction, message=said.message) if said is not None else None
-    return PodObservation(**base, phase="Running", started_at=since, created_at=assigned, progress=progress)
+    return AssignmentObservation(**base, phase="Running", started_at=since, assigned_at=assigned, progress=progress)
 
 
 def report_of(result: WorkerResult) -> Report:
