@@ -46,11 +46,6 @@ log = logging.getLogger(__name__)
 RETRY_AFTER_ERROR = timedelta(seconds=5)  # a pod that could not be created: try again this soon
 
 
-def _same_v1_offer(before: W.WorkerLease, after: W.WorkerLease, now: datetime) -> bool:
-    """Protocol v1 (drop with the version after next): nothing but the renewal changed."""
-    return (before.holder, before.live(now)) == (after.holder, after.live(now))
-
-
 def _worker_ref(worker: W.Believed) -> dict[str, Any]:
     """A Worker as an Event's involved object."""
     return {"apiVersion": API_VERSION, "kind": "Worker",
@@ -265,23 +260,6 @@ class JobController:
         task = asyncio.get_running_loop().create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-    def on_v1_lease(self, kind: str, obj: dict[str, Any]) -> None:
-        """A v1 worker's registration Lease changed: its running attempts (of the upgrade) are judged by it. Drop
-        with the version after next."""
-        meta = obj["metadata"]
-        ns = meta.get("namespace", "")
-        name = meta.get("name", "").removeprefix(contract.WORKER_LEASE_PREFIX)
-        before = self.view.v1_leases.get(ns, {}).get(name)
-        key = self.view.delete_v1_lease(obj) if kind == "delete" else self.view.upsert_v1_lease(obj)
-        after = self.view.v1_leases.get(ns, {}).get(name)
-        if key is None or (before is not None and after is not None and _same_v1_offer(before, after, self.now())):
-            return
-        for queue_jobs in list(self.view.unfinished_by_queue.values()):
-            for job in list(queue_jobs):
-                status = (self.view.jobs.get(job) or {}).get("status") or {}
-                if job[0] == ns and status.get("worker") == name:
-                    self._touch(job)
 
     def on_pod(self, kind: str, obj: dict[str, Any]) -> None:
         job = self.view.delete_pod(obj) if kind == "delete" else self.view.upsert_pod(obj)

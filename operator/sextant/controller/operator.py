@@ -98,10 +98,6 @@ class Operator:
               for p in _paths(contract.workers_path, ns)),
             *(informer(p, self.pools.on_pool, "workerpools", "WorkerPool", API_VERSION)
               for p in _paths(contract.workerpools_path, ns)),
-            # Protocol v1's registration Leases, to judge attempts still running on v1 workers during the upgrade.
-            # Drop with the version after next.
-            *(Informer(self.kube, p, c.on_v1_lease, label_selector=contract.LABEL_WORKER, name="v1-worker-leases")
-              for p in _paths(contract.leases_path, ns)),
         ]
 
     @property

@@ -128,33 +128,6 @@ def schedule_of(raw: dict[str, Any] | None) -> Key | None:
     return (meta.get("namespace", ""), name) if name else None
 
 
-def read_worker_lease(lease: dict[str, Any]) -> W.WorkerLease | None:
-    """A v1 worker's registration Lease (docs/workers.md §1); None when it is not one. Whatever is odd in it makes a
-    worker that is not live rather than an error. Protocol v1: drop with the version after next."""
-    meta, spec = lease["metadata"], lease.get("spec") or {}
-    labels, notes = meta.get("labels") or {}, meta.get("annotations") or {}
-    name = labels.get(contract.LABEL_WORKER)
-    if not name or meta.get("name") != contract.worker_lease_name(name):
-        return None
-    try:
-        renewed = parse_time(spec.get("renewTime"))
-    except (ValueError, OverflowError, TypeError):
-        renewed = None
-    slots = notes.get(contract.ANNOTATION_SLOTS, "")
-    seconds = spec.get("leaseDurationSeconds")
-    return W.WorkerLease(
-        name=name,
-        holder=str(spec.get("holderIdentity") or ""),
-        renewed_at=renewed,
-        queues=frozenset(q for q in notes.get(contract.ANNOTATION_QUEUES, "").split(",") if q),
-        handlers=frozenset(h for h in notes.get(contract.ANNOTATION_HANDLERS, "").split(",") if h),
-        slots=min(int(slots), 100_000) if slots.isdigit() else 0,
-        draining=notes.get(contract.ANNOTATION_DRAINING) == "true",
-        lease_duration=(timedelta(seconds=seconds) if isinstance(seconds, int) and 0 < seconds < 86_400
-                        else W.DEFAULT_LEASE_DURATION),
-    )
-
-
 def is_slim(raw: dict[str, Any]) -> bool:
     return SLIM in raw
 
@@ -260,9 +233,6 @@ class View:
         self._worker_versions = Versions()
         # WorkerPools (controller/pools.py): per pool, the workers it retires on a scale-down, given no new jobs.
         self.retiring: dict[Key, frozenset[str]] = {}
-        # Protocol v1's registration Leases, per namespace: only to judge attempts still running on a v1 worker
-        # during the upgrade. Drop with the version after next.
-        self.v1_leases: dict[str, dict[str, W.WorkerLease]] = defaultdict(dict)
         self.seen: dict[Key, int] = {}  # the order jobs were first seen in: creation order, from the watch
         self._seen_order = itertools.count()
         self._job_versions = Versions()
@@ -415,28 +385,6 @@ class View:
         if not runs:
             self.leases.pop(key, None)
         return key
-
-    def upsert_v1_lease(self, lease: dict[str, Any]) -> Key | None:
-        """Store a v1 worker's registration Lease; returns (namespace, worker name). Drop with the version after
-        next."""
-        seen = read_worker_lease(lease)
-        if seen is None:
-            return None
-        ns = lease["metadata"].get("namespace", "")
-        self.v1_leases[ns][seen.name] = seen
-        return ns, seen.name
-
-    def delete_v1_lease(self, lease: dict[str, Any]) -> Key | None:
-        meta = lease["metadata"]
-        ns, name = meta.get("namespace", ""), meta.get("name", "")
-        if not name.startswith(contract.WORKER_LEASE_PREFIX):
-            return None
-        worker = name.removeprefix(contract.WORKER_LEASE_PREFIX)
-        leases = self.v1_leases.get(ns, {})
-        leases.pop(worker, None)
-        if not leases:
-            self.v1_leases.pop(ns, None)
-        return ns, worker
 
     # --- Worker objects (protocol v2) --------------------------------------------------------------------------
     def worker(self, key: Key) -> W.Believed | None:
@@ -602,15 +550,6 @@ class View:
             seen = tuple(replace(p, progress=progress) if p.sequence == job.status.sequence else p for p in seen)
         assigned = self.worker_observations(key, job.uid, now)
         seen = (*seen, *assigned)
-        entry = W.current_entry(job.status)
-        if entry is not None and W.on_v1_worker(job.status) and not assigned:
-            # Protocol v1 (drop with the version after next): an attempt running on a v1 worker during the upgrade,
-            # judged by that worker's registration Lease.
-            settings = queue or QueueSpec()
-            lease = self.v1_leases.get(ns, {}).get(contract.worker_of(entry.worker or ""))
-            attempt, heartbeat = W.observe_attempt(entry, lease, job.status, parse_duration(settings.lease_duration),
-                                                   parse_duration(settings.cancel_grace), now)
-            seen = (*seen, attempt) if attempt is not None else seen
         no_worker = (handler is not None and handler.on_workers and job.status.state != State.RUNNING
                      and not W.is_served(self.live_workers(ns), job.spec.queue, job.spec.handler))
         return Observations(
