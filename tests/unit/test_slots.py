@@ -15,7 +15,7 @@ from sextant.controller.timers import Timers
 from sextant.controller.view import View
 from sextant.lifecycle.attempts import PodObservation
 from sextant.lifecycle.transitions import pod_name
-from sextant.controller.view import Placed
+from sextant.controller.records import Placed
 from sextant.resources.worker import Assignment
 from sextant.resources.common import format_time
 from sextant.resources.handler import HandlerSpec

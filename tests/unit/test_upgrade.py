@@ -11,7 +11,8 @@ from typing import Any
 from _builders import JOB, T0, UID, Job, creates, queue
 from sextant.cli.inspect import timeline
 from sextant.controller.pods import observe
-from sextant.controller.view import View, attempt_of
+from sextant.controller.records import attempt_of
+from sextant.controller.view import View
 from sextant.http.models import job_out
 from sextant.resources import contract
 from sextant.resources.common import format_time

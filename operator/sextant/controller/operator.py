@@ -150,7 +150,8 @@ class Operator:
 
     def _collector(self) -> metrics.ViewCollector:
         return metrics.ViewCollector(
-            jobs=lambda: self.view.jobs.values(),
+            jobs=lambda: ((key[0], r.queue, r.state.value if r.state else "new")
+                          for key, r in list(self.view.jobs.items())),
             requests=lambda: self.kube.requests,
             depths=lambda: {"timers": len(self.timers), "reconcile": len(self.jobs.queue),
                             "events": self.events.pending},
