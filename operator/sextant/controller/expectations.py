@@ -47,11 +47,14 @@ class Expectations:
         awaited.since = self.now()
 
     # --- what the watch showed ------------------------------------------------------------------------------
-    def saw_job(self, key: Key, version: int) -> None:
+    def saw_job(self, key: Key, version: int) -> bool:
+        """The watch showed the job at `version`; True when that is the echo of our status write."""
         awaited = self._awaited.get(key)
         if awaited is not None and awaited.version and version >= awaited.version:
             awaited.version, awaited.state = 0, None
             self._drop_met(key, awaited)
+            return True
+        return False
 
     def saw_pod(self, key: Key, sequence: int) -> None:
         awaited = self._awaited.get(key)

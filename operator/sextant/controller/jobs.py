@@ -23,7 +23,7 @@ from ..kube.events import EventRecorder
 from ..kube.informer import Key, key_of
 from ..lifecycle import transitions as T
 from ..lifecycle.reading import InvalidJob, invalid_conditions, read_spec, valid_again
-from ..lifecycle.states import FINISHED
+from ..lifecycle.states import FINISHED, State
 from ..resources import API_VERSION, contract
 from ..resources.common import parse_time
 from ..resources.handler import HandlerSpec
@@ -94,8 +94,11 @@ class JobController(WorkerActuation, PodActuation, Retention):
                 self._unassign_all(key)
         else:
             self.view.upsert_job(obj)
-            self.expectations.saw_job(key, version_of(obj))
-            self.slots.line_up(key)
+            echo = self.expectations.saw_job(key, version_of(obj))
+            if not echo and key not in self._acting:
+                # A change not of our making: into line at once. The echo of our own write (or a change that comes
+                # while the job is reconciled) gets a look only, whose `request` puts a runnable job in line.
+                self.slots.line_up(key)
         self._touch(key)
 
     def on_pod(self, kind: str, obj: dict[str, Any]) -> None:
@@ -284,7 +287,7 @@ class JobController(WorkerActuation, PodActuation, Retention):
         except (NotFound, Conflict):
             return  # gone, or changed meanwhile: the watch brings another look
         self._report(key, T.Event("Invalid", f"the job does not run: {message}", "Warning"))
-        self.expectations.wrote_status(key, version_of(updated), record.state)
+        self._expect_status(key, version_of(updated), record.state)
 
     async def _full(self, key: Key, record: FinishedJob) -> LiveJob | None:
         """The whole job behind a finished job's record (a status write needs all of it); None when it is gone."""
@@ -334,5 +337,12 @@ class JobController(WorkerActuation, PodActuation, Retention):
                                                      status.model_dump(by_alias=True, mode="json", exclude_none=True))
         if updated is None:
             return False
-        self.expectations.wrote_status(key, version_of(updated), status.state)
+        self._expect_status(key, version_of(updated), status.state)
         return True
+
+    def _expect_status(self, key: Key, version: int, state: State | None) -> None:
+        """Our status write landed as `version`: awaited from the watch, unless the view shows it already (the watch
+        and the write's answer race)."""
+        record = self.view.jobs.get(key)
+        if record is not None and record.version < version:
+            self.expectations.wrote_status(key, version, state)

@@ -99,9 +99,13 @@ class ScheduleController:
             return
         self._wake(key)
 
-    def _on_jobs(self, key: Key) -> None:
-        """The view says one of the schedule's jobs appeared, went, finished or runs again: look again."""
-        self._wake(key)
+    def _on_jobs(self, key: Key, name: str) -> None:
+        """The view says one of the schedule's jobs appeared, went, finished or runs again: look again, unless it is
+        the job we wrote as we wrote it (the evaluation that wrote it counted it already)."""
+        written = self._written.get(key, {}).get(name)
+        record = self.view.jobs.get((key[0], name))
+        if written is None or record is None or written[1].finished != (not record.unfinished):
+            self._wake(key)
 
     def _wake(self, key: Key) -> None:
         if self.started.is_set():

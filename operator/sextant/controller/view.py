@@ -73,7 +73,7 @@ class View(WorkerView):
         self._seen_order = itertools.count()
         # Whom to tell when one of a schedule's jobs appears, goes, finishes or runs again (what a schedule's
         # evaluation depends on: controller/schedules.py).
-        self.on_schedule_jobs: Callable[[Key], None] = lambda schedule: None
+        self.on_schedule_jobs: Callable[[Key, str], None] = lambda schedule, job: None
 
     @property
     def unfinished_by_queue(self) -> dict[Key, set[Key]]:
@@ -121,9 +121,9 @@ class View(WorkerView):
         old = before.schedule if before is not None else None
         new = after.schedule if after is not None else None
         if old is not None and old != new:
-            self.on_schedule_jobs((key[0], old))
+            self.on_schedule_jobs((key[0], old), key[1])
         if new is not None and (old != new or before is None or before.unfinished != after.unfinished):
-            self.on_schedule_jobs((key[0], new))
+            self.on_schedule_jobs((key[0], new), key[1])
 
     def upsert_pod(self, pod: dict[str, Any]) -> Key | None:
         """Take an attempt pod in; returns its job's key when what the operator reads of the pod changed (not for a
