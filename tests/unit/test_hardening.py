@@ -24,7 +24,7 @@ from sextant.lifecycle.reading import COND_INVALID, invalid_conditions
 from sextant.controller.slots import line_position
 from sextant.controller.operator import supervise
 from sextant.controller.view import View
-from sextant.lifecycle.reading import InvalidJob
+from sextant.lifecycle.reading import InvalidJob, read_job
 from sextant.kube.workqueue import RETRY_CAP, Backoff, WorkQueue, describe, failed
 from sextant.kube.client import MAX_RETRY_AFTER, ApiError, Gone, _event, retry_after
 from sextant.lifecycle import transitions as T
@@ -302,10 +302,11 @@ def raw_job(spec_: dict[str, Any] | None = None, status: dict[str, Any] | None =
 def test_a_job_that_cannot_be_read_is_invalid_naming_the_field(spec_, status, field):
     raw = raw_job(spec_, status)
     with pytest.raises(InvalidJob) as caught:
-        View.snapshot(("ns", "job-a"), raw)
+        read_job(raw)
     assert str(caught.value).startswith(field), str(caught.value)
     view = View()
-    assert view.upsert_job(raw)  # taking it in never fails
+    view.upsert_job(raw)  # taking it in never fails
+    assert ("ns", raw["metadata"]["name"]) in view.jobs
     assert line_position(raw) is None or spec_.get("runAt") is None
 
 
@@ -643,7 +644,7 @@ def test_every_handler_that_is_read_builds_a_pod(container, pod):
     except ValidationError:
         return
     raw = raw_job()
-    pod_ = build_pod(raw, View.snapshot(("ns", "job-a"), raw), spec_, QueueSpec(), CreatePod("job-a-1", 1, 1))
+    pod_ = build_pod(raw, read_job(raw), spec_, QueueSpec(), CreatePod("job-a-1", 1, 1))
     assert {"SEXTANT_ATTEMPT_REF", "SEXTANT_POD_UID"} <= {e["name"] for e in pod_["spec"]["containers"][0]["env"][-3:]}
 
 

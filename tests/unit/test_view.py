@@ -169,7 +169,7 @@ def test_of_two_jobs_created_in_the_same_second_the_one_already_run_keeps_its_ke
     copy_ = job(None, name="job-copy", observed=None)
     view.upsert_job(first)
     view.upsert_job(copy_)
-    snap = View.snapshot(("shop", "job-copy"), copy_)
+    snap = read_job(copy_)
     assert view._duplicate_of(("shop", "job-copy"), snap) == "job-first"
 
 
@@ -177,9 +177,9 @@ def test_of_two_undecided_jobs_created_in_the_same_second_the_first_name_holds_t
     view = View()
     view.upsert_job(job(None, name="job-b", observed=None))
     view.upsert_job(job(None, name="job-a", observed=None))
-    assert view._duplicate_of(("shop", "job-b"), View.snapshot(("shop", "job-b"), view.jobs[("shop", "job-b")])) \
+    assert view._duplicate_of(("shop", "job-b"), View.snapshot(view.jobs[("shop", "job-b")])) \
         == "job-a"
-    assert view._duplicate_of(("shop", "job-a"), View.snapshot(("shop", "job-a"), view.jobs[("shop", "job-a")])) \
+    assert view._duplicate_of(("shop", "job-a"), View.snapshot(view.jobs[("shop", "job-a")])) \
         is None
 
 
@@ -192,8 +192,8 @@ def test_a_job_admitted_on_first_sight_holds_its_idempotency_key_before_its_stat
     view.upsert_job(first)
     view.upsert_job(second)
     view.upsert_pod(pod("job-b", 1, phase="Pending"))
-    snap_b = View.snapshot(("shop", "job-b"), first)
-    snap_a = View.snapshot(("shop", "job-a"), second)
+    snap_b = read_job(first)
+    snap_a = read_job(second)
     assert view.observations(("shop", "job-b"), snap_b).duplicate_of is None
     assert view.observations(("shop", "job-a"), snap_a).duplicate_of == "job-b"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..kube.client import ApiError, Conflict, NotFound
 from ..kube.informer import Key
@@ -16,16 +16,13 @@ from ..resources.job import PAYLOAD_ENV_MAX_BYTES
 from .pods import build_pod, controller_uid
 from .records import LiveJob
 
-if TYPE_CHECKING:
-    from .jobs import JobController
-
 log = logging.getLogger("sextant.controller.jobs")
 
 RETRY_AFTER_ERROR = timedelta(seconds=5)  # a pod that could not be created (or a Worker not read): try again this soon
 
 
 class PodActuation:
-    async def _create_pod(self: JobController, key: Key, record: LiveJob, job: T.JobSnapshot,
+    async def _create_pod(self, key: Key, record: LiveJob, job: T.JobSnapshot,
                           action: T.CreatePod) -> str:
         """Create (or adopt) the attempt's pod; "" when it exists now, else why not. Its creation is expected (the
         watch brings the pod to the view)."""
@@ -67,7 +64,7 @@ class PodActuation:
             self.expectations.created_pod(key, action.sequence)
         return ""
 
-    async def _payload(self: JobController, key: Key, job: T.JobSnapshot) -> dict[str, Any] | None:
+    async def _payload(self, key: Key, job: T.JobSnapshot) -> dict[str, Any] | None:
         """The job's payload, from the API server (immutable: any version of this job has it); None when the job
         of that name is gone or another one."""
         try:

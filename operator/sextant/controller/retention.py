@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from ..kube import metrics
 from ..kube.client import Conflict, NotFound
@@ -15,9 +14,6 @@ from ..resources import contract
 from ..resources.queue import QueueSpec
 from .records import JobRecord
 
-if TYPE_CHECKING:
-    from .jobs import JobController
-
 
 def earliest(*moments: datetime | None) -> datetime | None:
     present = [m for m in moments if m is not None]
@@ -25,13 +21,13 @@ def earliest(*moments: datetime | None) -> datetime | None:
 
 
 class Retention:
-    def _expiry(self: JobController, key: Key, record: JobRecord) -> retention.Expiry:
+    def _expiry(self, key: Key, record: JobRecord) -> retention.Expiry:
         queue = self.view.queues.get((key[0], record.queue))
         return retention.expiry(record.state, record.finished_at, queue.retention if queue else QueueSpec().retention,
                                 idempotency.claim_end(record.idempotency_key, record.created_at,
                                                       self.view.idempotency_window))
 
-    async def _retain(self: JobController, key: Key, now: datetime) -> datetime | None:
+    async def _retain(self, key: Key, now: datetime) -> datetime | None:
         """Delete a finished job, or its pods, once its retention is over; else when to look again."""
         record = self.view.jobs.get(key)
         if record is None:
@@ -57,7 +53,7 @@ class Retention:
                         pass  # gone already
         return due.job_at
 
-    def schedule_retention(self: JobController, key: Key) -> None:
+    def schedule_retention(self, key: Key) -> None:
         """A finished job that needs no reconcile still needs its retention wake-up (cheap: no parsing)."""
         record = self.view.jobs.get(key)
         if record is not None and record.state in FINISHED:

@@ -269,15 +269,14 @@ class View(WorkerView):
         holders = self.by_idempotency_key.get((key[0], job.spec.idempotency_key), ())
         if len(holders) < 2:
             return None
-        candidates = []
-        for holder in holders:
-            record = self.jobs[holder]
-            created = record.created_at
-            if created is not None:
-                started = bool(self.pods_of(holder)) or bool(self.assigned.get(holder))
-                status = {"state": record.state.value if record.state else None, "duplicateOf": record.duplicate_of}
-                candidates.append((created, undecided(status, started=started), holder[1]))
-        return claimant(candidates, job.created_at, job.name, self.idempotency_window)
+        candidates = ((self.jobs[holder].created_at, self._undecided(holder), holder[1]) for holder in holders)
+        return claimant(((c, u, n) for c, u, n in candidates if c is not None), job.created_at, job.name,
+                        self.idempotency_window)
+
+    def _undecided(self, key: Key) -> bool:
+        record = self.jobs[key]
+        status = {"state": record.state.value if record.state else None, "duplicateOf": record.duplicate_of}
+        return undecided(status, started=bool(self.pods_of(key)) or bool(self.assigned.get(key)))
 
     def _heartbeat(self, key: Key, sequence: int, pods: dict[int, PodObservation],
                    handler: HandlerSpec | None) -> datetime | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..kube.client import ApiError, Conflict, NotFound
 from ..kube.informer import Key, key_of
@@ -21,9 +21,6 @@ from ..resources.worker import FINALIZER, Assignment
 from .podactuation import RETRY_AFTER_ERROR
 from .records import WorkerChange
 
-if TYPE_CHECKING:
-    from .jobs import JobController
-
 log = logging.getLogger("sextant.controller.jobs")
 
 def _worker_ref(worker: W.Believed) -> dict[str, Any]:
@@ -33,7 +30,7 @@ def _worker_ref(worker: W.Believed) -> dict[str, Any]:
 
 
 class WorkerActuation:
-    def on_worker_object(self: JobController, kind: str, obj: dict[str, Any]) -> None:
+    def on_worker_object(self, kind: str, obj: dict[str, Any]) -> None:
         """A Worker object changed (its watch, or our own status write's response)."""
         key = key_of(obj)
         was_live = self.view.live(key)
@@ -41,7 +38,7 @@ class WorkerActuation:
         if change is not None:
             self._worker_changed(change, was_live)
 
-    def _worker_changed(self: JobController, change: WorkerChange, was_live: bool) -> None:
+    def _worker_changed(self, change: WorkerChange, was_live: bool) -> None:
         """Look again at what the change concerns, and only that: the jobs whose assignment or result changed (all
         of the worker's when its fate changed), and the jobs whose NoWorker flips."""
         key, before, after = change.key, change.before, change.after
@@ -66,7 +63,7 @@ class WorkerActuation:
             self.slots.pump_worker(key)
         self._schedule_worker(key)
 
-    def _served_flips(self: JobController, ns: str, key: Key, before: W.Believed | None, was_live: bool) -> None:
+    def _served_flips(self, ns: str, key: Key, before: W.Believed | None, was_live: bool) -> None:
         """The worker's offer changed: the queued jobs of each (queue, handler) it offered or offers now, for which
         whether some worker serves it flipped (NoWorker comes or goes)."""
         after = self.view.worker(key)
@@ -84,7 +81,7 @@ class WorkerActuation:
                     self.slots.line_up(job)
                     self._touch(job)
 
-    def _warn(self: JobController, before: W.Believed | None, after: W.Believed, obj: dict[str, Any]) -> None:
+    def _warn(self, before: W.Believed | None, after: W.Believed, obj: dict[str, Any]) -> None:
         """A Warning Event when a Worker starts to announce something the operator does not believe."""
         if after.invalid is not None and (before is None or before.invalid != after.invalid):
             log.warning("worker %s/%s is not believed: %s", after.namespace, after.name, after.invalid)
@@ -94,10 +91,10 @@ class WorkerActuation:
             self.events.record(obj, T.Event("SlotsCapped", f"spec.slots is {after.capped_from}; the operator "
                                             f"believes at most {after.slots} (--max-worker-slots)", "Warning"))
 
-    def _pending_on(self: JobController, key: Key) -> bool:
+    def _pending_on(self, key: Key) -> bool:
         return any(p.worker == key[1] and job[0] == key[0] for job, p in self.view.pending.items())
 
-    def _worker_written(self: JobController, key: Key, jobs: set[Key]) -> None:
+    def _worker_written(self, key: Key, jobs: set[Key]) -> None:
         """A status write of the worker landed (or failed for good): its jobs are looked at again, and slots it
         freed offered."""
         for job in jobs:
@@ -109,7 +106,7 @@ class WorkerActuation:
                     FINALIZER in after.finalizers and not self._pending_on(key):
                 self._spawn(self._release_finalizer(key, after))
 
-    def _schedule_worker(self: JobController, key: Key) -> None:
+    def _schedule_worker(self, key: Key) -> None:
         """Wake when the worker would expire (by the operator's clock), or, expired, when it may be deleted."""
         after, observed = self.view.worker(key), self.view.observed_at.get(key)
         when = None
@@ -118,10 +115,10 @@ class WorkerActuation:
             when = W.expires_at(after, observed) if expired is None else expired + W.DELETE_EXPIRED_AFTER
         self.timers.schedule(("worker", *key), when, self._worker_due)
 
-    def _worker_due(self: JobController, timer: Any) -> None:
+    def _worker_due(self, timer: Any) -> None:
         self._spawn(self._check_worker((timer[1], timer[2])))
 
-    async def _check_worker(self: JobController, key: Key) -> None:
+    async def _check_worker(self, key: Key) -> None:
         """The worker's lease is over by the operator's clock: GET it once first (a renewal missed while the watch
         was away counts, observed now); still the same generation, it is expired, and its unreported attempts fail
         LeaseExpired. Expired for DELETE_EXPIRED_AFTER with no assignments left: deleted."""
@@ -159,7 +156,7 @@ class WorkerActuation:
             self.view.expired[key] = self.now()
         self._worker_changed(change, was_live)
 
-    async def _release_finalizer(self: JobController, key: Key, believed: W.Believed) -> None:
+    async def _release_finalizer(self, key: Key, believed: W.Believed) -> None:
         """The Worker is being deleted and none of its attempts is unrecorded: let it go."""
         rest = [f for f in believed.finalizers if f != FINALIZER]
         try:
@@ -169,12 +166,12 @@ class WorkerActuation:
         except ApiError as exc:
             log.warning("worker %s/%s: cannot remove its finalizer: %s", *key, exc)
 
-    def _spawn(self: JobController, work: Any) -> None:
+    def _spawn(self, work: Any) -> None:
         task = asyncio.get_running_loop().create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _assign(self: JobController, key: Key, job: T.JobSnapshot, action: T.Assign) -> datetime:
+    def _assign(self, key: Key, job: T.JobSnapshot, action: T.Assign) -> datetime:
         """Hand the attempt to its worker's status writer: it holds its slots from now, and is the job's starting
         attempt once its write has landed. Returns its assignedAt."""
         now = self.now()
@@ -186,7 +183,7 @@ class WorkerActuation:
         self.worker_status.assign((key[0], name), key, assignment)
         return now
 
-    def _unassign(self: JobController, key: Key, sequence: int) -> None:
+    def _unassign(self, key: Key, sequence: int) -> None:
         """The job is done with its assignment of this sequence: removed from its worker's status (an assignment
         of a Worker object that is gone is only forgotten)."""
         placed = self.view.placed(key, sequence)
@@ -201,7 +198,7 @@ class WorkerActuation:
                 return
         self.worker_status.remove(worker, key, placed.assignment.uid, sequence)
 
-    def _unassign_all(self: JobController, key: Key, uid: str | None = None) -> None:
+    def _unassign_all(self, key: Key, uid: str | None = None) -> None:
         """The job is gone (or is another one of that name): no assignment of the one before is wanted."""
         for sequence, placed in list(self.view.assignments_of(key).items()):
             if uid is None or placed.assignment.uid != uid:
