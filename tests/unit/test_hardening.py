@@ -582,6 +582,32 @@ async def test_gone_lists_again_and_delivers_deletes():
     assert seen == [("upsert", "a"), ("upsert", "b"), ("delete", "a")]  # b unchanged: not delivered again
 
 
+async def test_a_relist_is_diffed_against_the_store_the_callback_keeps():
+    """With `known` (the view's jobs), the informer remembers no version per object: a relist delivers what the
+    store lacks or holds at another version, and a delete for what the store holds and the list does not."""
+    store: dict[tuple[str, str], str] = {}
+    seen: list[tuple[str, str]] = []
+
+    def on_change(kind: str, o: dict[str, Any]) -> None:
+        key = (o["metadata"]["namespace"], o["metadata"]["name"])
+        seen.append((kind, key[1]))
+        if kind == "delete":
+            store.pop(key, None)
+        else:
+            store[key] = o["metadata"]["resourceVersion"]
+
+    kube = ScriptedKube([([obj("a", "1"), obj("b", "2")], "2"), ([obj("b", "2"), obj("c", "4")], "5")],
+                        [[Gone(410, "too old resource version")]])
+    informer = Informer(kube, "/jobs", on_change, known=lambda: store)
+    task = asyncio.create_task(informer.run())
+    try:
+        await until(lambda: ("delete", "a") in seen)
+    finally:
+        task.cancel()
+    assert seen == [("upsert", "a"), ("upsert", "b"), ("upsert", "c"), ("delete", "a")]
+    assert informer._versions == {}, "nothing remembered per object"
+
+
 async def test_supervise_restarts_a_loop_that_raises():
     runs: list[int] = []
 

@@ -71,9 +71,9 @@ class Operator:
         c = self.jobs
 
         def informer(path: str, on_change: Callable[[str, dict], None], name: str, kind: str, api_version: str,
-                     label_selector: str | None = None) -> Informer:
+                     label_selector: str | None = None, known: Any = None) -> Informer:
             return Informer(self.kube, path, on_change, name=name, label_selector=label_selector,
-                            on_error=self._reporter(kind, api_version), on_reconnect=self._reconnected)
+                            on_error=self._reporter(kind, api_version), on_reconnect=self._reconnected, known=known)
 
         # The low-rate kinds reach the controllers through a Feed each: their informer, and (unless kopf_watches is
         # off) kopf's on.event handler too (kopfapp.py); each version is applied once, whichever watch brings it
@@ -85,7 +85,9 @@ class Operator:
               for p in _paths(contract.queues_path, ns)),
             *(informer(p, self.feeds["handlers"], "handlers", "Handler", API_VERSION)
               for p in _paths(contract.handlers_path, ns)),
-            *(informer(p, self._on_job, "jobs", "Job", API_VERSION) for p in _paths(contract.jobs_path, ns)),
+            # The view's jobs are the informer's store: a relist is diffed against their versions (100k of them).
+            *(informer(contract.jobs_path(n), self._on_job, "jobs", "Job", API_VERSION,
+                       known=lambda n=n: self.view.job_versions(n)) for n in (ns or [None])),
             *(informer(p, self.feeds["schedules"], "schedules", "Schedule", API_VERSION)
               for p in _paths(contract.schedules_path, ns)),
             # Only Sextant's own pods: a server-side label selector, never every pod of the cluster.

@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -51,6 +51,25 @@ def _indexes() -> Indexes[JobRecord]:
         # (namespace, schedule) → its jobs (the label sextant.dev/schedule).
         by_schedule=Index(lambda key, r: [(key[0], r.schedule)] if r.schedule else []),
     )
+
+
+class _JobVersions(Mapping[Key, str]):
+    def __init__(self, jobs: dict[Key, JobRecord], namespace: str | None) -> None:
+        self.jobs, self.namespace = jobs, namespace
+
+    def _ours(self, key: Key) -> bool:
+        return self.namespace is None or key[0] == self.namespace
+
+    def __getitem__(self, key: Key) -> str:
+        if not self._ours(key):
+            raise KeyError(key)
+        return self.jobs[key].resource_version
+
+    def __iter__(self) -> Iterator[Key]:
+        return (key for key in list(self.jobs) if self._ours(key))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 class View(WorkerView):
@@ -189,6 +208,11 @@ class View(WorkerView):
         if not name:  # a delete notice from a relist carries only namespace and name
             name = meta["name"].rsplit("-", 1)[0] if "-" in meta["name"] else None
         return (meta.get("namespace", ""), name) if name else None
+
+    def job_versions(self, namespace: str | None) -> Mapping[Key, str]:
+        """The resourceVersion of each job the view holds (of one namespace, or all): what the jobs' informer diffs a
+        relist against, instead of remembering 100k versions of its own."""
+        return _JobVersions(self.jobs, namespace)
 
     # --- reading -------------------------------------------------------------------------------------------
     def live_job(self, key: Key) -> LiveJob | None:
