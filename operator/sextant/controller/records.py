@@ -95,14 +95,6 @@ class LiveJob:
         return time_or_none(self.raw["metadata"].get("creationTimestamp"))
 
     @property
-    def tick(self) -> str | None:
-        return (self.raw["metadata"].get("annotations") or {}).get(contract.ANNOTATION_SCHEDULED_AT)
-
-    @property
-    def cancel_requested(self) -> bool:
-        return bool((self.raw.get("status") or {}).get("cancelRequested"))
-
-    @property
     def status(self) -> dict[str, Any]:
         status = self.raw.get("status")
         return status if isinstance(status, dict) else {}
@@ -128,7 +120,8 @@ class FinishedJob:
     queue: str
     sequence: int
     _finished: float | None
-    _rare: tuple[str | None, str | None, str | None, str | None, float | None] | None  # see _RARE
+    # (idempotency key, schedule, its tick, duplicateOf, creation as epoch seconds), or None when it has none of them
+    _rare: tuple[str | None, str | None, str | None, str | None, float | None] | None
 
     @property
     def uid(self) -> str:
@@ -161,10 +154,6 @@ class FinishedJob:
     @property
     def created_at(self) -> datetime | None:
         return _moment(self._rare[4]) if self._rare else None
-
-    @property
-    def cancel_requested(self) -> bool:
-        return False  # finished: a cancel request means nothing any more
 
     unfinished = False
 
