@@ -852,3 +852,46 @@ async def test_regaining_leadership_keeps_the_reservation_of_a_reconcile_still_r
     answer.set()
     await running
     assert controller.slots.holds((NS, "job-a")) and controller.slots.holders((NS, QUEUE)) == 1
+
+
+# ================================================================ expectations: our writes, awaited from the watch
+async def test_a_write_the_watch_has_not_shown_yet_is_not_acted_on_twice_and_holds_its_slot():
+    """The informers are the view's only writer: until the watch shows the pod and the status the reconcile wrote,
+    another look at the job (a pump, a timer) does nothing on the stale view, and the slot stays held."""
+    clock = Clock()
+    api = JobsApi(clock)
+    api.job("job-a")
+    api.job("job-b")
+    key, queue = (NS, "job-a"), (NS, QUEUE)
+    controller = job_controller(api, clock)
+    late: list[tuple[str, str, dict[str, Any]]] = []
+    api.watch = lambda kind, path, obj: late.append((kind, path, obj))  # the watch lags behind the answers
+    clock.to(0.1)
+    await controller.reconcile(key)
+    assert api.writes == [("create", pod_of("job-a"))]
+    assert not controller.expectations.satisfied(key) and controller.slots.holds(key)
+    await controller.reconcile(key)  # a look on the stale view: it would create the same pod again
+    assert len(api.writes) == 1, "nothing acted on twice"
+    assert controller.slots.holders(queue) == 1 and not controller.slots.reserved((NS, "job-b"))
+    for kind, path, obj in late:  # the watch catches up
+        (controller.on_pod if path.startswith(PODS) else controller.on_job)(kind, obj)
+    assert controller.expectations.satisfied(key) and controller.slots.holds(key)
+    assert list(controller.view.pods_of(key)) == [1]
+
+
+async def test_a_late_write_answer_never_brings_a_deleted_job_back():
+    """A job deleted while our status write was on its way: its answer is never stored, so nothing of it comes back
+    into the view, and nothing is awaited of it any more."""
+    clock = Clock()
+    api = JobsApi(clock)
+    api.job("job-a")
+    key = (NS, "job-a")
+    controller = job_controller(api, clock)
+    api.watch = lambda kind, path, obj: None  # the watch shows nothing of the write
+    clock.to(0.1)
+    await controller.reconcile(key)  # the pod is created; its answer came back
+    assert not controller.expectations.satisfied(key)
+    controller.on_job("delete", copy.deepcopy(api.objects[f"{JOBS}/job-a"]))  # the watch: deleted
+    assert key not in controller.view.jobs and controller.expectations.satisfied(key)
+    await controller.reconcile(key)
+    assert key not in controller.view.jobs and not controller.slots.holds(key)
