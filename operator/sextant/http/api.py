@@ -278,7 +278,7 @@ class Api:
     async def _read_job(self, ns: str, name: str) -> dict[str, Any]:
         if self._view_serves(ns):
             raw = self.view.whole_job((ns, name))
-            if raw is not None:  # else missing, or a slim copy without a timeline: ask the API server
+            if raw is not None:  # else missing, finished, or not held whole: ask the API server
                 return raw
         try:
             return await self.kube.get(contract.jobs_path(ns, name))
