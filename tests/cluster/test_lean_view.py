@@ -15,7 +15,6 @@ from sextant.controller.view import View
 from sextant.kube import kubeconfig
 from sextant.kube.client import Kube
 from sextant.kube.informer import Informer
-from sextant.lifecycle.reading import PAYLOAD_NOTE
 from sextant.resources import contract
 from sextant.resources.job import PAYLOAD_MAX_BYTES, payload_size
 from tests.harness import wait_for
@@ -87,9 +86,9 @@ def test_the_view_holds_no_payload_and_a_list_page_holds_few_fat_jobs(cluster, n
 
     view, pages = asyncio.run(run())
     assert len(view.jobs) == count
-    for raw in view.jobs.values():
-        assert "payload" not in raw["spec"] and raw[PAYLOAD_NOTE] == {"bytes": payload_size(payload)}
-        assert "managedFields" not in raw["metadata"]
+    for record in view.jobs.values():
+        assert "payload" not in record.raw["spec"] and record.payload_bytes == payload_size(payload)
+        assert "managedFields" not in record.raw["metadata"]
     # ~0.5 MB of JSON per job (its managedFields name every key of the payload too): 10 on the first page, then
     # what 8 MiB holds.
     assert 3 <= pages <= 8, pages

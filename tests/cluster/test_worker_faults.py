@@ -1,6 +1,6 @@
 """Worker protocol v2 under faults, with real processes (`sextant operator`, `sextant worker`, command handlers) on
 the real control plane: crashes of the operator and of the worker at the worst moment, `kill -9` of a worker while
-its command runs, API-server outages shorter and longer than the renew deadline, and an upgrade from protocol v1.
+its command runs, API-server outages shorter and longer than the renew deadline.
 
 The crash, kill and outage scenarios run against every worker implementation (the Python `sextant worker` and
 @sextant/node's `sextant-worker`, test_worker_conformance.IMPLEMENTATIONS): fencing and outage behaviour is the
@@ -14,25 +14,19 @@ is seen by the kernel (the lock is released only when the last process holding i
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from kubernetes import client as k8s_client
-from kubernetes import config as k8s_config
 
 from sextant.kube import kubeconfig
 from tests.harness import holds_for, wait_for
 from tests.harness.faultproxy import FaultProxy
-from tests.harness.scripted_worker import GROUP, VERSION, ScriptedWorker, micro
 from tests.harness.watching import Versions, live_assignments, most_at_once
 
-from .support import Operator, WorkerProcess, apply, job, queue, status, timeline_of, wait_all, wait_state
+from .support import Operator, WorkerProcess, apply, job, queue, timeline_of, wait_all, wait_state
 from .test_worker_conformance import IMPLEMENTATIONS, WorkerArgs, command, worker_object
 
 BACKOFF = {"backoff": {"policy": "fixed", "initial": "200ms"}, "cancelGrace": "1s"}
@@ -254,114 +248,3 @@ def test_a_job_its_worker_cannot_read_yet_is_read_again_not_failed(cluster, name
         assert runs_of(runs) == [("job-r", 1, "start"), ("job-r", 1, "end")]
     finally:
         op.stop()
-
-
-# ================================================================ upgrade from protocol v1
-class V1Lease:
-    """A protocol-v1 worker's registration Lease, renewed by a thread as that worker would have (v1 is gone from
-    the code; this is its Lease as it was written: docs/workers.md of the previous version)."""
-
-    def __init__(self, kubeconfig_path: Path, namespace: str, name: str, incarnation: str) -> None:
-        self.leases = k8s_client.CoordinationV1Api(k8s_config.new_client_from_config(str(kubeconfig_path)))
-        self.namespace, self.name, self.holder = namespace, f"sextant-worker-{name}", f"{name}/{incarnation}"
-        self.worker = name
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def body(self) -> dict[str, Any]:
-        now = micro(datetime.now(timezone.utc))
-        return {"metadata": {"name": self.name, "labels": {"sextant.dev/worker": self.worker},
-                             "annotations": {"sextant.dev/queues": "q", "sextant.dev/handlers": "h",
-                                             "sextant.dev/slots": "1"}},
-                "spec": {"holderIdentity": self.holder, "leaseDurationSeconds": 3, "renewTime": now,
-                         "acquireTime": now}}
-
-    def renew(self) -> None:
-        current = self.leases.read_namespaced_lease(self.name, self.namespace)
-        body = self.body()
-        body["metadata"]["resourceVersion"] = current.metadata.resource_version
-        self.leases.replace_namespaced_lease(self.name, self.namespace, body)
-
-    def start(self) -> V1Lease:
-        self.leases.create_namespaced_lease(self.namespace, self.body())
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-        self._thread.start()
-        return self
-
-    def _loop(self) -> None:
-        while not self._stop.wait(0.5):
-            try:
-                self.renew()
-            except Exception:  # noqa: BLE001 - a missed renewal is what leases are for
-                pass
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread:
-            self._thread.join(5)
-
-
-def v1_running(started: datetime) -> dict[str, Any]:
-    """A job's status as a v1 worker left it when it took the job."""
-    at = micro(started)
-    return {"state": "running", "attempt": 1, "maxAttempts": 3, "sequence": 1, "worker": "old", "queuedAt": at,
-            "attempts": [{"attempt": 1, "sequence": 1, "worker": "old/v1inc", "node": "old", "startedAt": at,
-                          "result": "running"}]}
-
-
-def v1_succeeded(started: datetime, finished: datetime) -> dict[str, Any]:
-    """The v1 worker's own result write: the job's final status, computed by the worker."""
-    return {"state": "succeeded", "attempt": 1, "maxAttempts": 3, "sequence": 1, "worker": None,
-            "queuedAt": micro(started), "finishedAt": micro(finished),
-            "attempts": [{"attempt": 1, "sequence": 1, "worker": "old/v1inc", "node": "old",
-                          "startedAt": micro(started), "finishedAt": micro(finished), "result": "succeeded",
-                          "exitCode": 0}]}
-
-
-def write_status(cluster, namespace: str, name: str, st: dict[str, Any]) -> None:
-    cluster.kubectl("patch", "-n", namespace, "jobs.sextant.dev", name, "--subresource=status", "--type=merge",
-                    "-p", json.dumps({"status": st}))
-
-
-@pytest.mark.parametrize("ending", ["v1-result", "v1-lease-lost"])
-def test_an_attempt_of_a_v1_worker_finishes_or_ends_lease_expired_and_never_runs_twice(
-        cluster, namespace, crds, tmp_path, ending):
-    lease = V1Lease(cluster.kubeconfig, namespace, "old", "v1inc").start()
-    try:
-        apply(cluster, namespace, queue("q", leaseDuration="3s", **BACKOFF),
-              {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Handler", "metadata": {"name": "h"},
-               "spec": {"worker": {}}}, job("job-v1"))
-        started = datetime.now(timezone.utc)
-        write_status(cluster, namespace, "job-v1", v1_running(started))
-        v2 = ScriptedWorker(cluster.kubeconfig, namespace, "new", lease_seconds=30).start()
-        with Versions(cluster.kubeconfig, namespace, "workers") as seen, \
-                Versions(cluster.kubeconfig, namespace, "jobs", name="job-v1") as job_seen:
-            op = Operator(cluster.kubeconfig, namespace, tmp_path)  # the upgraded operator
-            op.start()
-            try:
-                wait_for(lambda: v2.status().get("state") == "live", 30, message="the v2 worker live")
-                holds_for(lambda: not v2.assignments() and status(cluster, namespace, "job-v1")["state"] == "running",
-                          4, interval=0.3, message="the v1 attempt left to its v1 worker")
-                if ending == "v1-result":
-                    write_status(cluster, namespace, "job-v1", v1_succeeded(started, datetime.now(timezone.utc)))
-                    final = wait_state(cluster, namespace, "job-v1", "succeeded")
-                    holds_for(lambda: not v2.assignments(mine=False), 3, interval=0.3, message="never run again")
-                    assert timeline_of(final) == [("succeeded", None)]
-                else:
-                    lease.stop()  # the v1 worker is gone
-                    a = wait_for(lambda: v2.assignment("job-v1"), 30, message="the retry on the v2 worker")
-                    assert (a["sequence"], a["attempt"]) == (2, 2)
-                    v2.report(a)
-                    final = wait_state(cluster, namespace, "job-v1", "succeeded")
-                    assert timeline_of(final) == [("failed", "LeaseExpired"), ("succeeded", None)]
-                    # etcd's revisions order every write: LeaseExpired was recorded before the retry was assigned.
-                    expired = min(int(v.obj["metadata"]["resourceVersion"]) for v in job_seen.versions()
-                                  if timeline_of(v.status)[:1] == [("failed", "LeaseExpired")])
-                    given = min(int(v.obj["metadata"]["resourceVersion"]) for v in seen.versions()
-                                if any(x["job"] == "job-v1" for x in (v.status.get("assignments") or [])))
-                    assert expired < given
-            finally:
-                op.stop()
-                v2.stop_renewing()
-    finally:
-        lease.stop()

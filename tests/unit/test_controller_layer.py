@@ -8,6 +8,7 @@ import asyncio
 import copy
 import itertools
 from datetime import datetime, timedelta, timezone
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -16,7 +17,8 @@ from sextant.kube import metrics
 from sextant.controller.runtime import Runtime
 from sextant.controller.schedules import ScheduleController
 from sextant.controller.timers import Timers
-from sextant.controller.view import View, is_slim
+from sextant.controller.records import FinishedJob
+from sextant.controller.view import View
 from sextant.kube.workqueue import Backoff, WorkQueue
 from sextant.kube.client import ApiError, NotLeader
 from sextant.lifecycle import schedule as S
@@ -244,6 +246,8 @@ class FakeApi:
         self.rv = itertools.count(100)
         self.creates: list[str] = []  # names, in order, of every create that succeeded
         self.lose_status_writes = False
+        # The operator's informers: told of every change before the write's answer (the watch may be faster).
+        self.watch: Callable[[str, str, dict[str, Any]], None] = lambda kind, path, obj: None
 
     def put(self, path: str, obj: dict[str, Any]) -> dict[str, Any]:
         obj = copy.deepcopy(obj)
@@ -253,6 +257,7 @@ class FakeApi:
         meta.setdefault("creationTimestamp", format_time(self.clock(), precise=False))
         meta.setdefault("generation", 1)
         self.objects[path] = obj
+        self.watch("upsert", path, copy.deepcopy(obj))
         return copy.deepcopy(obj)
 
     def _get(self, path: str) -> dict[str, Any]:
@@ -296,7 +301,9 @@ class FakeApi:
         obj = self._get(path)
         if preconditions and preconditions.get("uid") not in (None, obj["metadata"]["uid"]):
             raise ApiError(409, {"reason": "Conflict", "message": "uid"}, "DELETE", path)
-        return self.objects.pop(path)
+        gone = self.objects.pop(path)
+        self.watch("delete", path, copy.deepcopy(gone))
+        return gone
 
     def jobs(self) -> list[dict[str, Any]]:
         return [copy.deepcopy(o) for p, o in self.objects.items() if p.startswith(JOBS + "/")]
@@ -350,7 +357,7 @@ async def test_a_create_that_answers_already_exists_is_the_tick_fired_and_adopte
     await controller.reconcile((NS, NAME))
     assert api.creates == [] and len(api.jobs()) == 1
     assert status(api)["lastJob"] == name and status(api)["evaluatedUntil"] == S.format_tick(at(10))
-    assert (NS, name) in controller.view.jobs  # adopted into the one view
+    assert [j.name for j in controller.jobs_of((NS, NAME))] == [name]  # adopted: counted until the watch shows it
     clock.to(10.5)
     await controller.reconcile((NS, NAME))
     assert api.creates == []
@@ -429,7 +436,7 @@ async def test_the_schedule_wakes_when_one_of_its_jobs_finishes_or_goes_not_for_
     controller.view.upsert_job(copy.deepcopy(job))
     assert len(controller.queue) == 1
     kept = controller.view.jobs[(NS, job["metadata"]["name"])]
-    assert is_slim(kept) and S.JobRef.of(kept).scheduled_at == at(10)  # the tick survives slimming
+    assert isinstance(kept, FinishedJob) and controller.jobs_of(key)[0].scheduled_at == at(10)  # its tick is kept
     assert controller.jobs_of(key)[0].finished
     await controller.queue.get()
     controller.queue.done(key)
@@ -526,6 +533,8 @@ def job_controller(api: JobsApi, clock: Clock, concurrency: int = 1, **settings:
     controller.on_handler("upsert", {"metadata": {"name": WORK_HANDLER, "namespace": NS}, "spec": {"worker": {}}})
     for path, obj in list(api.objects.items()):
         (controller.on_pod if path.startswith(PODS) else controller.on_job)("upsert", copy.deepcopy(obj))
+    api.watch = lambda kind, path, obj: (controller.on_pod if path.startswith(PODS) else controller.on_job)(kind, obj) \
+        if path.startswith((PODS, JOBS + "/")) else None
     controller._start()
     controller.started.set()
     return controller
@@ -586,9 +595,9 @@ async def test_a_new_job_whose_pod_is_slow_to_start_is_written_queued_after_reco
 
 
 async def test_the_echo_of_its_own_status_write_is_looked_at_and_the_look_sets_the_lease_wake_up():
-    """The watch event of a status the operator wrote finds that version in the view already (the write's response):
-    it is not stored again, but the job is looked at, since the status written changes the observations (the
-    recorded attempt's lease, whose expiry wakes the job)."""
+    """The watch event of a status the operator wrote (the write's answer is not stored: the informers are the view's
+    only writer) is looked at, since the status written changes the observations (the recorded attempt's lease,
+    whose expiry wakes the job)."""
     from sextant.lifecycle.transitions import pod_name
 
     clock = Clock()
@@ -605,10 +614,7 @@ async def test_the_echo_of_its_own_status_write_is_looked_at_and_the_look_sets_t
     await controller.reconcile(key)  # records the start: `running`
     written = api.objects[f"{JOBS}/job-a"]
     assert written["status"]["state"] == "running"
-    stored = controller.view.jobs[key]
-    assert stored["metadata"]["resourceVersion"] == written["metadata"]["resourceVersion"]
-    controller.on_job("modify", copy.deepcopy(written))  # its echo
-    assert controller.view.jobs[key] is stored, "the echo is not stored again"
+    assert controller.view.jobs[key].resource_version == written["metadata"]["resourceVersion"]  # its echo
     assert await drain(controller.queue) == [key], "the echo is looked at"
     before_echo = controller.timers._due[key]
     await controller.reconcile(key)
@@ -635,8 +641,12 @@ async def test_a_restarted_operator_adopts_its_own_pod_on_already_exists_and_nev
     clock.to(1)
     await second.reconcile((NS, "job-a"))
     assert [w for w in api.writes if w[0] == "create"] == [("create", pod_of("job-a"))]  # 409, then adopted
-    assert list(second.view.pods_of((NS, "job-a"))) == [1]
+    # Until the watch shows the pod, the adoption is expected: the slot stays held, and the job is not acted on.
     assert second.slots.holders((NS, QUEUE)) == 1 and not second.slots.reserved((NS, "job-a"))
+    assert not second.expectations.satisfied((NS, "job-a"))
+    second.on_pod("upsert", api.pod(pod_of("job-a")))
+    assert list(second.view.pods_of((NS, "job-a"))) == [1] and second.expectations.satisfied((NS, "job-a"))
+    assert second.slots.holders((NS, QUEUE)) == 1
 
 
 async def test_an_adopted_pod_that_ran_meanwhile_is_judged_on_the_next_look():
@@ -743,7 +753,7 @@ async def test_a_slot_reserved_for_a_job_is_given_back_on_every_path(path):
     key, queue = (NS, "job-a"), (NS, QUEUE)
     controller.slots.pump(queue)  # a pump (another job's event, or a standby's) granted job-a its slot
     assert controller.slots.reserved(key) and controller.slots.holders(queue) == 1
-    raw = controller.view.jobs[key]
+    raw = copy.deepcopy(api.objects[f"{JOBS}/job-a"])
     if path == "refused":
         api.refuse_pods = 403
     elif path == "name taken":
@@ -842,3 +852,46 @@ async def test_regaining_leadership_keeps_the_reservation_of_a_reconcile_still_r
     answer.set()
     await running
     assert controller.slots.holds((NS, "job-a")) and controller.slots.holders((NS, QUEUE)) == 1
+
+
+# ================================================================ expectations: our writes, awaited from the watch
+async def test_a_write_the_watch_has_not_shown_yet_is_not_acted_on_twice_and_holds_its_slot():
+    """The informers are the view's only writer: until the watch shows the pod and the status the reconcile wrote,
+    another look at the job (a pump, a timer) does nothing on the stale view, and the slot stays held."""
+    clock = Clock()
+    api = JobsApi(clock)
+    api.job("job-a")
+    api.job("job-b")
+    key, queue = (NS, "job-a"), (NS, QUEUE)
+    controller = job_controller(api, clock)
+    late: list[tuple[str, str, dict[str, Any]]] = []
+    api.watch = lambda kind, path, obj: late.append((kind, path, obj))  # the watch lags behind the answers
+    clock.to(0.1)
+    await controller.reconcile(key)
+    assert api.writes == [("create", pod_of("job-a"))]
+    assert not controller.expectations.satisfied(key) and controller.slots.holds(key)
+    await controller.reconcile(key)  # a look on the stale view: it would create the same pod again
+    assert len(api.writes) == 1, "nothing acted on twice"
+    assert controller.slots.holders(queue) == 1 and not controller.slots.reserved((NS, "job-b"))
+    for kind, path, obj in late:  # the watch catches up
+        (controller.on_pod if path.startswith(PODS) else controller.on_job)(kind, obj)
+    assert controller.expectations.satisfied(key) and controller.slots.holds(key)
+    assert list(controller.view.pods_of(key)) == [1]
+
+
+async def test_a_late_write_answer_never_brings_a_deleted_job_back():
+    """A job deleted while our status write was on its way: its answer is never stored, so nothing of it comes back
+    into the view, and nothing is awaited of it any more."""
+    clock = Clock()
+    api = JobsApi(clock)
+    api.job("job-a")
+    key = (NS, "job-a")
+    controller = job_controller(api, clock)
+    api.watch = lambda kind, path, obj: None  # the watch shows nothing of the write
+    clock.to(0.1)
+    await controller.reconcile(key)  # the pod is created; its answer came back
+    assert not controller.expectations.satisfied(key)
+    controller.on_job("delete", copy.deepcopy(api.objects[f"{JOBS}/job-a"]))  # the watch: deleted
+    assert key not in controller.view.jobs and controller.expectations.satisfied(key)
+    await controller.reconcile(key)
+    assert key not in controller.view.jobs and not controller.slots.holds(key)

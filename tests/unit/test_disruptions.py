@@ -107,6 +107,7 @@ def test_a_disrupted_pod_seen_only_once_deleted_is_lost_with_its_last_state():
 
 def test_the_view_keeps_the_last_state_of_a_disrupted_pod_of_the_job():
     from sextant.controller.view import View
+    from sextant.lifecycle.reading import read_job
     from sextant.lifecycle.transitions import JobSnapshot
 
     view = View()
@@ -122,7 +123,7 @@ def test_the_view_keeps_the_last_state_of_a_disrupted_pod_of_the_job():
                                                "uid": "u-1", "controller": True}])
     view.upsert_pod(final)
     view.delete_pod(final)
-    snap = View.snapshot(("shop", "job-x"), raw)
+    snap = read_job(raw)
     assert isinstance(snap, JobSnapshot)
     seen = view.observations(("shop", "job-x"), snap)
     assert seen.attempts == () and seen.gone_pod(1).disruption == "DeletionByPodGC"

@@ -24,7 +24,7 @@ from sextant.lifecycle.reading import COND_INVALID, invalid_conditions
 from sextant.controller.slots import line_position
 from sextant.controller.operator import supervise
 from sextant.controller.view import View
-from sextant.lifecycle.reading import InvalidJob
+from sextant.lifecycle.reading import InvalidJob, read_job
 from sextant.kube.workqueue import RETRY_CAP, Backoff, WorkQueue, describe, failed
 from sextant.kube.client import MAX_RETRY_AFTER, ApiError, Gone, _event, retry_after
 from sextant.lifecycle import transitions as T
@@ -302,10 +302,11 @@ def raw_job(spec_: dict[str, Any] | None = None, status: dict[str, Any] | None =
 def test_a_job_that_cannot_be_read_is_invalid_naming_the_field(spec_, status, field):
     raw = raw_job(spec_, status)
     with pytest.raises(InvalidJob) as caught:
-        View.snapshot(("ns", "job-a"), raw)
+        read_job(raw)
     assert str(caught.value).startswith(field), str(caught.value)
     view = View()
-    assert view.upsert_job(raw)  # taking it in never fails
+    view.upsert_job(raw)  # taking it in never fails
+    assert ("ns", raw["metadata"]["name"]) in view.jobs
     assert line_position(raw) is None or spec_.get("runAt") is None
 
 
@@ -581,6 +582,32 @@ async def test_gone_lists_again_and_delivers_deletes():
     assert seen == [("upsert", "a"), ("upsert", "b"), ("delete", "a")]  # b unchanged: not delivered again
 
 
+async def test_a_relist_is_diffed_against_the_store_the_callback_keeps():
+    """With `known` (the view's jobs), the informer remembers no version per object: a relist delivers what the
+    store lacks or holds at another version, and a delete for what the store holds and the list does not."""
+    store: dict[tuple[str, str], str] = {}
+    seen: list[tuple[str, str]] = []
+
+    def on_change(kind: str, o: dict[str, Any]) -> None:
+        key = (o["metadata"]["namespace"], o["metadata"]["name"])
+        seen.append((kind, key[1]))
+        if kind == "delete":
+            store.pop(key, None)
+        else:
+            store[key] = o["metadata"]["resourceVersion"]
+
+    kube = ScriptedKube([([obj("a", "1"), obj("b", "2")], "2"), ([obj("b", "2"), obj("c", "4")], "5")],
+                        [[Gone(410, "too old resource version")]])
+    informer = Informer(kube, "/jobs", on_change, known=lambda: store)
+    task = asyncio.create_task(informer.run())
+    try:
+        await until(lambda: ("delete", "a") in seen)
+    finally:
+        task.cancel()
+    assert seen == [("upsert", "a"), ("upsert", "b"), ("upsert", "c"), ("delete", "a")]
+    assert informer._versions == {}, "nothing remembered per object"
+
+
 async def test_supervise_restarts_a_loop_that_raises():
     runs: list[int] = []
 
@@ -643,7 +670,7 @@ def test_every_handler_that_is_read_builds_a_pod(container, pod):
     except ValidationError:
         return
     raw = raw_job()
-    pod_ = build_pod(raw, View.snapshot(("ns", "job-a"), raw), spec_, QueueSpec(), CreatePod("job-a-1", 1, 1))
+    pod_ = build_pod(raw, read_job(raw), spec_, QueueSpec(), CreatePod("job-a-1", 1, 1))
     assert {"SEXTANT_ATTEMPT_REF", "SEXTANT_POD_UID"} <= {e["name"] for e in pod_["spec"]["containers"][0]["env"][-3:]}
 
 

@@ -10,7 +10,9 @@
 - nothing imports or reaches into kopf's private modules (`kopf._…`);
 - no two packages import each other, directly or through others (no package cycles);
 - no two modules import each other either, directly or through others, not even for types;
-- no module keeps an unused import or a name that does not resolve (pyflakes).
+- no module keeps an unused import or a name that does not resolve (pyflakes);
+- the view has one writer, the informers: only their callbacks (controller/jobs.py's on_job, on_pod, on_lease, and
+  nothing else) call the view's job, pod and Lease feeding methods (Worker objects aside: controller/workerview.py).
 """
 
 from __future__ import annotations
@@ -233,3 +235,23 @@ def module_graph() -> dict[str, set[str]]:
 def test_no_module_imports_another_that_imports_it_back():
     """Not even for types or inside a function: each module can be read from the ones it builds on."""
     assert cycles(module_graph()) == []
+
+
+VIEW_FEEDING = {"upsert_job", "delete_job", "upsert_pod", "delete_pod", "upsert_lease", "delete_lease"}
+
+
+def test_only_the_informers_callbacks_write_the_views_jobs_pods_and_leases():
+    """Our own writes' answers go to the controller's expectations (controller/expectations.py), never into the view:
+    a call of a feeding method outside the informers' callbacks is a second writer."""
+    callers: set[tuple[str, str]] = set()
+    for path in MODULES:
+        tree = ast.parse(path.read_text())
+        for function in ast.walk(tree):
+            if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(function):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                        node.func.attr in VIEW_FEEDING and "view" in ast.unparse(node.func.value):
+                    callers.add((module_name(path), function.name))
+    assert callers <= {("sextant.controller.jobs", name) for name in ("on_job", "on_pod", "on_lease")}, callers
+

@@ -80,12 +80,12 @@ def test_a_pod_that_is_not_the_jobs_is_not_its_attempt(foreign):
     view = view_at()
     view.upsert_job(job("queued"))
     view.upsert_pod(foreign)
-    raw = view.jobs[KEY]
+    record = view.jobs[KEY]
     assert view.pods_of(KEY) == {}
-    assert not view.has_strays(KEY, raw)  # so never adopted, nor force-deleted as a stray
+    assert not view.has_strays(KEY, record)  # so never adopted, nor force-deleted as a stray
     seen = standing(False, view.pods_of(KEY).values())
     assert not seen.holds and seen.placement is Placement.BOUND  # nor holding the queue's slot
-    assert view.observations(KEY, View.snapshot(KEY, raw)).attempts == ()
+    assert view.observations(KEY, View.snapshot(record)).attempts == ()
 
 
 def test_the_jobs_own_pod_counts_even_when_seen_before_the_job():
@@ -111,7 +111,7 @@ def running_view() -> tuple[View, Any]:
     view = view_at(at(20))
     view.upsert_job(job("running", sequence=1))
     view.upsert_pod(pod(1))
-    return view, View.snapshot(KEY, view.jobs[KEY])
+    return view, View.snapshot(view.jobs[KEY])
 
 
 def test_the_attempts_own_lease_is_its_heartbeat():
@@ -159,7 +159,7 @@ def test_a_lease_stamped_in_the_future_does_not_keep_the_attempt_alive():
     view.queues[("shop", "emails")] = queue()
     view.handlers[("shop", "send")] = handler()
     view.upsert_lease(lease(1, "2099-01-01T00:00:00Z"))
-    snap = View.snapshot(KEY, view.jobs[KEY])
+    snap = View.snapshot(view.jobs[KEY])
     assert T.reconcile(snap, view.observations(KEY, snap), at(49)).status.stop_reason is None
     d = T.reconcile(snap, view.observations(KEY, snap), at(50))
     assert d.status.stop_reason == "LeaseExpired" and d.status.state == State.RUNNING

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sextant.controller.pods import build_pod
-from sextant.controller.view import View
+from sextant.lifecycle.reading import read_job
 from sextant.lifecycle.transitions import CreatePod
 from sextant.resources.handler import HandlerSpec
 from sextant.resources.job import PAYLOAD_ENV_MAX_BYTES, payload_json
@@ -50,7 +50,7 @@ def handler(heartbeat: bool = True, env: list[dict[str, Any]] | None = None) -> 
 def pod_for(raw: dict[str, Any], h: HandlerSpec, q: QueueSpec | None = None, sequence: int = 1,
             attempt: int = 1) -> dict[str, Any]:
     name = raw["metadata"]["name"]
-    return build_pod(raw, View.snapshot(("shop", name), raw), h, q or QueueSpec(),
+    return build_pod(raw, read_job(raw), h, q or QueueSpec(),
                      CreatePod(f"{name}-{sequence}", sequence, attempt))
 
 
@@ -70,7 +70,7 @@ def full_pod_environ(raw: dict[str, Any], q: QueueSpec, sequence: int, attempt: 
     """What a heartbeat pod carried before it was slim (every variable but the payload) and the runner then gave
     its handler: the expected handler environment."""
     name = raw["metadata"]["name"]
-    job = View.snapshot(("shop", name), raw)
+    job = read_job(raw)
     from sextant.lifecycle.reading import job_scheduled_at as scheduled_at
 
     variables = attempt_variables(

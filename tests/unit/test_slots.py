@@ -15,7 +15,7 @@ from sextant.controller.timers import Timers
 from sextant.controller.view import View
 from sextant.lifecycle.attempts import PodObservation
 from sextant.lifecycle.transitions import pod_name
-from sextant.controller.view import Placed
+from sextant.controller.records import Placed
 from sextant.resources.worker import Assignment
 from sextant.resources.common import format_time
 from sextant.resources.handler import HandlerSpec
@@ -97,8 +97,8 @@ class Cluster:
 
     def take(self, key: tuple[str, str]) -> bool:
         """key's reconcile asks for a slot; True when granted."""
-        spec = self.view.jobs[key]["spec"]
-        return self.slots.request(key, Q, spec["priority"], line_position(self.view.jobs[key]))
+        raw = self.view.jobs[key].raw
+        return self.slots.request(key, Q, raw["spec"]["priority"], line_position(raw))
 
     def worker(self, name: str, slots: int, queues: tuple[str, ...] = ("emails",),
                assignments: tuple[Assignment, ...] = ()) -> None:

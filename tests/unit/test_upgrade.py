@@ -11,7 +11,8 @@ from typing import Any
 from _builders import JOB, T0, UID, Job, creates, queue
 from sextant.cli.inspect import timeline
 from sextant.controller.pods import observe
-from sextant.controller.view import View, attempt_of
+from sextant.controller.records import attempt_of
+from sextant.lifecycle.reading import read_job
 from sextant.http.models import job_out
 from sextant.resources import contract
 from sextant.resources.common import format_time
@@ -43,7 +44,7 @@ def test_a_status_written_by_the_previous_version_is_read_with_its_sequence() ->
     wire = status.wire()  # what this version writes back: `sequence` only
     assert wire["sequence"] == 3 and "run" not in wire
     assert [e["sequence"] for e in wire["attempts"]] == [1, 2, 3] and all("run" not in e for e in wire["attempts"])
-    assert View.snapshot(("shop", JOB), old_job()).status.sequence == 3
+    assert read_job(old_job()).status.sequence == 3
 
 
 def test_of_both_names_the_larger_number_counts() -> None:

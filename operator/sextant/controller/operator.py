@@ -70,9 +70,9 @@ class Operator:
         c = self.jobs
 
         def informer(path: str, on_change: Callable[[str, dict], None], name: str, kind: str, api_version: str,
-                     label_selector: str | None = None) -> Informer:
+                     label_selector: str | None = None, known: Any = None) -> Informer:
             return Informer(self.kube, path, on_change, name=name, label_selector=label_selector,
-                            on_error=self._reporter(kind, api_version), on_reconnect=self._reconnected)
+                            on_error=self._reporter(kind, api_version), on_reconnect=self._reconnected, known=known)
 
         # One watch per kind, the informer's (kopf watches none: docs/operator.md); each first list opens the gate.
         self.informers = [
@@ -80,7 +80,9 @@ class Operator:
               for p in _paths(contract.queues_path, ns)),
             *(informer(p, c.on_handler, "handlers", "Handler", API_VERSION)
               for p in _paths(contract.handlers_path, ns)),
-            *(informer(p, self._on_job, "jobs", "Job", API_VERSION) for p in _paths(contract.jobs_path, ns)),
+            # The view's jobs are the informer's store: a relist is diffed against their versions (100k of them).
+            *(informer(contract.jobs_path(n), self._on_job, "jobs", "Job", API_VERSION,
+                       known=lambda n=n: self.view.job_versions(n)) for n in (ns or [None])),
             *(informer(p, self.schedules.on_schedule, "schedules", "Schedule", API_VERSION)
               for p in _paths(contract.schedules_path, ns)),
             # Only Sextant's own pods: a server-side label selector, never every pod of the cluster.
@@ -93,10 +95,6 @@ class Operator:
               for p in _paths(contract.workers_path, ns)),
             *(informer(p, self.pools.on_pool, "workerpools", "WorkerPool", API_VERSION)
               for p in _paths(contract.workerpools_path, ns)),
-            # Protocol v1's registration Leases, to judge attempts still running on v1 workers during the upgrade.
-            # Drop with the version after next.
-            *(Informer(self.kube, p, c.on_v1_lease, label_selector=contract.LABEL_WORKER, name="v1-worker-leases")
-              for p in _paths(contract.leases_path, ns)),
         ]
 
     @property
@@ -149,7 +147,8 @@ class Operator:
 
     def _collector(self) -> metrics.ViewCollector:
         return metrics.ViewCollector(
-            jobs=lambda: self.view.jobs.values(),
+            jobs=lambda: ((key[0], r.queue, r.state.value if r.state else "new")
+                          for key, r in list(self.view.jobs.items())),
             requests=lambda: self.kube.requests,
             depths=lambda: {"timers": len(self.timers), "reconcile": len(self.jobs.queue),
                             "events": self.events.pending},

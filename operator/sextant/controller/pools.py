@@ -151,7 +151,7 @@ class PoolController:
         for queue in dict.fromkeys(queues):
             keys = self.view.unfinished_by_queue.get((ns, queue), ())
             looks += len(keys)
-            jobs = (raw for raw in (self.view.jobs.get(k) for k in keys) if raw is not None)
+            jobs = self.view.unfinished_raw((ns, queue))
             demands.append(queue_demand(jobs, self.view.queues.get((ns, queue)), counts, now, spec.lead))
         return total(demands), looks
 

@@ -23,7 +23,7 @@ from typing import Any
 from ..kube.client import ApiError, Kube, NotFound, NotLeader
 from ..lifecycle.queueing import count_unfinished, same_status, status_body
 from ..resources import contract
-from ..resources.job import sequence_of
+from ..resources.job import State
 from ..kube.informer import Key, key_of
 from .timers import Timers
 from .view import View
@@ -88,14 +88,14 @@ class QueueStatusWriter:
     def body(self, key: Key) -> dict[str, Any]:
         jobs = []
         for job_key in self.view.unfinished_by_queue.get(key, ()):
-            raw = self.view.jobs.get(job_key)
-            if raw is None:
+            record = self.view.live_job(job_key)
+            if record is None:
                 continue
-            status = raw.get("status")
-            if isinstance(status, dict) and status.get("state") not in (None, "queued"):
+            raw = record.raw
+            if record.state not in (None, State.QUEUED):
                 jobs.append((raw, False))  # only a queued job (or one not yet written) may be starting
                 continue
-            sequence = sequence_of(status)
+            sequence = record.sequence
             pods = self.view.pods_of(job_key)
             # Starting: its pod has not started its handler, or its assignment is on its way to its worker.
             starting = any(p.sequence > sequence and p.alive and not p.started for p in pods.values()) or \

@@ -30,7 +30,10 @@ from ..kube.events import EventRecorder
 from ..kube.informer import Key, key_of
 from .runtime import Runtime
 from .timers import Timers
-from .view import Versions, View
+from .expectations import TIMEOUT
+from .records import JobRecord, LiveJob
+from .versions import Versions
+from .view import View
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +46,18 @@ NAME_GENERATIONS = 4  # names tried per tick when another object already holds t
 def _rv(obj: dict[str, Any]) -> int:
     value = obj["metadata"].get("resourceVersion", "")
     return int(value) if value.isdigit() else 0
+
+
+def _ref(name: str, record: JobRecord) -> S.JobRef:
+    """What the schedule reads of one of its jobs."""
+    if isinstance(record, LiveJob):
+        return S.JobRef.of(record.raw)
+    return S.JobRef(name=name, state=record.state, scheduled_at=time_or_none(record.tick), created_at=record.created_at,
+                    resource_version=record.resource_version, uid=record.uid, idempotency_key=record.idempotency_key)
+
+
+def _version(ref: S.JobRef) -> int:
+    return int(ref.resource_version) if ref.resource_version.isdigit() else 0
 
 
 class ScheduleController:
@@ -61,7 +76,9 @@ class ScheduleController:
         self.online_since: datetime | None = None
         self.schedules: dict[Key, dict[str, Any]] = {}
         self._schedule_versions = Versions()
-        self._storing = False  # storing our own write's response: the evaluation that made it counts it already
+        # The jobs we created or patched and the view does not show yet, per schedule: name → (when, its answer).
+        # The next evaluation counts them (their answers are not stored in the view: its writer is the informers).
+        self._written: dict[Key, dict[str, tuple[datetime, S.JobRef]]] = {}
         view.on_schedule_jobs = self._on_jobs
 
     # --- informer callbacks ---------------------------------------------------------------------------------
@@ -82,23 +99,24 @@ class ScheduleController:
             return
         self._wake(key)
 
-    def _on_jobs(self, key: Key) -> None:
-        """The view says one of the schedule's jobs appeared, went, finished or runs again: look again."""
-        if not self._storing:
+    def _on_jobs(self, key: Key, name: str) -> None:
+        """The view says one of the schedule's jobs appeared, went, finished or runs again: look again, unless it is
+        the job we wrote as we wrote it (the evaluation that wrote it counted it already)."""
+        written = self._written.get(key, {}).get(name)
+        record = self.view.jobs.get((key[0], name))
+        if written is None or record is None or written[1].finished != (not record.unfinished):
             self._wake(key)
 
     def _wake(self, key: Key) -> None:
         if self.started.is_set():
             self.queue.add(key)
 
-    def _store(self, job: dict[str, Any]) -> None:
-        """A job we created or patched, into the view at once (the watch brings it too), so that the next evaluation
-        sees it; the evaluation that wrote it already counted it, so it wakes nobody."""
-        self._storing = True
-        try:
-            self.view.upsert_job(job)
-        finally:
-            self._storing = False
+    def _expect(self, job: dict[str, Any]) -> None:
+        """A job we created or patched: counted by the next evaluations until the view shows it."""
+        ref = S.JobRef.of(job)
+        schedule = (job["metadata"].get("labels") or {}).get(S.LABEL_SCHEDULE)
+        if schedule:
+            self._written.setdefault((job["metadata"].get("namespace", ""), schedule), {})[ref.name] = (self.now(), ref)
 
     def _timer_key(self, key: Key) -> tuple[str, str, str]:
         return ("schedule", key[0], key[1])
@@ -126,7 +144,18 @@ class ScheduleController:
             self.queue.add(key)
 
     def jobs_of(self, key: Key) -> list[S.JobRef]:
-        return [S.JobRef.of(raw) for raw in self.view.jobs_of_schedule(key)]
+        """The schedule's jobs as the view shows them, and those we wrote that it does not show yet."""
+        refs = {name: _ref(name, record) for name, record in self.view.jobs_of_schedule(key)}
+        written = self._written.get(key, {})
+        for name, (at, ref) in list(written.items()):
+            seen = refs.get(name)
+            if (seen is not None and _version(seen) >= _version(ref)) or self.now() - at >= TIMEOUT:
+                del written[name]
+            else:
+                refs[name] = ref
+        if not written:
+            self._written.pop(key, None)
+        return list(refs.values())
 
     def _report(self, key: Key, event: Event) -> None:
         raw = self.schedules.get(key)
@@ -227,7 +256,7 @@ class ScheduleController:
                 label = (existing["metadata"].get("labels") or {}).get(S.LABEL_SCHEDULE)
                 if label == key[1] and ref.scheduled_at == fire.tick:
                     log.info("schedule %s/%s: tick %s already fired as job %s", *key, S.format_tick(fire.tick), name)
-                    self._store(existing)
+                    self._expect(existing)
                     return True
                 continue  # another object holds the derived name: the next generation's name
             except ApiError as exc:
@@ -239,7 +268,7 @@ class ScheduleController:
             metrics.SCHEDULE_FIRE_LAG.labels(namespace, key[1]).observe(max(lag, 0.0))
             log.info("schedule %s/%s: tick %s fired as job %s, lag %.4f s (evaluated at +%.4f s)", *key,
                      S.format_tick(fire.tick), name, lag, (evaluated - fire.due).total_seconds())
-            self._store(created)
+            self._expect(created)
             return True
         log.error("schedule %s/%s: no free name for tick %s", *key, S.format_tick(fire.tick))
         return False
@@ -247,8 +276,8 @@ class ScheduleController:
     async def _request_cancel(self, namespace: str, name: str, reason: str) -> bool:
         """Replace: ask the operator's job lifecycle to cancel the job, through status.cancelRequested (never its
         spec), guarded by the job's resourceVersion so that no concurrent status write is lost."""
-        raw = self.view.jobs.get((namespace, name))
-        version = raw["metadata"].get("resourceVersion", "") if raw else ""
+        record = self.view.jobs.get((namespace, name))
+        version = record.resource_version if record is not None else ""
         for _ in range(5):
             body: dict[str, Any] = {"status": {"cancelRequested": reason}}
             if version:
@@ -270,7 +299,7 @@ class ScheduleController:
             except ApiError as exc:
                 log.warning("job %s/%s: cannot request cancel: %s", namespace, name, exc)
                 return False
-            self._store(updated)
+            self._expect(updated)
             return True
         return False
 
@@ -287,7 +316,9 @@ class ScheduleController:
         return True
 
     async def _delete_job(self, key: Key, name: str) -> None:
-        uid = (self.view.jobs.get((key[0], name)) or {}).get("metadata", {}).get("uid")
+        record = self.view.jobs.get((key[0], name))
+        uid = record.uid if record is not None else None
+        self._written.get(key, {}).pop(name, None)
         try:  # the uid guards against deleting a newer job that took the name meanwhile
             await self.kube.delete(contract.jobs_path(key[0], name), preconditions={"uid": uid} if uid else None)
         except (NotFound, Conflict):

@@ -40,11 +40,12 @@ from ..lifecycle import workers as W
 from ..lifecycle.admission import NO_KEY, Limits, Line, StartLog, Wait, concurrency_key, started_attempts, take
 from ..lifecycle.queueing import line_position
 from ..lifecycle.attempts import PodObservation
-from ..resources.job import State, sequence_of
+from ..resources.job import State
 from ..resources.queue import QueueSpec
 from ..kube.informer import Key
 from .timers import Timers
-from .view import View, state_of
+from .records import JobRecord, LiveJob
+from .view import View
 
 # How many jobs in line one take passes over that cannot start yet (a worker-mode job no worker has a free slot
 # for), so that a pod-mode job behind them still starts, without scanning a long backlog on every change.
@@ -109,7 +110,7 @@ def gate_closed(pending_limit: int | None, waiting: int, scheduler_behind: bool)
 class Slots:
     def __init__(self, view: View, timers: Timers, now: Callable[[], datetime], *, pending_limit: int | None,
                  granted: Callable[[Key], None] = lambda job: None, active: Callable[[], bool] = lambda: True,
-                 unbound_after: timedelta = UNBOUND_AFTER) -> None:
+                 written: Callable[[Key], bool] = lambda job: False, unbound_after: timedelta = UNBOUND_AFTER) -> None:
         self.view, self.timers, self.now = view, timers, now
         self.pending_limit = pending_limit  # per queue; None: no limit
         self.unbound_after = unbound_after
@@ -117,6 +118,8 @@ class Slots:
         # Pumps grant only while this is true: the View is complete and this replica leads (a standby's grants
         # would be reservations no reconcile of its own acts on).
         self.active = active
+        # A job holds its slot by a write of ours the view does not show yet (controller/expectations.py).
+        self.written = written
         # Holders: queue → jobs holding a slot there; job → its queue.
         self._holders: dict[Key, set[Key]] = defaultdict(set)
         self._holder_queue: dict[Key, Key] = {}
@@ -198,21 +201,21 @@ class Slots:
     def update(self, key: Key, pump: bool = True) -> None:
         """The job or its pods changed, or it is gone: re-derive its slot and its worker's; a freed slot (or a pod
         that got its node) is offered to the next in line at once (unless not `pump`)."""
-        raw = self.view.jobs.get(key)
-        if raw is None:
-            if key not in self.view.pods and not self.view.holds_assignment(key):
+        record = self.view.jobs.get(key)
+        if record is None:
+            if key not in self.view.pods and not self.view.holds_assignment(key) and not self.written(key):
                 self.forget(key, pump)
         else:
-            queue = (key[0], (raw.get("spec") or {}).get("queue", ""))
-            running = (raw.get("status") or {}).get("state") == State.RUNNING.value
-            held = running or self.view.holds_assignment(key)
+            queue = (key[0], record.queue)
+            held = record.state is State.RUNNING or self.view.holds_assignment(key) or self.written(key)
             starts = self._starts.get(queue)
             if starts is not None:
-                self._note_starts(key, raw, starts)
-            if self._hold(key, queue, standing(held, self.view.pods_of(key).values()), concurrency_key(raw)) and pump:
+                self._note_starts(key, record, starts)
+            concurrency = concurrency_key(record.raw) if isinstance(record, LiveJob) else NO_KEY
+            if self._hold(key, queue, standing(held, self.view.pods_of(key).values()), concurrency) and pump:
                 self.pump(queue)
 
-    def _note_starts(self, job: Key, raw: dict[str, Any], starts: StartLog) -> None:
+    def _note_starts(self, job: Key, record: JobRecord, starts: StartLog) -> None:
         """The starts of job's attempts its objects show, into its rate-limited queue's window (only those not
         counted yet are read)."""
         now = self.now()
@@ -221,7 +224,8 @@ class Slots:
         if pending is not None:
             assigned.append((pending.assignment.sequence, pending.assignment.assigned_at))
         pods = [(pod.sequence, pod.created_at) for pod in self.view.pods_of(job).values()]
-        for sequence, at in started_attempts(raw, pods, assigned, lambda sequence: starts.wanted(job, sequence)):
+        raw, last = (record.raw, None) if isinstance(record, LiveJob) else ({}, (record.sequence, record.finished_at))
+        for sequence, at in started_attempts(raw, pods, assigned, lambda sequence: starts.wanted(job, sequence), last):
             starts.note(job, sequence, at, now)
 
     def _hold(self, job: Key, queue: Key, seen: Standing, key: str = NO_KEY) -> bool:
@@ -288,26 +292,26 @@ class Slots:
         """Put a runnable job in its queue's line as soon as it is seen, before any reconcile takes a slot: jobs that
         become runnable together (a burst, a Handler that appears, a restart) are then admitted by priority and
         age, not in whatever order their reconciles happen to run. The reconcile confirms it (`request`)."""
-        raw = self.view.jobs.get(key)
-        if raw is None or state_of(raw) not in (None, State.QUEUED):
+        record = self.view.live_job(key)
+        if record is None or record.state not in (None, State.QUEUED):
             return
-        spec = raw.get("spec") or {}
         ns = key[0]
-        if (ns, spec.get("queue")) not in self.view.queues or (ns, spec.get("handler")) not in self.view.handlers:
+        if (ns, record.queue) not in self.view.queues or (ns, record.handler) not in self.view.handlers:
             return
         if any(p.alive for p in self.view.pods_of(key).values()) or self.view.holds_assignment(key):
             return
-        position, priority = line_position(raw), spec.get("priority", 0)
+        position, priority = line_position(record.raw), (record.raw.get("spec") or {}).get("priority", 0)
         if position is None or not isinstance(priority, int):
             return  # unreadable: the reconcile says why, and never admits it
-        self._offer(key, (ns, spec["queue"]), priority, position.timestamp())
+        self._offer(key, (ns, record.queue), priority, position.timestamp())
 
     def _offer(self, job: Key, queue: Key, priority: int, queued_at: float) -> None:
         """Put job in line (once; a changed position replaces the old one). Ties of queued_at (one-second resolution
         for new jobs) go by the order the watch delivered them, which is the order they were created in."""
         self._in_line[job] = queue
-        self._lines[queue].offer(job, concurrency_key(self.view.jobs.get(job) or {}), priority, queued_at,
-                                 self.view.seen[job])
+        record = self.view.live_job(job)
+        key, seen = (concurrency_key(record.raw), record.seen) if record is not None else (NO_KEY, 0)
+        self._lines[queue].offer(job, key, priority, queued_at, seen)
 
     def request(self, job: Key, queue: Key, priority: int, queued_at: datetime) -> bool:
         """The reconcile found job admissible: keep it in line and grant what is free (others granted are handed
@@ -402,7 +406,8 @@ class Slots:
             self._reserved.add(job)
             self._hold(job, queue, Standing(True, Placement.BOUND), key)
             if starts is not None:  # the attempt the grant starts: the status' sequence + 1 (lifecycle.transitions.admit)
-                starts.hold(job, sequence_of((self.view.jobs.get(job) or {}).get("status")) + 1)
+                record = self.view.jobs.get(job)
+                starts.hold(job, (record.sequence if record is not None else 0) + 1)
         if taken.wait is Wait.RATE_LIMITED and taken.retry_at is not None:
             self.timers.schedule(("rate", *queue), taken.retry_at, self._rate_wake)
         return [job for job, _ in taken.granted]
@@ -431,23 +436,21 @@ class Slots:
             starts.per = limits.per
             return starts
         starts = self._starts[queue] = StartLog(limits.per)
-        for job, raw in list(self.view.jobs.items()):
-            if job[0] == queue[0] and (raw.get("spec") or {}).get("queue") == queue[1]:
-                self._note_starts(job, raw, starts)
+        for job, record in self.view.jobs_of_queue(queue):
+            self._note_starts(job, record, starts)
         return starts
 
     def _startable(self, job: Key) -> bool:
         """A pod-mode job can always start once it has a slot; a worker-mode job needs a worker with room (picked
         now, held until release)."""
-        raw = self.view.jobs.get(job)
-        spec = (raw or {}).get("spec") or {}
-        handler = self.view.handlers.get((job[0], spec.get("handler", "")))
+        record = self.view.live_job(job)
+        queue, name = (record.queue, record.handler) if record is not None else ("", "")
+        handler = self.view.handlers.get((job[0], name))
         if handler is None or not handler.on_workers:
             return True
         if job in self._picked:
             return True
-        chosen = W.pick_worker(self.view.assignable_workers(job[0]), spec.get("queue", ""), spec.get("handler", ""),
-                               self.busy(job[0]))
+        chosen = W.pick_worker(self.view.assignable_workers(job[0]), queue, name, self.busy(job[0]))
         if chosen is None:
             return False
         self._picked[job] = (job[0], chosen)

@@ -27,7 +27,8 @@ from ..lifecycle import workers as W
 from ..resources import contract
 from ..resources.common import Condition, format_time
 from ..resources.worker import Assignment
-from .view import Placed, View
+from .records import Placed
+from .view import View
 
 log = logging.getLogger(__name__)
 

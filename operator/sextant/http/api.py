@@ -130,13 +130,14 @@ def list_error(exc: ApiError, token: str) -> HttpError | None:
 class JobView(Protocol):
     """What the API reads of the operator's in-memory view (controller/view.View), without importing it."""
 
-    jobs: dict[tuple[str, str], dict[str, Any]]
     queues: dict[tuple[str, str], Any]  # the Queues and Handlers the operator knows (by namespace and name)
     handlers: dict[tuple[str, str], Any]
     unfinished_by_queue: dict[tuple[str, str], set[tuple[str, str]]]
     finished_by_queue: dict[tuple[str, str], Any]  # (namespace, queue) → state → count
 
     def whole_job(self, key: tuple[str, str]) -> dict[str, Any] | None: ...
+
+    def unfinished_raw(self, queue: tuple[str, str]) -> list[dict[str, Any]]: ...
 
 
 class Api:
@@ -277,7 +278,7 @@ class Api:
     async def _read_job(self, ns: str, name: str) -> dict[str, Any]:
         if self._view_serves(ns):
             raw = self.view.whole_job((ns, name))
-            if raw is not None:  # else missing, or a slim copy without a timeline: ask the API server
+            if raw is not None:  # else missing, finished, or not held whole: ask the API server
                 return raw
         try:
             return await self.kube.get(contract.jobs_path(ns, name))
@@ -540,7 +541,7 @@ class Api:
         # Queues that jobs name but that do not exist have no status: their (Blocked) jobs are counted here.
         for key, members in list(view.unfinished_by_queue.items()):
             if key[0] == ns and key not in queues and members:
-                jobs = [(raw, False) for raw in (view.jobs.get(k) for k in list(members)) if raw is not None]
+                jobs = [(raw, False) for raw in view.unfinished_raw(key)]
                 numbers[key] = count_unfinished(jobs, now)
         finished = {key: dict(counts) for key, counts in list(view.finished_by_queue.items()) if key[0] == ns}
         for key in finished:

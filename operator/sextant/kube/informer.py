@@ -1,7 +1,10 @@
 """List, then watch from the list's resourceVersion; on a gap, list again. One per kind Sextant owns.
 
 It keeps no objects itself: each change goes to the view's callback, already trimmed. `synced` is set once
-the first list has been delivered, so the controller decides nothing before it knows the whole cluster.
+the first list has been delivered, so the controller decides nothing before it knows the whole cluster. A relist
+delivers only what changed, and a delete for what is gone: by the versions the informer remembers, or those the
+callback's store holds (`known`: then the informer remembers nothing per object, as client-go's Reflector diffs
+against its Indexer).
 
 Nothing stops it but cancellation:
 - per object: a callback that raises (any exception) is logged with the object's key, counted, reported
@@ -21,7 +24,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from . import metrics
@@ -33,6 +36,7 @@ log = logging.getLogger(__name__)
 Key = tuple[str, str]  # (namespace, name)
 OnChange = Callable[[str, dict[str, Any]], None]  # ("upsert" | "delete", object)
 OnError = Callable[[dict[str, Any], str], None]  # (the object, what went wrong)
+Known = Callable[[], Mapping[Key, str]]  # the resourceVersion the callback's store holds of each object
 
 RETRY_INITIAL = 0.2  # seconds before the first retry of a failed list or watch
 RETRY_MAX = 2.0  # the longest wait between retries (× 0.5–1.5 jitter): ready within seconds of a comeback
@@ -81,7 +85,8 @@ class Informer:
     def __init__(self, kube: Kube, path: str, on_change: OnChange, *, label_selector: str | None = None,
                  field_selector: str | None = None, name: str | None = None, on_error: OnError | None = None,
                  on_reconnect: Callable[[], None] | None = None, on_failure: Callable[[Exception], None] | None = None,
-                 backoff: Backoff | None = None, page_bytes: int | None = LIST_PAGE_BYTES) -> None:
+                 backoff: Backoff | None = None, page_bytes: int | None = LIST_PAGE_BYTES,
+                 known: Known | None = None) -> None:
         self.kube = kube
         self.page_bytes = page_bytes
         self.path = path
@@ -94,7 +99,8 @@ class Informer:
         self.synced = asyncio.Event()
         self.healthy = False
         self.resource_version: str | None = None  # where the watch resumes; None: list first
-        self._versions: dict[Key, str] = {}
+        self._versions: dict[Key, str] = {}  # the versions delivered, unless the store says (`known`)
+        self._known = known
         self._backoff = backoff if backoff is not None else Backoff()  # per object whose callback failed
         self._retry: dict[Key, tuple[str, dict[str, Any]]] = {}  # the latest change of such an object
         self._retry_timers: dict[Key, asyncio.TimerHandle] = {}
@@ -155,27 +161,33 @@ class Informer:
             log.exception("%s: %s hook failed", self.name, getattr(hook, "__name__", "a"))
 
     async def _relist(self) -> None:
-        seen: dict[Key, str] = {}
+        versions: dict[Key, str] = {}  # of what was listed: remembered unless the store says (`known`)
+        seen: set[Key] = set()
+        known = self._known() if self._known is not None else self._versions
         resource_version = ""
         async for items, version in self.kube.pages(self.path, self.params, LIST_PAGE, self.page_bytes):
             items.reverse()
             while items:  # each object dropped once digested: the callback keeps what it needs (the view, no payload)
-                self._listed(items.pop(), seen)
+                self._listed(items.pop(), known, versions if self._known is None else None, seen)
             resource_version = version or resource_version
-        for key in self._versions.keys() - seen.keys():
+        for key in [key for key in known.keys() if key not in seen]:
             namespace, name = key
             self._deliver("delete", {"metadata": {"namespace": namespace, "name": name}}, key)
-        self._versions = seen
+        self._versions = versions
         self.resource_version = resource_version
         self._set_healthy()
         self.synced.set()
 
-    def _listed(self, obj: dict[str, Any], seen: dict[Key, str]) -> None:
+    def _listed(self, obj: dict[str, Any], known: Mapping[Key, str], versions: dict[Key, str] | None,
+                seen: set[Key]) -> None:
         key = self._key(obj)
         if key is None:
             return
-        seen[key] = _version_of(obj)
-        if self._versions.get(key) != seen[key]:
+        seen.add(key)
+        version = _version_of(obj)
+        if versions is not None:
+            versions[key] = version
+        if known.get(key) != version:
             self._deliver("upsert", trim(obj), key)
 
     async def _watch(self) -> bool:
@@ -199,7 +211,8 @@ class Informer:
                 self._versions.pop(key, None)
                 self._deliver("delete", trim(obj), key)
             else:
-                self._versions[key] = version
+                if self._known is None:
+                    self._versions[key] = version
                 self._deliver("upsert", trim(obj), key)
         return delivered or time.monotonic() - started > 30
 

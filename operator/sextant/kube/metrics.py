@@ -78,7 +78,7 @@ def record_transition(namespace: str, spec: JobSpec, before: JobStatus, after: J
 class ViewCollector:
     """Gauges from the operator's view, computed when Prometheus scrapes."""
 
-    def __init__(self, jobs: Callable[[], Iterable[dict]], requests: Callable[[], Tally],
+    def __init__(self, jobs: Callable[[], Iterable[tuple[str, str, str]]], requests: Callable[[], Tally],
                  depths: Callable[[], dict[str, int]], leader: Callable[[], bool],
                  api_requests: Callable[[], Tally] | None = None, fenced: Callable[[], int] | None = None) -> None:
         self._jobs, self._requests, self._depths, self._leader = jobs, requests, depths, leader
@@ -86,9 +86,8 @@ class ViewCollector:
 
     def collect(self) -> Iterable[Metric]:
         by_state: Tally[tuple[str, str, str]] = Tally()
-        for raw in self._jobs():
-            state = (raw.get("status") or {}).get("state") or "new"
-            by_state[(raw["metadata"].get("namespace", ""), (raw.get("spec") or {}).get("queue", ""), state)] += 1
+        for labels in self._jobs():  # (namespace, queue, state)
+            by_state[labels] += 1
         jobs = GaugeMetricFamily("sextant_jobs", "Jobs by queue and state.", labels=["namespace", "queue", "state"])
         for labels, count in sorted(by_state.items()):
             jobs.add_metric(list(labels), count)

@@ -175,16 +175,19 @@ class StartLog:
 
 def started_attempts(raw: Mapping[str, Any], pods: Iterable[tuple[int, datetime | None]],
                      assigned: Iterable[tuple[int, str | None]],
-                     wanted: Callable[[int], bool] = lambda sequence: True) -> list[tuple[int, datetime]]:
+                     wanted: Callable[[int], bool] = lambda sequence: True,
+                     last: tuple[int, datetime | None] | None = None) -> list[tuple[int, datetime]]:
     """The job's attempts that were admitted, by sequence, each with a time no earlier than its admission: its pods'
     creation (to the second, so a second later), its assignments' assignedAt, its timeline's startedAt (the handler
-    starts after the admission) or finishedAt; a finished job whose timeline the operator's view left out (slim)
-    gives its last sequence and finishedAt. What a restarted operator counts in a rate limit's window. Only the
+    starts after the admission) or finishedAt; a finished job whose timeline the operator's view left out gives its
+    `last` sequence and finishedAt. What a restarted operator counts in a rate limit's window. Only the
     sequences `wanted` are read (the times of the others are not parsed: this runs on every change of the job)."""
     found: list[tuple[int, datetime | None]] = []
     found.extend((sequence, created + _TIMESTAMP_RESOLUTION) for sequence, created in pods
                  if created is not None and wanted(sequence))
     found.extend((sequence, time_or_none(at)) for sequence, at in assigned if wanted(sequence))
+    if last is not None and last[0] > 0 and wanted(last[0]):
+        found.append(last)
     status = raw.get("status") if isinstance(raw.get("status"), dict) else {}
     attempts = status.get("attempts")
     if isinstance(attempts, list) and attempts:

@@ -92,13 +92,16 @@ def still_claimed(claimed_at: datetime, now: datetime, window: timedelta = WINDO
 def claim_ends(job: Mapping[str, Any], window: timedelta = WINDOW) -> datetime | None:
     """When the key of this job (a raw Job object) stops being claimed by it: its creation plus the window; None
     without a key or a readable creation time. Retention keeps a keyed job at least until then."""
-    if not (job.get("spec") or {}).get("idempotencyKey"):
-        return None
     try:
         created = parse_time((job.get("metadata") or {}).get("creationTimestamp"))
     except ValueError:
         return None
-    return created + window if created is not None else None
+    return claim_end((job.get("spec") or {}).get("idempotencyKey"), created, window)
+
+
+def claim_end(key: str | None, created_at: datetime | None, window: timedelta = WINDOW) -> datetime | None:
+    """claim_ends of a job read already: its key and its creation."""
+    return created_at + window if key and created_at is not None else None
 
 
 def undecided(status: Mapping[str, Any] | None, started: bool) -> bool:

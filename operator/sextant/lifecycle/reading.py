@@ -10,15 +10,15 @@ from typing import Any
 from pydantic import ValidationError
 
 from .health import COND_INVALID, invalid_health
-from .decision import JobSnapshot
+from .decision import Decision, JobSnapshot
+from .step import set_condition
 from ..resources.common import format_time, json_depth, parse_time, problems
 from ..resources.contract import ANNOTATION_SCHEDULED_AT
 from ..resources.job import MAX_PAYLOAD_DEPTH, JobSpec, JobStatus, payload_size
 
 # The operator's view keeps no payload but a small one: a legal payload (256 KiB of small keys) is ~3 MiB as Python
-# objects, so a backlog of a few hundred such jobs would fill the operator's memory. A job read into the view carries
-# instead, at its top level, what the rules read of its payload: {"bytes": its size as compact JSON} (lean_job).
-PAYLOAD_NOTE = "sextant.dev/payload"
+# objects, so a backlog of a few hundred such jobs would fill the operator's memory. What the rules read of a payload
+# left out is its size as compact JSON (lean_job).
 # A payload this small as JSON stays in the view (a few KiB as Python objects, even for 10,000 queued jobs ~30 MiB):
 # a pod without the runner gets it in its environment, which would otherwise cost a GET of the job per attempt.
 KEPT_PAYLOAD_BYTES = 512
@@ -35,9 +35,9 @@ class InvalidJob(ValueError):
     message names each field and its rule."""
 
 
-def read_job(raw: dict[str, Any]) -> JobSnapshot:
-    """The lifecycle's reading of a full job object (never of the operator's slim copy); InvalidJob naming the
-    fields it cannot read."""
+def read_job(raw: dict[str, Any], payload_bytes: int | None = None) -> JobSnapshot:
+    """The lifecycle's reading of a job object, whose payload of `payload_bytes` lean_job may have left out;
+    InvalidJob naming the fields it cannot read."""
     meta = raw["metadata"]
     try:
         spec = JobSpec.model_validate(raw.get("spec") or {})
@@ -54,54 +54,49 @@ def read_job(raw: dict[str, Any]) -> JobSnapshot:
     if created_at is None:
         raise InvalidJob("metadata.creationTimestamp is missing")
     return JobSnapshot(name=meta["name"], uid=meta.get("uid", ""), generation=meta.get("generation", 1),
-                       created_at=created_at, spec=spec, status=status, payload_bytes=payload_left_out(raw))
+                       created_at=created_at, spec=spec, status=status, payload_bytes=payload_bytes)
 
 
-def lean_job(raw: dict[str, Any], previous: dict[str, Any] | None = None) -> dict[str, Any]:
+def lean_job(raw: dict[str, Any], previous: tuple[dict[str, Any], int | None] | None = None
+             ) -> tuple[dict[str, Any], int | None]:
     """The job as the operator's view keeps it: all of it but a spec.payload over KEPT_PAYLOAD_BYTES (a shallow copy;
-    raw is not changed).
+    raw is not changed), and the size of the payload left out (None: none was).
 
-    A payload that read_job accepts is left out and its size noted (PAYLOAD_NOTE), which is all the rules read of
-    it (PayloadTooLarge). One it refuses is replaced by a small stand-in it refuses in the same words (nested too
+    A payload that read_job accepts is left out and its size returned, which is all the rules read of it
+    (PayloadTooLarge). One it refuses is replaced by a small stand-in it refuses in the same words (nested too
     deep; not a JSON object), so the job's Invalid condition says what it says today. An empty or small payload
-    stays: it costs next to nothing, and such a job is still whole in the view. `previous`, the view's copy before,
-    lends its verdict while uid and generation are the same (the spec changes only with the generation, and the
-    payload not at all): a job's payload is measured once, not on each of its watch events."""
+    stays: it costs next to nothing, and such a job is still whole in the view. `previous`, the view's copy before
+    and its size, lends its verdict while uid and generation are the same (the spec changes only with the
+    generation, and the payload not at all): a job's payload is measured once, not on each of its watch events."""
     spec = raw.get("spec")
     if not isinstance(spec, dict) or "payload" not in spec:
-        return raw
+        return raw, None
     payload = spec["payload"]
     if isinstance(payload, dict) and not payload:
-        return raw
-    same = previous is not None and _same_spec(raw, previous)
-    kept = (previous.get("spec") or {}).get("payload") if same else None
+        return raw, None
+    same = previous is not None and _same_spec(raw, previous[0])
+    kept = (previous[0].get("spec") or {}).get("payload") if same else None
     if isinstance(kept, dict) and kept is not _TOO_DEEP:
-        return raw  # kept before (a payload left out has a note instead): small
+        return raw, None  # kept before (a payload left out has a size instead): small
     lean = {**raw, "spec": {k: v for k, v in spec.items() if k != "payload"}}
-    note = previous.get(PAYLOAD_NOTE) if same else None
-    if note is not None:
-        lean[PAYLOAD_NOTE] = note
-    elif json_depth(payload, MAX_PAYLOAD_DEPTH) > MAX_PAYLOAD_DEPTH:
+    size = previous[1] if same else None
+    if size is not None:
+        return lean, size
+    if json_depth(payload, MAX_PAYLOAD_DEPTH) > MAX_PAYLOAD_DEPTH:
         lean["spec"]["payload"] = _TOO_DEEP
     elif not isinstance(payload, dict):
         lean["spec"]["payload"] = [] if isinstance(payload, list) else "" if isinstance(payload, str) else payload
     elif (size := payload_size(payload)) <= KEPT_PAYLOAD_BYTES:
-        return raw
+        return raw, None
     else:
-        lean[PAYLOAD_NOTE] = {"bytes": size}
-    return lean
+        return lean, size
+    return lean, None
 
 
 def _same_spec(raw: dict[str, Any], previous: dict[str, Any]) -> bool:
     meta, before = raw["metadata"], previous["metadata"]
     return bool(meta.get("uid")) and meta.get("uid") == before.get("uid") and \
         meta.get("generation") == before.get("generation")
-
-
-def payload_left_out(raw: dict[str, Any]) -> int | None:
-    """The size of the payload lean_job left out of this copy (None: the copy has the payload, or an empty one)."""
-    note = raw.get(PAYLOAD_NOTE)
-    return note["bytes"] if isinstance(note, dict) else None
 
 
 def scheduled_at(annotations: Mapping[str, str], run_at: datetime | None, created_at: datetime) -> str:
@@ -148,3 +143,10 @@ def invalid_conditions(conditions: Any, message: str, now: datetime, generation:
             cond["observedGeneration"] = generation
         out.append(cond)
     return out
+
+
+def valid_again(decision: Decision, now: datetime, generation: int) -> Decision:
+    """A job that was Invalid and can be read now says so: its condition Invalid turns False."""
+    if any(c.type == COND_INVALID and c.status == "True" for c in decision.status.conditions):
+        set_condition(decision.status, COND_INVALID, False, "Valid", "the job can be read", now, generation)
+    return decision

@@ -17,7 +17,7 @@ class Expiry:
     job_at: datetime | None  # the job itself may go (its pods and leases with it, by owner reference)
 
 
-def expiry(state: State | None, finished_at: str | None, retention: Retention,
+def expiry(state: State | None, finished_at: str | datetime | None, retention: Retention,
            claim_ends: datetime | None = None) -> Expiry:
     """Only a finished job expires, counted from when it finished; a retried job's clock starts again when it
     next finishes. A retention of 0 keeps the job forever.

@@ -2,9 +2,6 @@
 when a worker is live (by the operator's own clock), which worker may take a job, what an assignment tells of its
 attempt (as a pod tells it in pod mode), and when an assignment is done with. Pure: the objects and the clock come in
 as arguments.
-
-Protocol v1 (registration Leases; the worker wrote the job's status) is kept only to judge attempts that were running
-on a v1 worker while the operator was upgraded: drop with the version after next.
 """
 
 from __future__ import annotations
@@ -22,7 +19,7 @@ from ..resources.job import Attempt, JobStatus
 from ..resources.queue import QueueSpec
 from ..resources.report import Progress, output_json
 from ..resources.worker import DRAINING, EXPIRED, LIVE, Assignment, WorkerProgress, WorkerResult, WorkerSpec
-from .attempts import LEASE_EXPIRED, AssignmentObservation, PodObservation, Report, heartbeat
+from .attempts import LEASE_EXPIRED, AssignmentObservation, Report
 from .states import QUEUED, RUNNING
 
 # How long past its grace period a stopped attempt's worker may take to report before the operator records the
@@ -299,31 +296,6 @@ def status_summary(worker: Believed, live: bool, busy: int) -> dict[str, Any]:
             "message": message}
 
 
-# --- protocol v1, for attempts that ran on a v1 worker during the upgrade: drop with the version after next ------
-@dataclass(frozen=True)
-class WorkerLease:
-    """A v1 worker's registration Lease, as read (docs/workers.md §1). Drop with the version after next."""
-
-    name: str
-    holder: str  # <name>/<incarnation>
-    renewed_at: datetime | None
-    queues: frozenset[str]
-    handlers: frozenset[str]
-    slots: int
-    draining: bool = False
-    lease_duration: timedelta = DEFAULT_LEASE_DURATION
-
-    def live(self, now: datetime) -> bool:
-        return self.renewed_at is not None and now < self.renewed_at + self.lease_duration
-
-    def serves(self, queue: str, handler: str) -> bool:
-        return queue in self.queues and handler in self.handlers
-
-    def open_for(self, queue: str, handler: str, now: datetime) -> bool:
-        """May be given new jobs of this queue and handler (slots apart)."""
-        return not self.draining and self.live(now) and self.serves(queue, handler)
-
-
 def current_entry(status: JobStatus) -> Attempt | None:
     """The timeline entry of the running attempt (the job's current sequence number), if recorded."""
     if status.attempts and status.attempts[-1].sequence == status.sequence:
@@ -334,32 +306,3 @@ def current_entry(status: JobStatus) -> Attempt | None:
 def on_worker(status: JobStatus) -> bool:
     entry = current_entry(status)
     return entry is not None and entry.worker is not None
-
-
-def on_v1_worker(status: JobStatus) -> bool:
-    """Running on a worker (status.worker set) with no assignment to show for it (the caller checks): an attempt of a
-    protocol v1 worker, judged by its v1 Lease (none: lost, as a v2 attempt whose Worker object vanished is). Drop
-    with the version after next."""
-    return status.state == RUNNING and status.worker is not None and on_worker(status)
-
-
-def observe_attempt(entry: Attempt, lease: WorkerLease | None, status: JobStatus, lease_duration: timedelta,
-                    cancel_grace: timedelta, now: datetime) -> tuple[PodObservation | None, datetime | None]:
-    """Protocol v1 (drop with the version after next). What the operator sees of a running v1 worker attempt: (still
-    running, its last heartbeat), or (None, …) when
-    it is gone — its worker's Lease is missing, names another incarnation (the worker restarted) or expired, or
-    a stop was asked for and the worker has not reported within cancelGrace + REPORT_AFTER_GRACE.
-
-    The worker itself records the attempt's end (docs/workers.md §4); the operator only decides that it is lost.
-    The renewal is clamped to [attempt start, now]: a clock ahead of ours cannot prolong an attempt."""
-    started = parse_time(entry.started_at)
-    if lease is None or lease.holder != entry.worker or lease.renewed_at is None:
-        return None, None
-    renewed = heartbeat(lease.renewed_at, started, now)
-    if now >= renewed + lease_duration:
-        return None, renewed
-    stop_at = parse_time(status.stop_requested_at)
-    if stop_at is not None and now >= stop_at + cancel_grace + REPORT_AFTER_GRACE:
-        return None, renewed
-    return PodObservation(name=lease.name, sequence=entry.sequence, phase="Running", node=lease.name,
-                          started_at=started), renewed

@@ -40,13 +40,8 @@ ANNOTATION_REQUESTED_BY = "sextant.dev/requested-by"
 LABEL_SCHEDULE = "sextant.dev/schedule"
 ANNOTATION_SCHEDULED_AT = "sextant.dev/scheduled-at"
 
-# A worker's registration Lease (docs/workers.md §1).
+# A Worker object's label: the worker's name (docs/workers.md §1).
 LABEL_WORKER = PROTOCOL["workerLabel"]
-ANNOTATION_QUEUES = "sextant.dev/queues"
-ANNOTATION_HANDLERS = "sextant.dev/handlers"
-ANNOTATION_SLOTS = "sextant.dev/slots"
-ANNOTATION_DRAINING = "sextant.dev/draining"
-WORKER_LEASE_PREFIX = "sextant-worker-"
 
 
 def sequence_label(labels: dict[str, str]) -> int | None:
@@ -55,17 +50,10 @@ def sequence_label(labels: dict[str, str]) -> int | None:
     return int(value) if value.isdigit() and value.isascii() else None
 
 
-def worker_lease_name(worker: str) -> str:
-    return WORKER_LEASE_PREFIX + worker
-
-
 def holder_identity(worker: str, incarnation: str) -> str:
-    """What a worker's Lease and its attempts' timeline entries name it by: one process start of that worker."""
+    """What a Worker object and its attempts' timeline entries name it by: one process start of that worker."""
     return f"{worker}/{incarnation}"
 
-
-def worker_of(holder: str) -> str:
-    return holder.split("/", 1)[0]
 
 # How long an idempotency key stays claimed (a duration; default 24h), for tests and experiments: the operator and
 # every client must be given the same value (resources/inputs.idempotency_window reads it).
