@@ -13,12 +13,15 @@ from collections.abc import AsyncIterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import orjson
 import pytest
 from aiohttp import web
 
 from sextant.kube.client import ACCEPT_METADATA, ApiError, Kube
 from sextant.kube.kubeconfig import Connection
 
+WATCH_EVENTS = [{"type": kind, "object": {"metadata": {"name": f"o-{i}", "resourceVersion": str(i)}}}
+                for i, kind in enumerate(["ADDED", "MODIFIED", "BOOKMARK", "DELETED", "ADDED"] * 3)]
 SMALL = {"metadata": {"resourceVersion": "7"}, "items": [{"metadata": {"name": "a"}}]}
 
 
@@ -46,7 +49,23 @@ class Api:
             await self.release.wait()
         if tail == "items":
             return await self._items(request)
+        if tail == "watch":
+            return await self._watch(request)
         return web.json_response({"kind": "PartialObjectMetadata", "metadata": {"name": "x"}})
+
+    async def _watch(self, request: web.Request) -> web.StreamResponse:
+        """WATCH_EVENTS written in pieces cut anywhere: several events in one write, one event over several; ?cut:
+        the stream ends inside the last event."""
+        stream = b"".join(orjson.dumps(event) + b"\n" for event in WATCH_EVENTS)
+        if "cut" in request.query:
+            stream = stream[:-10]
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        for start in range(0, len(stream), 37):
+            await response.write(stream[start:start + 37])
+        await response.write_eof()
+        return response
 
     async def _items(self, request: web.Request) -> web.StreamResponse:
         """A list page: over any small cap when more than one item is asked for, and then it never ends (framed by
@@ -160,6 +179,17 @@ async def test_a_retryable_answer_is_tried_again_and_another_error_is_not():
     assert bad.value.status == 400
     assert [path for _, path, _ in api.seen] == ["/flaky"] * 3 + ["/bad"]
     assert kube.requests[("get", "?", 503)] == 2 and kube.requests[("get", "?", 200)] == 1
+
+
+async def test_a_watch_yields_each_event_however_the_stream_is_cut_and_an_event_cut_short_is_an_error():
+    api = Api()
+    async with api_server(api) as kube:
+        events = [event async for event in kube.watch("/watch", "1")]
+        assert events == [(event["type"], event["object"]) for event in WATCH_EVENTS]
+        with pytest.raises(ApiError, match="ended inside an event") as cut:
+            async for _ in kube.watch("/watch", "1", params={"cut": "1"}):
+                pass
+    assert cut.value.status == 0
 
 
 def test_one_client_serves_one_event_loop_after_another():

@@ -361,13 +361,11 @@ class Kube:
                     opened()
                 buffer = b""
                 async for chunk in resp.content.iter_any():
-                    buffer += chunk
-                    while b"\n" in buffer:
-                        line, buffer = buffer.split(b"\n", 1)
-                        if not line.strip():
-                            continue
-                        event_type, obj = _event(line, path)
-                        yield event_type, obj
+                    # All the events a read brought, split at once (the rest is not copied again for each).
+                    *lines, buffer = (buffer + chunk).split(b"\n") if buffer else chunk.split(b"\n")
+                    for line in lines:
+                        if line.strip():
+                            yield _event(line, path)
                 if buffer.strip():  # the stream ended inside an event: it was cut, not finished
                     raise ApiError(0, f"the watch stream ended inside an event ({len(buffer)} bytes)", "WATCH", path)
         except TRANSPORT_ERRORS as exc:
