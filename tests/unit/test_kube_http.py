@@ -19,6 +19,7 @@ from aiohttp import web
 
 from sextant.kube.client import ACCEPT_METADATA, ApiError, Kube
 from sextant.kube.kubeconfig import Connection
+from tests.harness import serve_app
 
 WATCH_EVENTS = [{"type": kind, "object": {"metadata": {"name": f"o-{i}", "resourceVersion": str(i)}}}
                 for i, kind in enumerate(["ADDED", "MODIFIED", "BOOKMARK", "DELETED", "ADDED"] * 3)]
@@ -89,18 +90,12 @@ class Api:
 async def api_server(api: Api, token: str | None = "t", **kube: Any) -> AsyncIterator[Kube]:
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", api.answer)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     try:
-        async with Kube(Connection(server=f"http://127.0.0.1:{port}", ssl_context=False, _token=token),
-                        user_agent="sextant-test", **kube) as client:
+        async with serve_app(app) as url, Kube(Connection(server=url, ssl_context=False, _token=token),
+                                             user_agent="sextant-test", **kube) as client:
             yield client
     finally:
         api.release.set()
-        await runner.cleanup()
 
 
 async def test_requests_one_after_another_share_one_keep_alive_connection():
