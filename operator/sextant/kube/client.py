@@ -13,7 +13,6 @@ from typing import Any
 
 import aiohttp
 import orjson
-from multidict import CIMultiDict
 
 from . import jsontext
 from .kubeconfig import Connection
@@ -131,7 +130,7 @@ class Kube:
         self._session: aiohttp.ClientSession | None = None
         self._session_loop: asyncio.AbstractEventLoop | None = None
         self._token: str | None = None
-        self._headers: dict[tuple[str | None, bool], CIMultiDict[str]] = {}  # by (content type, metadata only)
+        self._headers: dict[tuple[str | None, bool], dict[str, str]] = {}  # by (content type, metadata only)
 
     async def __aenter__(self) -> Kube:
         return self
@@ -157,7 +156,7 @@ class Kube:
             self._session_loop = loop
         return self._session
 
-    def _prepared(self, content_type: str | None, metadata_only: bool = False) -> CIMultiDict[str]:
+    def _prepared(self, content_type: str | None, metadata_only: bool = False) -> dict[str, str]:
         """A request's headers, built once for each kind of request and token (a rotated token builds them again).
         A header holding a line break (the HTTP API passes its caller's token on) is refused here, before anything
         is sent."""
@@ -166,8 +165,7 @@ class Kube:
             self._token, self._headers = token, {}
         headers = self._headers.get((content_type, metadata_only))
         if headers is None:
-            headers = CIMultiDict({"User-Agent": self.user_agent,
-                                   "Accept": ACCEPT_METADATA if metadata_only else "application/json"})
+            headers = {"User-Agent": self.user_agent, "Accept": ACCEPT_METADATA if metadata_only else "application/json"}
             if token:
                 headers["Authorization"] = f"Bearer {token}"
             if content_type is not None:
