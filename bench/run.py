@@ -600,8 +600,10 @@ async def run_workload(cluster: LocalCluster, config: Config, workload: Workload
                        opts: Options, label: str) -> dict[str, Any]:
     conn = kubeconfig.load(str(cluster.kubeconfig))
     # each component as its own service account (identities.py): the admin would skip flow control altogether
-    ids = identities.setup(cluster, opts.out, label, baseline_workers=config.workers and config.baseline)
     baseline = opts.baseline if config.baseline else None
+    # A baseline from before protocol v2 (no Worker CRD) runs workers of the previous protocol, with their rights.
+    previous_protocol = baseline is not None and not (baseline / "crds" / "workers.sextant.dev.yaml").exists()
+    ids = identities.setup(cluster, opts.out, label, baseline_workers=config.workers and previous_protocol)
     operator = None
     workers: list[WorkerProcess] = []
     spy = None
@@ -627,7 +629,7 @@ async def run_workload(cluster: LocalCluster, config: Config, workload: Workload
                 renice([w.pid for w in workers], opts.nice)
                 result["workers"] = {"processes": len(workers), "slots": opts.worker_slots,
                                      "start_to_registered_s": round(await wait_workers(
-                                         api, namespace, workers, leases=config.baseline), 2)}
+                                         api, namespace, workers, leases=previous_protocol), 2)}
             rec = Recorder(api, config.kind, namespace)
             await rec.start()
             pids = cluster.pids()

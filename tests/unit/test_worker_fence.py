@@ -17,7 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.harness import running, until
+from tests.harness import running, serve_app, until
 from sextant.kube.client import Kube
 from sextant.kube.kubeconfig import Connection
 from sextant.worker.registration import Offer, Registration
@@ -79,16 +79,8 @@ async def serving(api: HangingApi) -> AsyncIterator[Kube]:
     app.router.add_patch("/apis/sextant.dev/v1alpha1/namespaces/shop/workers/{name}", api.patch)
     app.router.add_get("/apis/sextant.dev/v1alpha1/namespaces/shop/{plural}", api.collection)
     app.router.add_get("/apis/sextant.dev/v1alpha1/namespaces/shop/{plural}/{name}", api.get)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        async with Kube(Connection(server=f"http://127.0.0.1:{port}", ssl_context=False), attempts=1) as kube:
-            yield kube
-    finally:
-        await runner.cleanup()
+    async with serve_app(app) as url, Kube(Connection(server=url, ssl_context=False), attempts=1) as kube:
+        yield kube
 
 
 async def test_a_hanging_write_gives_up_by_the_renew_deadline_not_after_the_lease():

@@ -4,6 +4,7 @@ node agent: JSON in, JSON out, retries, counters (per verb, resource and code; w
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 from collections import Counter
@@ -14,7 +15,6 @@ import aiohttp
 import orjson
 
 from . import jsontext
-from .http1 import Connections, TooLarge
 from .kubeconfig import Connection
 
 log = logging.getLogger(__name__)
@@ -25,6 +25,10 @@ RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 FIRST_PAGE = 10  # items on the first page of a list sized by bytes (Kube.pages): objects of any weight fit
 MAX_RETRY_AFTER = 30.0  # seconds; a larger (or malformed) Retry-After is not obeyed blindly
+CONNECTIONS = 256  # keep-alive connections to the API server at most, at once
+CONNECT_TIMEOUT = 10.0  # seconds to open a connection, within a request's own timeout
+# Seconds an idle connection is kept: under the API server's own idle timeout (90 s), so that it is we who close it.
+KEEPALIVE = 60.0
 
 
 # Asked for by writes whose caller needs only the new metadata: the API server sends it as a PartialObjectMetadata
@@ -79,6 +83,10 @@ class Gone(ApiError):
 _BY_STATUS: dict[int, type[ApiError]] = {404: NotFound, 409: Conflict, 410: Gone}
 
 
+class TooLarge(Exception):
+    """An answer longer than its reader would hold (Kube.pages then asks for a smaller page)."""
+
+
 class NotLeader(ApiError):
     """A write refused before it was sent: this replica does not lead (fencing, controller/leader.py)."""
 
@@ -119,10 +127,10 @@ class Kube:
         self.fence = fence  # when set, every write first asks it whether this replica may still write
         self.fenced = 0  # writes refused by the fence
         self.requests: Counter[tuple[str, str, int]] = Counter()  # (verb, resource, code)
-        self._session: aiohttp.ClientSession | None = None  # watches only
-        self._connections: Connections | None = None
-        self._connections_loop: asyncio.AbstractEventLoop | None = None
-        self._headers = {"User-Agent": user_agent, "Accept": "application/json"}
+        self._session: aiohttp.ClientSession | None = None
+        self._session_loop: asyncio.AbstractEventLoop | None = None
+        self._token: str | None = None
+        self._headers: dict[tuple[str | None, bool], dict[str, str]] = {}  # by (content type, metadata only)
 
     async def __aenter__(self) -> Kube:
         return self
@@ -132,31 +140,45 @@ class Kube:
 
     @property
     def session(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(ssl=self.conn.ssl_context, limit=256)
+        """The session of the running event loop: its keep-alive connections belong to that loop (a process may
+        run one loop after another with one Kube)."""
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._session.closed or self._session_loop is not loop:
             self._session = aiohttp.ClientSession(
-                connector=connector,
-                headers=self._headers,
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
+                connector=aiohttp.TCPConnector(ssl=self.conn.ssl_context, limit=CONNECTIONS,
+                                               keepalive_timeout=KEEPALIVE),
+                timeout=_timeout(None),
+                # The API server sets no cookie; and no Accept-Encoding: a gzipped list page costs the API server
+                # and this process CPU that a local link does not pay back.
+                cookie_jar=aiohttp.DummyCookieJar(),
+                skip_auto_headers=("Accept-Encoding",),
             )
+            self._session_loop = loop
         return self._session
 
-    @property
-    def connections(self) -> Connections:
-        """The keep-alive connections of request-answer calls (http1.py), of the running event loop."""
-        loop = asyncio.get_running_loop()
-        if self._connections is None or self._connections_loop is not loop:
-            self._connections = Connections(self.conn.server, self.conn.ssl_context)
-            self._connections_loop = loop
-        return self._connections
+    def _prepared(self, content_type: str | None, metadata_only: bool = False) -> dict[str, str]:
+        """A request's headers, built once for each kind of request and token (a rotated token builds them again).
+        A header holding a line break (the HTTP API passes its caller's token on) is refused here, before anything
+        is sent."""
+        token = self.conn.token()
+        if token != self._token:
+            self._token, self._headers = token, {}
+        headers = self._headers.get((content_type, metadata_only))
+        if headers is None:
+            headers = {"User-Agent": self.user_agent, "Accept": ACCEPT_METADATA if metadata_only else "application/json"}
+            if token:
+                headers["Authorization"] = f"Bearer {token}"
+            if content_type is not None:
+                headers["Content-Type"] = content_type
+            if any("\r" in value or "\n" in value for value in headers.values()):
+                raise ValueError("a request header holds a line break")
+            self._headers[(content_type, metadata_only)] = headers
+        return headers
 
     async def close(self) -> None:
-        if self._connections is not None:
-            self._connections.close()
-            self._connections = None
-            await asyncio.sleep(0)  # the closes go out (and the server hears them) before the loop may end
-        if self._session is not None:
+        if self._session is not None and self._session_loop is asyncio.get_running_loop():
             await self._session.close()
+        self._session = None
 
     def _count(self, verb: str, path: str, code: int) -> None:
         self.requests[(verb, _resource_of(path), code)] += 1
@@ -180,29 +202,30 @@ class Kube:
             self.fenced += 1
             raise NotLeader(method, path)
         data = orjson.dumps(body) if body is not None else None
-        headers = {**self._headers, **self.conn.headers()}
-        if data is not None:
-            headers["Content-Type"] = content_type
-        if metadata_only:
-            headers["Accept"] = ACCEPT_METADATA
+        try:
+            headers = self._prepared(content_type if data is not None else None, metadata_only)
+        except ValueError as exc:
+            raise ApiError(0, str(exc), method, path) from None
         verb = _VERBS.get(method, method.lower()) if method != "GET" else ("list" if _is_list(path) else "get")
+        url = self.conn.server + path
         for attempt in range(1, self.attempts + 1):
             try:
-                answer = await self.connections.request(method, path, params=params, headers=headers, body=data,
-                                                        timeout=timeout, max_bytes=max_bytes)
-                self._count(verb, path, answer.status)
-                raw = answer.body
+                async with self.session.request(method, url, params=params, data=data, headers=headers,
+                                                timeout=_timeout(timeout), allow_redirects=False) as resp:
+                    raw = await _read(resp, max_bytes)
+                status = resp.status
+                self._count(verb, path, status)
                 payload = _decode(raw)
-                if answer.status < 300:
+                if status < 300:
                     if isinstance(payload, dict):
                         return payload, len(raw)
                     if raw.strip():  # a body that is not a JSON object: cut short, or not the API server's
                         raise ValueError(f"malformed response ({len(raw)} bytes): {raw[:100]!r}")
                     return {}, len(raw)
-                error = ApiError(answer.status, payload, method, path)
-                if not retry or answer.status not in RETRYABLE_STATUS or attempt == self.attempts:
+                error = ApiError(status, payload, method, path)
+                if not retry or status not in RETRYABLE_STATUS or attempt == self.attempts:
                     raise error
-                delay = retry_after(answer.headers.get("retry-after"))
+                delay = retry_after(resp.headers.get("Retry-After"))
             except (*TRANSPORT_ERRORS, ValueError) as exc:
                 self._count(verb, path, 0)
                 if not retry or attempt == self.attempts:
@@ -327,9 +350,8 @@ class Kube:
         query = {**(params or {}), "watch": "true", "resourceVersion": resource_version,
                  "allowWatchBookmarks": "true", "timeoutSeconds": str(timeout)}
         try:
-            async with self.session.get(self.conn.server + path, params=query, headers=self.conn.headers(),
-                                        timeout=aiohttp.ClientTimeout(total=timeout + 30, sock_connect=10,
-                                                                      sock_read=timeout + 30)) as resp:
+            async with self.session.get(self.conn.server + path, params=query, headers=self._prepared(None),
+                                        timeout=_timeout(timeout + 30, read=True)) as resp:
                 self._count("watch", path, resp.status)
                 if resp.status >= 300:
                     raise ApiError(resp.status, _decode(await resp.read()), "WATCH", path)
@@ -337,13 +359,11 @@ class Kube:
                     opened()
                 buffer = b""
                 async for chunk in resp.content.iter_any():
-                    buffer += chunk
-                    while b"\n" in buffer:
-                        line, buffer = buffer.split(b"\n", 1)
-                        if not line.strip():
-                            continue
-                        event_type, obj = _event(line, path)
-                        yield event_type, obj
+                    # All the events a read brought, split at once (the rest is not copied again for each).
+                    *lines, buffer = (buffer + chunk).split(b"\n") if buffer else chunk.split(b"\n")
+                    for line in lines:
+                        if line.strip():
+                            yield _event(line, path)
                 if buffer.strip():  # the stream ended inside an event: it was cut, not finished
                     raise ApiError(0, f"the watch stream ended inside an event ({len(buffer)} bytes)", "WATCH", path)
         except TRANSPORT_ERRORS as exc:
@@ -366,6 +386,29 @@ def _event(line: bytes, path: str) -> tuple[str, dict[str, Any]]:
         code = status.get("code")
         raise ApiError(code if isinstance(code, int) else 500, status, "WATCH", path)
     return event["type"], event["object"]
+
+
+@functools.lru_cache(maxsize=16)
+def _timeout(seconds: float | None, read: bool = False) -> aiohttp.ClientTimeout:
+    """A request's whole timeout (and, read: between reads), built once for each value a caller uses."""
+    return aiohttp.ClientTimeout(total=seconds, sock_connect=CONNECT_TIMEOUT, sock_read=seconds if read else None)
+
+
+async def _read(resp: aiohttp.ClientResponse, max_bytes: int | None) -> bytes:
+    """The answer's body; with max_bytes, TooLarge once it is longer, and no more of it read (its connection is
+    closed, not reused: it is mid-answer)."""
+    if max_bytes is None:
+        return await resp.read()
+    if resp.content_length is not None and resp.content_length > max_bytes:
+        resp.close()
+        raise TooLarge(resp.content_length)
+    body = bytearray()
+    async for chunk in resp.content.iter_any():
+        body += chunk
+        if len(body) > max_bytes:
+            resp.close()
+            raise TooLarge(len(body))
+    return bytes(body)
 
 
 def with_metadata(obj: dict[str, Any], answer: dict[str, Any]) -> dict[str, Any]:
