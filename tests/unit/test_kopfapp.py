@@ -117,7 +117,9 @@ def run_operator(monkeypatch, also_watch: str | None = None) -> FakeAPIServer:
     def settled() -> bool:
         kopfs = {path for path, _ in server.by("kopf/")}
         watched = {path.rsplit("/", 1)[1] for path, watch in server.by("sextant-operator") if watch}
-        return {"/api/v1", "/apis"} <= kopfs and set(LOW_RATE) <= watched
+        # With a kopf handler added, kopf's list of its kind too (else the informers may be done first).
+        extra = {f"/apis/{GROUP}/{VERSION}/namespaces/ns/{also_watch}"} if also_watch else set()
+        return {"/api/v1", "/apis"} | extra <= kopfs and set(LOW_RATE) <= watched
 
     async def main() -> None:
         runner = web.AppRunner(server.app(), handler_cancellation=True)  # no handler outlives its watch
