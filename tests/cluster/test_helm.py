@@ -204,8 +204,8 @@ def test_default_values_render_a_two_replica_restricted_operator_with_cluster_wi
     assert kinds == sorted(["ServiceAccount", *["ClusterRole"] * 5, "ClusterRoleBinding",
                             "ClusterRoleBinding", "Role", "RoleBinding", "Service", "Deployment",
                             "PodDisruptionBudget", "NetworkPolicy", "Secret",
-                            *["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"] * 3,  # handler
-                            # pod security, leases, workers
+                            *["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"] * 4,  # handler
+                            # pod security, leases, workers, jobs
                             "PriorityLevelConfiguration", "FlowSchema"]), kinds  # fmt: skip
     # The users' roles, aggregated into Kubernetes' view / edit / admin; no status rights, nothing but sextant.dev.
     view, edit = one(docs, "ClusterRole", "sx-sextant-view"), one(docs, "ClusterRole", "sx-sextant-edit")
