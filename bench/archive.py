@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import random
 import statistics
@@ -39,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from sqlalchemy import text  # noqa: E402
 
-from bench.report import git_revision  # noqa: E402
+from bench.report import git_revision, write_report  # noqa: E402
 from sextant.archive.query import Filters  # noqa: E402
 from sextant.archive.record import record_of  # noqa: E402
 from sextant.archive.settings import PAYLOAD_MAX_BYTES  # noqa: E402
@@ -213,11 +212,7 @@ def main() -> int:
     report = {"stamp": stamp, "command": " ".join(["python bench/archive.py", *sys.argv[1:]]),
               "commit": commit, "cpus": os.cpu_count(),
               "loadavg": [round(x, 2) for x in os.getloadavg()], "result": result}
-    args.out.mkdir(parents=True, exist_ok=True)
-    base = args.out / f"{stamp}-archive-{args.backend}"
-    base.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
-    base.with_suffix(".md").write_text(markdown(report))
-    print(markdown(report))
+    base = write_report(args.out, f"{stamp}-archive-{args.backend}", report, markdown(report))
     print(f"wrote {base}.json and .md", file=sys.stderr)
     return 0
 

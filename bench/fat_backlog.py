@@ -48,7 +48,7 @@ from sextant.kube.client import Conflict, Kube  # noqa: E402
 from sextant.resources import API_VERSION as API, contract  # noqa: E402
 from sextant.resources.job import PAYLOAD_MAX_BYTES, payload_size  # noqa: E402
 
-from .report import git_revision  # noqa: E402
+from .report import git_revision, write_report  # noqa: E402
 
 
 STRING_BYTES = 4096  # --shape strings: each value this long
@@ -264,11 +264,7 @@ def main() -> int:
                                        "create_s": round(created, 1), "control_plane_mb": held, "starts": starts})
             cluster.kubectl("delete", "namespace", ns, "--wait=false")
         report["loadavg"] = [round(x, 2) for x in os.getloadavg()]
-        args.out.mkdir(parents=True, exist_ok=True)
-        base = args.out / f"{stamp}-fat-backlog"
-        base.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
-        base.with_suffix(".md").write_text(markdown(report))
-        print(markdown(report))
+        base = write_report(args.out, f"{stamp}-fat-backlog", report, markdown(report))
         print(f"wrote {base}.json and .md; operator logs in {work}", file=sys.stderr)
         return 0
     finally:

@@ -3,6 +3,7 @@ request, the JSON, and the plot of jobs completed over time."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections import defaultdict
 from pathlib import Path
@@ -25,6 +26,16 @@ ORDER = ("W", "WN", "WA", "WQ", "WB", "S", "SA", "SQ", "SB", "A0", "A1", "S0", "
 RATIOS = (("W", "A1"), ("WN", "W"), ("WA", "W"), ("WQ", "W"), ("SA", "S"), ("W", "WB"), ("W", "S"), ("S", "A0"), ("S", "A1"))
 # The processes measured, each on its own row of CPU ms per job (the workers summed).
 COMPONENTS = ("operator", "kube-apiserver", "etcd", "kube-controller-manager", "kube-scheduler", "kwok-controller")
+
+
+def write_report(out: Path, name: str, report: dict[str, Any], markdown: str) -> Path:
+    """A report as out/NAME.json and out/NAME.md (the two files a closing note cites); the .md is also printed."""
+    out.mkdir(parents=True, exist_ok=True)
+    base = out / name
+    base.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+    base.with_suffix(".md").write_text(markdown)
+    print(markdown)
+    return base
 
 
 def _get(result: dict[str, Any], path: str) -> Any:
