@@ -180,8 +180,8 @@ class Kube:
             await self._session.close()
         self._session = None
 
-    def _count(self, verb: str, path: str, code: int) -> None:
-        self.requests[(verb, _resource_of(path), code)] += 1
+    def _count(self, verb: str, resource: str, code: int) -> None:
+        self.requests[(verb, resource, code)] += 1
 
     async def request(self, method: str, path: str, *, params: dict[str, Any] | None = None,
                       body: Any = None, content_type: str = "application/json",
@@ -207,6 +207,7 @@ class Kube:
         except ValueError as exc:
             raise ApiError(0, str(exc), method, path) from None
         verb = _VERBS.get(method, method.lower()) if method != "GET" else ("list" if _is_list(path) else "get")
+        resource = _resource_of(path)  # once, not per try: the counters' key
         url = self.conn.server + path
         for attempt in range(1, self.attempts + 1):
             try:
@@ -214,7 +215,7 @@ class Kube:
                                                 timeout=_timeout(timeout), allow_redirects=False) as resp:
                     raw = await _read(resp, max_bytes)
                 status = resp.status
-                self._count(verb, path, status)
+                self._count(verb, resource, status)
                 payload = _decode(raw)
                 if status < 300:
                     if isinstance(payload, dict):
@@ -227,7 +228,7 @@ class Kube:
                     raise error
                 delay = retry_after(resp.headers.get("Retry-After"))
             except (*TRANSPORT_ERRORS, ValueError) as exc:
-                self._count(verb, path, 0)
+                self._count(verb, resource, 0)
                 if not retry or attempt == self.attempts:
                     raise ApiError(0, f"{type(exc).__name__}: {exc}", method, path) from exc
                 delay = 0.0
@@ -352,7 +353,7 @@ class Kube:
         try:
             async with self.session.get(self.conn.server + path, params=query, headers=self._prepared(None),
                                         timeout=_timeout(timeout + 30, read=True)) as resp:
-                self._count("watch", path, resp.status)
+                self._count("watch", _resource_of(path), resp.status)
                 if resp.status >= 300:
                     raise ApiError(resp.status, _decode(await resp.read()), "WATCH", path)
                 if opened is not None:
@@ -367,7 +368,7 @@ class Kube:
                 if buffer.strip():  # the stream ended inside an event: it was cut, not finished
                     raise ApiError(0, f"the watch stream ended inside an event ({len(buffer)} bytes)", "WATCH", path)
         except TRANSPORT_ERRORS as exc:
-            self._count("watch", path, 0)
+            self._count("watch", _resource_of(path), 0)
             raise ApiError(0, f"{type(exc).__name__}: {exc}", "WATCH", path) from exc
 
 
