@@ -182,12 +182,6 @@ class Slots:
         picked = self._picked.get(job)
         return picked[1].holder if picked else None
 
-    def unpick(self, job: Key) -> None:
-        """The worker picked for job is not used (the job was not assigned after all): its slot is free again."""
-        picked = self._picked.pop(job, None)
-        if picked is not None:
-            self._drop_inflight((picked[0], picked[1].name))
-
     def busy(self, ns: str) -> dict[str, int]:
         """Per worker of the namespace: its assignments not yet reported, and the jobs granted to it not yet
         assigned."""

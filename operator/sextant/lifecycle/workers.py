@@ -233,9 +233,8 @@ def observe_assignment(assignment: Assignment, worker_name: str, worker: Believe
     if lost is not None:
         return AssignmentObservation(**base, phase="Failed", reason=LEASE_EXPIRED, message=lost, started_at=assigned,
                                      assigned_at=assigned)
-    stop_at = parse_time(assignment.stop_requested_at)
-    if stop_at is not None and now >= stop_at + timedelta(seconds=assignment.cancel_grace_seconds or 0) + \
-            REPORT_AFTER_GRACE:
+    deadline = report_deadline(assignment)
+    if deadline is not None and now >= deadline:
         return AssignmentObservation(**base, phase="Failed", started_at=assigned, assigned_at=assigned,
                                      message="the worker did not report the stopped attempt in time")
     since = max(assigned, landed_at) if landed_at is not None else assigned

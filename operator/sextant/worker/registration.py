@@ -275,10 +275,6 @@ class Registration:
         self._written.clear()
         await self._written.wait()
 
-    def expires_in(self) -> float:
-        """Seconds until the operator may see the worker expire (negative: it may already)."""
-        return self._acked_at + self._acked_seconds - self.monotonic()
-
     async def run(self) -> None:
         """Write until cancelled or taken over."""
         while not self.taken_over.is_set():
