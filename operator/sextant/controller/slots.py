@@ -394,7 +394,7 @@ class Slots:
             room = max(0, self.pending_limit - self.waiting(queue))
         now = self.now()
         taken = take(line, limits, self.holders(queue), self._key_holders.get(queue, {}), starts, now,
-                     self._startable, room, SKIP_LIMIT)
+                     self._startable_in(queue[0]), room, SKIP_LIMIT)
         for job, key in taken.granted:
             del self._in_line[job]
             self._reserved.add(job)
@@ -434,19 +434,34 @@ class Slots:
             self._note_starts(job, record, starts)
         return starts
 
-    def _startable(self, job: Key) -> bool:
-        """A pod-mode job can always start once it has a slot; a worker-mode job needs a worker with room (picked
-        now, held until release)."""
-        record = self.view.live_job(job)
-        queue, name = (record.queue, record.handler) if record is not None else ("", "")
-        handler = self.view.handlers.get((job[0], name))
-        if handler is None or not handler.on_workers:
+    def _startable_in(self, ns: str) -> Callable[[Key], bool]:
+        """Whether a job of the namespace can start now, as admission.take asks of each job it looks at: a pod-mode
+        job can once it has a slot; a worker-mode job needs a worker with room (picked now, held until release).
+        The workers and their load are read once per take, not once per job looked at: take runs without a pause,
+        so only its own picks change them (counted here too), and a queue and handler no worker had room for is not
+        looked for again in the same take (a full pool would otherwise cost SKIP_LIMIT reads per take)."""
+        workers: list[tuple[W.Believed, bool]] | None = None
+        busy: dict[str, int] = {}
+        full: set[tuple[str, str]] = set()
+
+        def startable(job: Key) -> bool:
+            nonlocal workers, busy
+            record = self.view.live_job(job)
+            queue, name = (record.queue, record.handler) if record is not None else ("", "")
+            handler = self.view.handlers.get((ns, name))
+            if handler is None or not handler.on_workers or job in self._picked:
+                return True
+            if (queue, name) in full:
+                return False
+            if workers is None:
+                workers, busy = self.view.assignable_workers(ns), self.busy(ns)
+            chosen = W.pick_worker(workers, queue, name, busy)
+            if chosen is None:
+                full.add((queue, name))
+                return False
+            self._picked[job] = (ns, chosen)
+            self._inflight[(ns, chosen.name)] += 1
+            busy[chosen.name] = busy.get(chosen.name, 0) + 1
             return True
-        if job in self._picked:
-            return True
-        chosen = W.pick_worker(self.view.assignable_workers(job[0]), queue, name, self.busy(job[0]))
-        if chosen is None:
-            return False
-        self._picked[job] = (job[0], chosen)
-        self._inflight[(job[0], chosen.name)] += 1
-        return True
+
+        return startable
