@@ -16,7 +16,7 @@ from sextant.resources.handler import Handler
 from sextant.resources.job import Job
 from sextant.resources.queue import Queue
 from sextant.resources.schedule import Schedule
-from tests.harness import Cluster, namespace_name, repo_root
+from tests.harness import Cluster, kstatus, namespace_name, repo_root
 
 CRDS = repo_root() / "crds"
 EXAMPLES = repo_root() / "examples"
@@ -91,6 +91,27 @@ def test_the_examples_are_accepted_as_written(installed, ns):
             assert contains(doc["spec"], stored["spec"]), f"{path.name}: stored {stored['spec']}"
     listed = installed.kubectl("get", "sextant", "-n", ns, "-o", "name").stdout.split()
     assert len(listed) >= 4
+
+
+def test_a_job_nobody_has_written_reads_queued_everywhere_a_reader_looks(installed, ns):
+    """No operator here: the API server's default says `queued` on the create's answer, a GET, a list by field
+    selector and the printer column, and keeps it beside what another writer merges into the status; its
+    observedGeneration 0 tells kstatus the job is in progress (not Current)."""
+    created = json.loads(installed.kubectl("create", "-n", ns, "-o", "json", "-f", "-", input=json.dumps(
+        obj("Job", "job-unwritten", {"queue": "q", "handler": "h"}))).stdout)
+    unwritten = {"state": "queued", "observedGeneration": 0}
+    assert created["status"] == unwritten
+    assert get(installed, ns, "Job", "job-unwritten")["status"] == unwritten
+    listed = installed.kubectl("get", PLURALS["Job"], "-n", ns, "--field-selector", "status.state=queued",
+                               "-o", "name").stdout.split()
+    assert f"job.sextant.dev/job-unwritten" in listed
+    column = installed.kubectl("get", PLURALS["Job"], "job-unwritten", "-n", ns, "-o",
+                               "custom-columns=STATE:.status.state", "--no-headers").stdout.strip()
+    assert column == "queued"
+    assert kstatus.compute(get(installed, ns, "Job", "job-unwritten")).status == kstatus.IN_PROGRESS
+    installed.kubectl("patch", PLURALS["Job"], "job-unwritten", "-n", ns, "--subresource=status", "--type=merge",
+                      "-p", '{"status": {"cancelRequested": "replaced"}}')
+    assert get(installed, ns, "Job", "job-unwritten")["status"] == {**unwritten, "cancelRequested": "replaced"}
 
 
 @dataclass

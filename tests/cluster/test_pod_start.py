@@ -16,7 +16,8 @@ from kubernetes import config as k8s_config
 
 from tests.harness import holds_for, wait_for
 
-from .support import JobRecorder, apply, follow, get_json, handler, job, queue, timeline_of, wait_all, wait_state
+from .support import (JobRecorder, apply, follow, get_json, handler, job, queue, status, timeline_of, wait_all,
+                      wait_state)
 
 
 def ts(text: str) -> datetime:
@@ -32,8 +33,11 @@ def nowhere_handler(name: str = "h") -> dict:
 
 def test_an_unschedulable_pod_keeps_the_job_queued_then_fails_unschedulable(cluster, namespace, operator):
     apply(cluster, namespace, queue("q", maxAttempts=1, startTimeout="6s"), nowhere_handler(), job("job-stuck"))
-    seen = wait_state(cluster, namespace, "job-stuck", "queued", "dead", timeout=30)
-    assert seen["state"] == "queued", seen  # written queued once the scheduler said Unschedulable
+    # Written queued (it read queued before, the CRD's default) once the scheduler said Unschedulable: why it waits.
+    wait_for(lambda: "Unschedulable" in status(cluster, namespace, "job-stuck").get("message", ""), 30,
+             message="the job to say its pod is unschedulable")
+    seen = status(cluster, namespace, "job-stuck")
+    assert seen["state"] == "queued", seen
     assert seen.get("sequence", 0) == 0 and not seen.get("attempts"), seen
     assert "job-stuck-1" in seen.get("message", ""), seen
     assert get_json(cluster, namespace, "pod", "job-stuck-1")["status"]["phase"] == "Pending"
@@ -82,7 +86,8 @@ def test_a_job_that_ends_within_a_second_of_its_start_is_written_once_to_its_end
 
 
 def test_queued_until_the_handler_starts(cluster, namespace, operator):
-    """A pod that takes longer than a few seconds to start: the job is written queued (not running) meanwhile."""
+    """A pod that takes a while to start: the job reads queued meanwhile (not running), the CRD's default, from
+    its creation on, without a write of its own: its start is its first write."""
     with JobRecorder(cluster.kubeconfig, namespace) as recorder:
         apply(cluster, namespace, queue("q"),
               handler("h", annotations={"sextant.dev/test-start-delay": "8s", "sextant.dev/test-duration": "3s"}),
@@ -90,8 +95,8 @@ def test_queued_until_the_handler_starts(cluster, namespace, operator):
         seen = wait_state(cluster, namespace, "job-late", "queued", "running", "succeeded", timeout=30)
         assert seen["state"] == "queued", seen
         final = wait_state(cluster, namespace, "job-late", "succeeded", timeout=40)
-    changes = [r.state for r in recorder.records if r.name == "job-late" and r.kind == "MODIFIED"]
-    assert changes == ["queued", "running", "succeeded"], changes
+    seen = [(r.kind, r.state) for r in recorder.records if r.name == "job-late"]
+    assert seen == [("ADDED", "queued"), ("MODIFIED", "running"), ("MODIFIED", "succeeded")], seen
     pod = get_json(cluster, namespace, "pod", "job-late-1")
     started = ts(final["attempts"][0]["startedAt"])
     assert (started - ts(pod["metadata"]["creationTimestamp"])).total_seconds() >= 7

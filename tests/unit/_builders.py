@@ -71,7 +71,7 @@ def obs(*pods: PodObservation, queue_spec: Any = _DEFAULT, handler_spec: Any = _
 
 
 def decide(job: T.JobSnapshot, observed: T.Observations, now: datetime,
-           record_queued_after: timedelta = RECORD_QUEUED_AFTER) -> T.Decision:
+           record_queued_after: timedelta | None = RECORD_QUEUED_AFTER) -> T.Decision:
     """The rules' decision as the operator carries it out: its write policy may hold the status a moment
     (controller/writes.py)."""
     return scheduled(job, T.reconcile(job, observed, now), observed, now, record_queued_after)

@@ -573,9 +573,10 @@ async def test_the_attempts_pod_is_created_before_the_status_records_it():
     assert api.objects[f"{JOBS}/job-a"]["status"]["state"] == "running"
 
 
-@pytest.mark.parametrize("settings, queued_at", [({}, 5.1), ({"record_queued_after": timedelta(minutes=5)}, 300.1)])
+@pytest.mark.parametrize("settings, queued_at", [({"record_queued_after": timedelta(seconds=5)}, 5.1),
+                                                ({"record_queued_after": timedelta(minutes=5)}, 300.1)])
 async def test_a_new_job_whose_pod_is_slow_to_start_is_written_queued_after_record_queued_after(settings, queued_at):
-    """`--record-queued-after` (default 5 s): how long a new job whose pod is starting goes without a state."""
+    """`--record-queued-after`: how long a new job whose pod is starting goes unwritten before `queued` is."""
     clock = Clock()
     api = JobsApi(clock)
     api.job("job-a")
@@ -592,6 +593,22 @@ async def test_a_new_job_whose_pod_is_slow_to_start_is_written_queued_after_reco
     await controller.reconcile(key)  # (the wake-up the reconcile set)
     assert api.writes == [("create", pod_of("job-a")), ("status", "job-a")]
     assert api.objects[f"{JOBS}/job-a"]["status"]["state"] == "queued"
+
+
+async def test_a_new_job_whose_pod_is_slow_to_start_is_not_written_until_it_starts():
+    """By default a new job whose pod is starting is not written queued at all (the API server shows the CRD's
+    default, `queued`); no wake-up is set for it but the start timeout's."""
+    clock = Clock()
+    api = JobsApi(clock)
+    api.job("job-a")
+    key = (NS, "job-a")
+    controller = job_controller(api, clock)
+    clock.to(0.1)
+    await controller.reconcile(key)
+    clock.to(300)
+    await controller.reconcile(key)
+    assert api.writes == [("create", pod_of("job-a"))], "no status write while the pod starts"
+    assert controller.timers._due[key] == pytest.approx(T0.timestamp() + 0.1 + 600)  # the queue's startTimeout
 
 
 async def test_the_echo_of_its_own_status_write_is_looked_at_and_the_look_sets_the_lease_wake_up():

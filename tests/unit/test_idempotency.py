@@ -72,7 +72,10 @@ def test_the_holder_is_the_job_that_claimant_does_not_call_a_duplicate(rows, at)
 def test_undecided_means_no_state_and_no_attempt_yet_or_a_duplicate():
     assert I.undecided(None, started=False) and I.undecided({}, started=False)
     assert I.undecided({"state": "cancelled", "duplicateOf": "job-a"}, started=False)
-    assert not I.undecided({"state": "queued"}, started=False)
+    assert not I.undecided({"state": "queued", "queuedAt": "2026-12-07T10:00:00Z", "observedGeneration": 1},
+                           started=False)
+    # the CRD's default (a job nobody has written reads queued) is no decision
+    assert I.undecided({"state": "queued", "observedGeneration": 0}, started=False)
     # admitted on first sight: its pod exists, its state is written when the pod starts
     assert not I.undecided({}, started=True)
 

@@ -424,50 +424,51 @@ def test_a_pod_deleted_before_it_started_never_ran():
 
 
 def test_a_new_job_admitted_at_once_is_not_written_while_its_pod_starts():
-    """First sight and admission in one reconcile: the status stays unwritten for RECORD_QUEUED_AFTER."""
+    """First sight and admission in one reconcile: the status stays unwritten (it reads `queued`, the CRD's
+    default) while the pod starts quietly, however long; the start is its first write."""
     job = Job(now=at(1))
     decided = T.reconcile(job.snap(), job.observe(), job.now)
     assert decided.status.state == Q
     started = T.admit(snapshot(decided.status), job.observe(), job.now)
     held = writes.scheduled(job.snap(), started, job.observe(), job.now, waiting_since=job.now)
     assert held.status == JobStatus() and held.events == [] and creates(held) == creates(started)
-    assert held.wake_at == at(1) + writes.RECORD_QUEUED_AFTER
+    assert held.wake_at == started.wake_at  # the start timeout; no wake-up to write `queued`
     # Later reconciles keep holding while the pod starts quietly ...
     job.pods[1] = pod(1, "Pending", created_at=at(1))
-    job.advance(3)
+    job.advance(300)
     d = decide(job.snap(), job.observe(), job.now)
-    assert d.status == JobStatus() and d.wake_at == at(1) + writes.RECORD_QUEUED_AFTER
-    # ... and a start in time is the job's first write: running.
+    assert d.status == JobStatus() and d.wake_at == at(1) + timedelta(minutes=10)  # the queue's startTimeout
+    # ... and a start is the job's first write: running.
     job.pods[1] = pod(1, "Running", created_at=at(1), started_at=at(3))
     assert decide(job.snap(), job.observe(), job.now).status.state == R
 
 
-def test_a_new_job_in_line_for_a_slot_is_not_written_queued_until_it_has_waited():
-    """No free slot yet: the queued write waits RECORD_QUEUED_AFTER from when the job became runnable, so a slot
-    that comes sooner makes the take its first write (create, take, finish)."""
+def test_a_new_job_in_line_for_a_slot_is_not_written_queued():
+    """No free slot yet: no write while it waits in line (it reads `queued`), so the take is its first write
+    (create, take, finish)."""
     job = Job(now=at(1))
     decided = T.reconcile(job.snap(), job.observe(), job.now)
     held = writes.scheduled(job.snap(), decided, job.observe(), job.now, waiting_since=at(1))
-    assert held.status == JobStatus() and held.events == [] and held.wake_at == at(1) + writes.RECORD_QUEUED_AFTER
-    job.advance(writes.RECORD_QUEUED_AFTER.total_seconds())
+    assert held.status == JobStatus() and held.events == [] and held.wake_at == decided.wake_at
+    job.advance(3600)
     later = T.reconcile(job.snap(), job.observe(), job.now)
-    assert writes.scheduled(job.snap(), later, job.observe(), job.now, waiting_since=at(1)) is later and \
-        later.status.state == Q
+    assert writes.scheduled(job.snap(), later, job.observe(), job.now, waiting_since=at(1)).status == JobStatus()
 
 
-def test_a_longer_record_queued_after_holds_the_first_write_longer_but_never_a_stuck_pod():
-    """`sextant operator --record-queued-after`: a pod starting quietly for 5 minutes keeps its new job unwritten
-    under a 1 h setting (the start is then the first write); a pod that says it is stuck is written at once."""
-    hour = timedelta(hours=1)
+def test_record_queued_after_writes_a_waiting_new_job_queued_after_that_long_but_never_holds_a_stuck_pod():
+    """`sextant operator --record-queued-after`: a pod starting quietly keeps its new job unwritten for that long
+    (5 s: written queued after; 1 h: the start is the first write); a pod that says it is stuck is written at once."""
+    hour, five = timedelta(hours=1), timedelta(seconds=5)
     job = Job(now=at(1))
     job.pods[1] = pod(1, "Pending", created_at=at(1))
     job.advance(300)
     d = decide(job.snap(), job.observe(), job.now, hour)
     assert d.status == JobStatus() and d.actions == []
     assert d.wake_at == at(1) + timedelta(minutes=10)  # the queue's startTimeout ends before the hold
-    assert decide(job.snap(), job.observe(), job.now).status.state == Q  # the default: 5 s
+    assert decide(job.snap(), job.observe(), job.now, five).status.state == Q
     job.pods[1] = pod(1, "Pending", created_at=at(1), unschedulable=True)
     assert decide(job.snap(), job.observe(), job.now, hour).status.state == Q
+    assert decide(job.snap(), job.observe(), job.now).status.state == Q  # by default too
     # In line for a slot: the same hold, from when the job became runnable.
     fresh = Job(now=at(1))
     decided = T.reconcile(fresh.snap(), fresh.observe(), fresh.now)

@@ -100,3 +100,25 @@ def test_the_crd_keeps_the_old_name_deprecated_and_requires_neither() -> None:
         assert {"run", "sequence"} <= set(node["properties"])
         assert node["properties"]["run"]["description"].startswith("Deprecated")
         assert not {"run", "sequence"} & set(node.get("required", []))
+
+
+def test_a_status_the_lifecycle_never_wrote_is_read_without_its_default_state():
+    """The Job CRD's default (state: queued) is not a state the lifecycle decided: a job read with it alone, or with
+    what other writers add (a Schedule's cancelRequested, the Invalid condition), is new to the lifecycle; a status
+    of this version or the previous one (queuedAt, attempts, observedGeneration...) is read as written."""
+    from sextant.resources.job import UNWRITTEN_STATUS, written_status
+
+    raw = {"metadata": {"name": JOB, "uid": UID, "creationTimestamp": format_time(T0), "generation": 1},
+           "spec": {"queue": "q", "handler": "h"}}
+    for status in (UNWRITTEN_STATUS, {**UNWRITTEN_STATUS, "cancelRequested": "replaced"}):
+        assert read_job({**raw, "status": status}).status.state is None, status
+    assert written_status({**UNWRITTEN_STATUS, "cancelRequested": "replaced"}) == {"cancelRequested": "replaced"}
+    assert written_status({"state": "queued"}) == {}  # (created before the observedGeneration default)
+    invalid = [{"type": "Invalid", "status": "True", "reason": "Invalid"}]
+    assert written_status({**UNWRITTEN_STATUS, "conditions": invalid}) == {"conditions": invalid}
+    assert read_job({**raw, "status": OLD_STATUS}).status.state == "queued"
+    # A status the previous version wrote without observedGeneration reads the default 0 now: still as written.
+    assert read_job({**raw, "status": {**OLD_STATUS, "observedGeneration": 0}}).status.state == "queued"
+    assert written_status({"state": "queued", "observedGeneration": 1}) == {"state": "queued", "observedGeneration": 1}
+    assert read_job({**raw, "status": {"state": "queued", "queuedAt": "2026-03-01T11:59:00Z"}}).status.state == "queued"
+    assert written_status(None) == {} and written_status({"state": "running"}) == {"state": "running"}

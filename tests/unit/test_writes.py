@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from _builders import at, pod, queue, handler, snapshot
-from sextant.controller.writes import RECORD_QUEUED_AFTER, RECORD_RUNNING_AFTER, hold_until, scheduled
+from sextant.controller.writes import RECORD_QUEUED_AFTER, RECORD_RUNNING_AFTER, UNTIL_CHANGED, hold_until, scheduled
 from sextant.lifecycle.attempts import AssignmentObservation
 from sextant.lifecycle.decision import Decision, DeletePod, Event, Observations
 from sextant.resources.job import JobStatus, State
@@ -54,19 +54,19 @@ CASES = {
     "assignment landed half a second ago": (QUEUED, RUNNING, assignment("Running", 0.5), None, after(0.5)),
     "assignment landed a second ago": (QUEUED, RUNNING, assignment("Running", 1), None, None),
     "running, written already": (RUNNING, RUNNING, started(0.5), None, None),
-    # A new job's first write waits while its pod starts quietly, or while it waits in line for a slot.
-    "new, its pod created 3 s ago": (NEW, QUEUED, pending(3), None, after(2)),
-    "new, its pod created 5 s ago": (NEW, QUEUED, pending(5), None, None),
-    "new, its pod's creation unknown": (NEW, QUEUED, pending(None), None, after(5)),
+    # A new job's first write waits while its pod starts quietly, or while it waits in line for a slot: it reads
+    # `queued` without it (the CRD's default), so until something else is to be said.
+    "new, its pod created 3 s ago": (NEW, QUEUED, pending(3), None, UNTIL_CHANGED),
+    "new, its pod created an hour ago": (NEW, QUEUED, pending(3600), None, UNTIL_CHANGED),
+    "new, its pod's creation unknown": (NEW, QUEUED, pending(None), None, UNTIL_CHANGED),
     "new, its pod creating its container": (NEW, QUEUED, pending(1, waiting_reason="ContainerCreating"), None,
-                                            after(4)),
+                                            UNTIL_CHANGED),
     "new, its pod unschedulable": (NEW, QUEUED, pending(1, unschedulable=True), None, None),
     "new, its pod's image not pulled": (NEW, QUEUED, pending(1, waiting_reason="ErrImagePull"), None, None),
     "new, its pod being deleted": (NEW, QUEUED, pending(1, deleting=True), None, None),
-    "new, its assignment on its way": (NEW, QUEUED, assignment("Pending"), None, after(5)),
-    "new, admitted now": (NEW, QUEUED, None, NOW, after(5)),
-    "new, in line for 2 s": (NEW, QUEUED, None, NOW - timedelta(seconds=2), after(3)),
-    "new, in line for 5 s": (NEW, QUEUED, None, NOW - timedelta(seconds=5), None),
+    "new, its assignment on its way": (NEW, QUEUED, assignment("Pending"), None, UNTIL_CHANGED),
+    "new, admitted now": (NEW, QUEUED, None, NOW, UNTIL_CHANGED),
+    "new, in line for an hour": (NEW, QUEUED, None, NOW - timedelta(hours=1), UNTIL_CHANGED),
     "new, waiting for nothing": (NEW, QUEUED, None, None, None),
     "new, scheduled": (NEW, State.SCHEDULED, None, NOW, None),
     "new, cancelled": (NEW, State.CANCELLED, None, NOW, None),
@@ -98,13 +98,43 @@ def test_a_decided_stop_is_written_at_once():
     assert hold_until(JobStatus(state=QUEUED), decided, obs, NOW) is None
 
 
+# With --record-queued-after: the same cases, the first write held that long.
+TIMED = {
+    "new, its pod created 3 s ago": (pending(3), None, after(2)),
+    "new, its pod created 5 s ago": (pending(5), None, None),
+    "new, its pod's creation unknown": (pending(None), None, after(5)),
+    "new, its pod creating its container": (pending(1, waiting_reason="ContainerCreating"), None, after(4)),
+    "new, its pod unschedulable": (pending(1, unschedulable=True), None, None),
+    "new, its assignment on its way": (assignment("Pending"), None, after(5)),
+    "new, admitted now": (None, NOW, after(5)),
+    "new, in line for 2 s": (None, NOW - timedelta(seconds=2), after(3)),
+    "new, in line for 5 s": (None, NOW - timedelta(seconds=5), None),
+    "new, waiting for nothing": (None, None, None),
+}
+
+
+@pytest.mark.parametrize("starting, waiting_since, until", TIMED.values(), ids=TIMED.keys())
+def test_record_queued_after_writes_a_waiting_new_job_queued_once_it_has_waited_that_long(starting, waiting_since,
+                                                                                         until):
+    obs = Observations(queue(), handler(), (starting,) if starting is not None else ())
+    assert hold_until(JobStatus(), JobStatus(state=QUEUED), obs, NOW, timedelta(seconds=5), waiting_since) == until
+
+
 def test_record_queued_after_sets_the_first_writes_hold_never_the_starts():
     hour = timedelta(hours=1)
     obs = Observations(queue(), handler(), (pending(300),))
     assert hold_until(JobStatus(), JobStatus(state=QUEUED), obs, NOW, hour) == NOW - timedelta(seconds=300) + hour
     running = Observations(queue(), handler(), (started(0.5),))
     assert hold_until(JobStatus(state=QUEUED), JobStatus(state=RUNNING, sequence=1), running, NOW, hour) == after(0.5)
-    assert (RECORD_QUEUED_AFTER, RECORD_RUNNING_AFTER) == (timedelta(seconds=5), timedelta(seconds=1))
+    assert (RECORD_QUEUED_AFTER, RECORD_RUNNING_AFTER) == (None, timedelta(seconds=1))
+
+
+def test_a_new_job_held_until_something_changes_has_no_wake_up_of_its_own():
+    """Its other wake-ups stay (the start timeout); the look that writes it comes with the change (a start, a
+    grant, a Blocked)."""
+    decided = Decision(JobStatus(state=QUEUED), [], [Event("Queued", "...")], after(30))
+    held = scheduled(snapshot(JobStatus()), decided, Observations(queue(), handler(), (pending(1),)), NOW)
+    assert (held.status, held.events, held.wake_at) == (JobStatus(), [], after(30))
 
 
 def test_a_held_decision_keeps_the_stored_status_and_the_actions_and_wakes_at_the_end_of_the_hold():

@@ -53,13 +53,11 @@ def flags(op: argparse.ArgumentParser) -> None:
                     help="while the scheduler is behind (it finds no node for one of a queue's pods, or one stays "
                          "unbound over 2 s), at most this many of the queue's pods wait for a node; the rest of the "
                          f"queue waits queued, in priority order (default {Settings.pending_pods}; 0: no limit)")
-    op.add_argument("--record-queued-after", type=_positive_duration,
-                    default=_seconds(Settings.record_queued_after.total_seconds()),
-                    help="how long a new job whose attempt's pod is starting, or that waits in line for a slot, may "
-                         "go without a state written (default %(default)s). Its start is then its first status write; "
-                         "a longer wait writes `queued` first. A longer setting spares that write per job in long "
-                         "bursts; meanwhile `kubectl get sjob` shows no STATE for the job and no conditions (Flux's "
-                         "kstatus then reads it as Current; docs/gitops.md), and its queue counts it as queued")
+    op.add_argument("--record-queued-after", type=_positive_duration, default=None,
+                    help="how long a new job whose attempt's pod is starting, or that waits in line for a slot, goes "
+                         "unwritten before its `queued` status (queuedAt, message, conditions) is written (default: "
+                         "not written; its start is its first status write). It reads `queued` all along, the CRD's "
+                         "default; meanwhile it has no conditions (Flux's kstatus reads it as Current; docs/gitops.md)")
     op.add_argument("--max-worker-slots", type=_slots, default=Settings.max_worker_slots,
                     help="the most slots the operator believes one Worker has, whatever it announces; a Worker "
                          f"announcing more gets a Warning Event SlotsCapped (default {Settings.max_worker_slots})")
@@ -128,7 +126,7 @@ def settings(args: argparse.Namespace, conn: kubeconfig.Connection) -> Settings:
                                     renew_deadline=parse_duration(args.leader_election_renew_deadline).total_seconds(),
                                     retry_period=parse_duration(args.leader_election_retry_period).total_seconds())
     return Settings(namespaces=args.watch_namespace or [], workers=args.workers, pending_pods=args.max_pending_pods,
-                    record_queued_after=parse_duration(args.record_queued_after),
+                    record_queued_after=parse_duration(args.record_queued_after) if args.record_queued_after else None,
                     max_worker_slots=args.max_worker_slots,
                     idempotency_window=inputs.idempotency_window(os.environ),
                     events=not args.no_events,

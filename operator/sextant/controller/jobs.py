@@ -56,7 +56,7 @@ class _PodNotCreated(Exception):
 
 class JobController(WorkerActuation, PodActuation, Retention):
     def __init__(self, kube: Kube, view: View, events: EventRecorder, timers: Timers, *,
-                 workers: int, pending_pods: int, record_queued_after: timedelta = writes.RECORD_QUEUED_AFTER,
+                 workers: int, pending_pods: int, record_queued_after: timedelta | None = writes.RECORD_QUEUED_AFTER,
                  now: Callable[[], datetime] = utcnow) -> None:
         self.kube = kube
         self.record_queued_after = record_queued_after

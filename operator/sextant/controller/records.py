@@ -27,7 +27,7 @@ from ..lifecycle.transitions import pod_name
 from ..resources import API_VERSION, contract
 from ..resources.common import time_or_none
 from ..resources.contract import LABEL_JOB, sequence_label
-from ..resources.job import State, sequence_of
+from ..resources.job import State, sequence_of, written_status
 from ..resources.report import Progress
 from ..resources.worker import Assignment
 
@@ -44,7 +44,7 @@ def version_of(obj: dict[str, Any]) -> int:
 
 
 def state_of(raw: dict[str, Any] | None) -> State | None:
-    value = ((raw or {}).get("status") or {}).get("state")
+    value = written_status((raw or {}).get("status")).get("state")
     try:
         return State(value) if value else None
     except ValueError:

@@ -25,7 +25,7 @@ class Settings:
     namespaces: list[str] = field(default_factory=list)  # empty: all namespaces
     workers: int = 64  # an admission is one write (its pod, or the job's status); completions must not wait behind them
     pending_pods: int = 200  # per queue, attempt pods waiting for a node (0: no limit); see slots.py
-    record_queued_after: timedelta = RECORD_QUEUED_AFTER  # a job about to start goes this long without a state
+    record_queued_after: timedelta | None = RECORD_QUEUED_AFTER  # a job about to start goes unwritten (None: until it does)
     max_worker_slots: int = MAX_WORKER_SLOTS  # the most slots one Worker is believed to have (lifecycle/workers.py)
     idempotency_window: timedelta = IDEMPOTENCY_WINDOW  # SEXTANT_IDEMPOTENCY_WINDOW: every client must agree
     events: bool = True

@@ -6,32 +6,37 @@ stored and seen, so holding loses nothing.
 Two holds, each sparing a write that the next one would soon make moot:
 - a start (`running`) is written RECORD_RUNNING_AFTER after it, so that a job that ends within that second is
   written once, at its end;
-- a new job's first write (`queued`) waits RECORD_QUEUED_AFTER (`sextant operator --record-queued-after`) while its
-  attempt's pod starts or it waits in line for a slot, so that the start is its first write.
+- a new job's first write (`queued`) is not made while its attempt's pod starts or it waits in line for a slot: a
+  reader already sees `queued` (the CRD's default, resources/job.py UNWRITTEN_STATUS), so the start is its first
+  write. `sextant operator --record-queued-after` writes it after that long all the same (its queuedAt and message).
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 from ..lifecycle.attempts import PodObservation
 from ..lifecycle.decision import Decision, JobSnapshot, Observations, missing
 from ..lifecycle.states import QUEUED, RUNNING
 from ..resources.job import JobStatus
 
-# How long a job first seen and admitted at once may go without a state in the API while its pod starts, or while it
-# waits in line for a slot (the default of `sextant operator --record-queued-after`).
-RECORD_QUEUED_AFTER = timedelta(seconds=5)
+# How long a job first seen and runnable may go unwritten while its pod starts, or while it waits in line for a slot
+# (the default of `sextant operator --record-queued-after`): None, for as long as that lasts. It reads `queued`.
+RECORD_QUEUED_AFTER: timedelta | None = None
 
 # How long after its handler started a pod's start may wait to be recorded: a short job is then written once, at its
 # end, instead of `running` and then its end (the Job controller batches pod updates for 1 s the same way).
 RECORD_RUNNING_AFTER = timedelta(seconds=1)
 
 
+# hold_until's answer for a status held until something else changes (a later look decides again).
+UNTIL_CHANGED = datetime.max.replace(tzinfo=timezone.utc)
+
+
 def hold_until(stored: JobStatus, decided: JobStatus, obs: Observations, now: datetime,
-               record_queued_after: timedelta = RECORD_QUEUED_AFTER,
+               record_queued_after: timedelta | None = RECORD_QUEUED_AFTER,
                waiting_since: datetime | None = None) -> datetime | None:
-    """Until when the decided status is held; None: write it now.
+    """Until when the decided status is held (UNTIL_CHANGED: no time of its own); None: write it now.
 
     obs is what the status was decided from; waiting_since, for a job without a starting attempt, is when its wait
     for a slot began (the caller's: its admission now, or its place in line), None when it waits for nothing."""
@@ -59,12 +64,14 @@ def hold_until(stored: JobStatus, decided: JobStatus, obs: Observations, now: da
         since = waiting_since
     else:
         return None
+    if record_queued_after is None:
+        return UNTIL_CHANGED
     until = since + record_queued_after
     return until if now < until else None
 
 
 def scheduled(job: JobSnapshot, decision: Decision, obs: Observations, now: datetime,
-              record_queued_after: timedelta = RECORD_QUEUED_AFTER,
+              record_queued_after: timedelta | None = RECORD_QUEUED_AFTER,
               waiting_since: datetime | None = None) -> Decision:
     """The decision as the operator carries it out now: as decided, or held — the stored status kept, its Events
     left to the look that writes it, its actions taken, and a look at the end of the hold."""
@@ -72,5 +79,6 @@ def scheduled(job: JobSnapshot, decision: Decision, obs: Observations, now: date
     if until is None:
         return decision
     held = Decision(job.status.duplicate(), list(decision.actions), [], decision.wake_at)
-    held.wake(until)
+    if until is not UNTIL_CHANGED:
+        held.wake(until)
     return held

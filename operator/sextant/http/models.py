@@ -20,7 +20,7 @@ from ..resources import contract
 from ..resources.common import format_time
 from ..resources.queue import QueueSpec
 from ..resources.request import CreateJob
-from ..resources.job import job_id, sequence_of
+from ..resources.job import job_id, sequence_of, written_status
 
 DEFAULT_LIMIT, MAX_LIMIT = 100, 1000  # GET /v2/jobs: page sizes
 # POST /v2/jobs:batch: jobs at most per call. Each costs the API server a create (and a list, with a key), made
@@ -229,7 +229,8 @@ def dump(model: BaseModel) -> dict[str, Any]:
 def job_out(raw: dict[str, Any], now: datetime | None = None) -> Job:
     """A Kubernetes Job object → the API's Job (a job without a state yet: its first state, `counted_state`)."""
     meta, spec, status = raw["metadata"], raw.get("spec") or {}, raw.get("status") or {}
-    state = status.get("state") if status.get("state") else counted_state(raw, now or utcnow())
+    written = written_status(status).get("state")  # unwritten (the CRD's default): its first state, as counted
+    state = written if written else counted_state(raw, now or utcnow())
     state = state if state in inputs.STATES else None
     return Job(**_job_fields(raw, meta, spec, status, state))
 

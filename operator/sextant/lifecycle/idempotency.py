@@ -23,7 +23,7 @@ from typing import Any
 
 from ..resources.common import parse_time
 from ..resources.job import ID_ALPHABET as ALPHABET
-from ..resources.job import ID_LENGTH, IDEMPOTENCY_WINDOW
+from ..resources.job import ID_LENGTH, IDEMPOTENCY_WINDOW, written_status
 
 WINDOW = IDEMPOTENCY_WINDOW
 
@@ -108,7 +108,7 @@ def undecided(status: Mapping[str, Any] | None, started: bool) -> bool:
     """Not yet let run by the operator: no state and no attempt started (a pod of it exists: admitted on first
     sight, its state is written when the pod starts), or itself a duplicate. The order `claimant` and `holder`
     break ties by; the operator and every client ask it with the same facts."""
-    status = status or {}
+    status = written_status(dict(status) if status else None)  # the CRD's default state is no decision
     return (not status.get("state") and not started) or bool(status.get("duplicateOf"))
 
 

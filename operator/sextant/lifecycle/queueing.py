@@ -21,7 +21,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..resources.common import parse_time, time_or_none
-from ..resources.job import State
+from ..resources.job import State, written_status
 from ..resources.queue import QueueSpec
 from .admission import NO_KEY, concurrency_key
 from .health import COND_INVALID
@@ -71,7 +71,7 @@ def line_position(raw: dict[str, Any]) -> datetime | None:
 def counted_state(job: dict[str, Any], now: datetime) -> str | None:
     """What a job counts as in its queue's numbers: its state; with none written yet, queued (scheduled while its
     runAt is ahead); None for a job that is Invalid (it does not run) or unreadable."""
-    status = job.get("status") if isinstance(job.get("status"), dict) else {}
+    status = written_status(job.get("status") if isinstance(job.get("status"), dict) else None)
     state = status.get("state")
     if state is not None:
         return state if state in STATES else None

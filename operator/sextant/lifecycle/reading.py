@@ -14,7 +14,7 @@ from .decision import Decision, JobSnapshot
 from .step import set_condition
 from ..resources.common import format_time, json_depth, parse_time, problems
 from ..resources.contract import ANNOTATION_SCHEDULED_AT
-from ..resources.job import MAX_PAYLOAD_DEPTH, JobSpec, JobStatus, payload_size
+from ..resources.job import MAX_PAYLOAD_DEPTH, JobSpec, JobStatus, payload_size, written_status
 
 # The operator's view keeps no payload but a small one: a legal payload (256 KiB of small keys) is ~3 MiB as Python
 # objects, so a backlog of a few hundred such jobs would fill the operator's memory. What the rules read of a payload
@@ -44,7 +44,7 @@ def read_job(raw: dict[str, Any], payload_bytes: int | None = None) -> JobSnapsh
     except ValidationError as exc:
         raise InvalidJob(problems(exc, "spec.")) from None
     try:
-        status = JobStatus.model_validate(raw.get("status") or {})
+        status = JobStatus.model_validate(written_status(raw.get("status")))
     except ValidationError as exc:
         raise InvalidJob(problems(exc, "status.")) from None
     try:

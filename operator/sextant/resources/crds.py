@@ -135,6 +135,10 @@ RESOURCES: list[dict[str, Any]] = [
         "model": job.Job,
         "doc": "A unit of work: a handler, a queue, a JSON payload and a time to run; status is its lifecycle.",
         "root_rules": [_NAME_FITS_A_LABEL, _RETRY_ONLY_FAILED_OR_DEAD, _CANCEL_ONLY_UNFINISHED],
+        # A job nobody has written yet reads `queued`, observedGeneration 0 (the API server's default, on every
+        # read): the operator writes a runnable job only when what a reader sees changes (resources/job.py,
+        # UNWRITTEN_STATUS).
+        "status_default": job.UNWRITTEN_STATUS,
         "columns": [
             {"name": "State", "type": "string", "jsonPath": ".status.state"},
             {"name": "Attempt", "type": "integer", "jsonPath": ".status.attempt"},
@@ -240,6 +244,11 @@ def crd(entry: dict[str, Any]) -> dict[str, Any]:
     module = entry["module"]
     schema = openapi_schema(entry["model"], root_rules=entry.get("root_rules"))
     schema["description"] = entry["doc"]
+    if "status_default" in entry:
+        status = schema["properties"]["status"]
+        status["default"] = {}  # so that the field defaults below apply to an object without a status
+        for field, value in entry["status_default"].items():
+            status["properties"][field]["default"] = value
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",

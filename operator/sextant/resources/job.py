@@ -106,6 +106,27 @@ FINISHED = frozenset({State.SUCCEEDED, State.DEAD, State.CANCELLED})  # finished
 CANCELLABLE = frozenset({State.SCHEDULED, State.QUEUED, State.RUNNING, State.FAILED})
 RETRYABLE = frozenset({State.FAILED, State.DEAD})  # only failed or dead (README, "Cancel and retry")
 
+# The status of a job nobody has written yet: the Job CRD's default (resources/crds.py), which the API server puts on
+# every read, so that a reader sees `queued` from the moment a job exists and the operator need not write it (a
+# runnable job is written first when it starts, or ends, or waits for something). observedGeneration 0 tells GitOps
+# tools (kstatus) that the operator has not acted on the job yet: in progress, not "current". The operator reads this
+# status as none at all (written_status): the lifecycle takes a job in from there.
+UNWRITTEN_STATUS: dict[str, Any] = {"state": State.QUEUED.value, "observedGeneration": 0}
+
+# What may be in a job's status that the lifecycle has never written: the defaults, a Schedule's cancel
+# (cancelRequested), the Invalid condition of a job the operator cannot read. A lifecycle write says more (queuedAt,
+# attempts, an observedGeneration ≥ 1...), in this version and the ones before it.
+_NOT_THE_LIFECYCLES = frozenset({*UNWRITTEN_STATUS, "cancelRequested", "conditions"})
+
+
+def written_status(status: dict[str, Any] | None) -> dict[str, Any]:
+    """A job's status as the lifecycle wrote it: without the defaults while the lifecycle has never written it."""
+    if not status:
+        return {}
+    if all(status.get(k, v) == v for k, v in UNWRITTEN_STATUS.items()) and status.keys() <= _NOT_THE_LIFECYCLES:
+        return {k: v for k, v in status.items() if k not in UNWRITTEN_STATUS}
+    return status
+
 
 def _listed(states: frozenset[State]) -> str:
     names = [s.value for s in State if s in states]

@@ -5,7 +5,7 @@ import {
   InputError, checkPayload, concurrencyKey, formatTime, idempotencyKey, idempotencyWindowMs, jobId, jobName, keyedName,
   namespaceName, objectName, priority as checkPriority, randomName, selectorValue,
 } from './common.js';
-import type { JobStatus } from './generated/wire.js';
+import { JOB_STATUS_DEFAULTS, type JobStatus } from './generated/wire.js';
 import { API_VERSION, ApiError, ConnectOptions, Kube, Obj, path } from './kube.js';
 
 export interface CreateJob<P = Record<string, unknown>> {
@@ -154,8 +154,21 @@ export function holder(candidates: Candidate[], now: number, windowMs: number): 
   return current && now - current[0] < windowMs ? current[2] : undefined;
 }
 
-function undecided(status: Obj | undefined, started: boolean): boolean {
+// What a status the operator's lifecycle never wrote may hold: the CRD's defaults (a job reads `queued` from its
+// creation on), a Schedule's cancelRequested, the Invalid condition (Python: resources/job.py, written_status).
+const NOT_THE_LIFECYCLES = new Set([...Object.keys(JOB_STATUS_DEFAULTS), 'cancelRequested', 'conditions']);
+
+/** A job's status as the operator's lifecycle wrote it: without the CRD's defaults while it has never written it. */
+export function writtenStatus(status: Obj | undefined): Obj {
   const st = status ?? {};
+  const defaults: Obj = JOB_STATUS_DEFAULTS;
+  const unwritten = Object.entries(defaults).every(([k, v]) => !(k in st) || st[k] === v) &&
+    Object.keys(st).every((k) => NOT_THE_LIFECYCLES.has(k));
+  return unwritten ? Object.fromEntries(Object.entries(st).filter(([k]) => !(k in defaults))) : st;
+}
+
+function undecided(status: Obj | undefined, started: boolean): boolean {
+  const st = writtenStatus(status); // the CRD's default state is no decision
   return (!st.state && !started) || Boolean(st.duplicateOf);
 }
 

@@ -4,7 +4,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Sextant, InputError } from '../dist/index.js';
-import { differences, firstUses, holder } from '../dist/client.js';
+import { differences, firstUses, holder, writtenStatus } from '../dist/client.js';
 
 function offline() {
   const dir = mkdtempSync(join(tmpdir(), 'sextant-client-'));
@@ -77,4 +77,18 @@ test('createMany checks every item first, naming jobs[i].field', async () => {
 
 test('items repeating an earlier key go after it', () => {
   assert.deepEqual(firstUses([undefined, 'a', 'b', 'a', undefined, 'b', 'a']), [[0, 1, 2, 4], [3, 5, 6]]);
+});
+
+test('a status the operator never wrote is read without the CRD defaults, as Python reads it', () => {
+  // The same cases as tests/unit/test_upgrade.py's (resources/job.py, written_status).
+  const unwritten = { state: 'queued', observedGeneration: 0 };
+  assert.deepEqual(writtenStatus(unwritten), {});
+  assert.deepEqual(writtenStatus({ state: 'queued' }), {});
+  assert.deepEqual(writtenStatus({ ...unwritten, cancelRequested: 'replaced' }), { cancelRequested: 'replaced' });
+  const written = { state: 'queued', observedGeneration: 1 };
+  assert.deepEqual(writtenStatus(written), written);
+  const old = { state: 'queued', observedGeneration: 0, queuedAt: '2026-03-01T11:59:00Z', attempt: 3 };
+  assert.deepEqual(writtenStatus(old), old);
+  assert.deepEqual(writtenStatus(undefined), {});
+  assert.deepEqual(writtenStatus({ state: 'running' }), { state: 'running' });
 });

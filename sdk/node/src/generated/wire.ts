@@ -660,6 +660,15 @@ export const JOB_SPEC_DEFAULTS = {
   "cancel": false
 } satisfies Partial<JobSpec>;
 
+export const JOB_STATUS_DEFAULTS = {
+  "state": "queued",
+  "observedGeneration": 0
+} satisfies Partial<JobStatus>;
+
+export const JOB_DEFAULTS = {
+  "status": {}
+} satisfies Partial<Job>;
+
 export const BACKOFF_DEFAULTS = {
   "policy": "exponential",
   "initial": "10s",
