@@ -8,6 +8,7 @@ import argparse
 import logging
 import os
 
+from ..archive.settings import ENV_DSN, ArchiveSettings, SettingsError, default_dsn
 from ..kube import kubeconfig
 from ..resources import inputs
 from ..resources.common import parse_duration
@@ -44,6 +45,27 @@ def _slots(text: str) -> int:
     return int(text)
 
 
+def _cap(text: str) -> int | None:
+    """--max-finished-jobs: a whole number from 1, or `none`."""
+    if text.strip().lower() == "none":
+        return None
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number of jobs from 1, or none (no cluster-wide cap)")
+    return int(text)
+
+
+def archive_settings(args: argparse.Namespace, environ: dict[str, str] | os._Environ[str] = os.environ
+                     ) -> tuple[ArchiveSettings | None, bool]:
+    """The archive the operator writes to, and whether it may create or migrate its schema: $SEXTANT_ARCHIVE_DSN
+    when set (never migrated: `sextant archive migrate` does it); else, for `sextant dev` only, the embedded SQLite
+    file (its own: migrated at start); else none."""
+    if environ.get(ENV_DSN):
+        return ArchiveSettings.from_env(environ), False
+    if getattr(args, "embedded_archive", False):
+        return ArchiveSettings.from_env({**environ, ENV_DSN: default_dsn()}), True
+    return None, False
+
+
 def flags(op: argparse.ArgumentParser) -> None:
     """The operator's flags, on `sextant operator` and `sextant dev`."""
     op.add_argument("--watch-namespace", action="append", help="watch only this namespace (repeatable)")
@@ -63,6 +85,12 @@ def flags(op: argparse.ArgumentParser) -> None:
     op.add_argument("--max-worker-slots", type=_slots, default=Settings.max_worker_slots,
                     help="the most slots the operator believes one Worker has, whatever it announces; a Worker "
                          f"announcing more gets a Warning Event SlotsCapped (default {Settings.max_worker_slots})")
+    op.add_argument("--max-finished-jobs", type=_cap, default=Settings.max_finished_jobs, metavar="N",
+                    help="the most finished jobs kept as objects across the cluster: past it the oldest finished "
+                         "ones are deleted before their retention (archived first when there is an archive), with a "
+                         "Warning Event RetentionCapped on their Queue; a Queue's spec.retention.maxJobs caps it "
+                         f"per queue (default {Settings.max_finished_jobs}, ~3.1 KB of etcd each: docs/archive.md; "
+                         "none: no cluster-wide cap). The archive is $SEXTANT_ARCHIVE_DSN (docs/archive.md)")
     op.add_argument("--no-events", action="store_true", help="post no Kubernetes Events")
     op.add_argument("--log-level", default="warning", help="debug, info, warning (default) or error")
     op.add_argument("--http-port", type=int, default=Settings.http_port,
@@ -97,7 +125,7 @@ def flags(op: argparse.ArgumentParser) -> None:
     op.add_argument("--kopf-liveness", metavar="URL",
                     help="also serve kopf's liveness endpoint, with the probes ready and role, e.g. "
                          "http://0.0.0.0:8081/healthz (default: none; /healthz and /readyz are on --http-port)")
-    op.set_defaults(usage_problem=_tls_problem)
+    op.set_defaults(usage_problem=_tls_problem, embedded_archive=False)
 
 
 def _tls_problem(args: argparse.Namespace) -> str | None:
@@ -127,6 +155,10 @@ def settings(args: argparse.Namespace, conn: kubeconfig.Connection) -> Settings:
                                     lease_duration=parse_duration(args.leader_election_lease_duration).total_seconds(),
                                     renew_deadline=parse_duration(args.leader_election_renew_deadline).total_seconds(),
                                     retry_period=parse_duration(args.leader_election_retry_period).total_seconds())
+    try:
+        archive, migrate = archive_settings(args)
+    except SettingsError as exc:
+        raise SystemExit(f"sextant operator: {exc}") from None
     return Settings(namespaces=args.watch_namespace or [], workers=args.workers, pending_pods=args.max_pending_pods,
                     record_queued_after=parse_duration(args.record_queued_after),
                     max_worker_slots=args.max_worker_slots,
@@ -137,7 +169,8 @@ def settings(args: argparse.Namespace, conn: kubeconfig.Connection) -> Settings:
                     http_max_in_flight=args.http_max_in_flight,
                     http_request_timeout=parse_duration(args.http_request_timeout).total_seconds(),
                     http_user_rate=float(args.http_user_rate), http_user_burst=args.http_user_burst,
-                    leader_election=election, kopf_liveness=args.kopf_liveness)
+                    leader_election=election, kopf_liveness=args.kopf_liveness,
+                    max_finished_jobs=args.max_finished_jobs, archive=archive, archive_migrate=migrate)
 
 
 def run(args: argparse.Namespace, conn: kubeconfig.Connection) -> None:
