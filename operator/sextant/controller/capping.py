@@ -61,7 +61,9 @@ class FinishedIndex:
 
     def compact(self, counts: dict[Key, int]) -> None:
         for queue, heap in list(self.heaps.items()):
-            if len(heap) > 2 * counts.get(queue, 0) + SLACK:
+            if not counts.get(queue):
+                heap.clear()  # the queue has no finished job left: every entry is stale
+            elif len(heap) > 2 * counts[queue] + SLACK:
                 heap[:] = [(r.finished_at.timestamp(), k[1]) for k, r in self.view.jobs_of_queue(queue)
                            if not r.unfinished and r.finished_at is not None]
                 heapq.heapify(heap)
