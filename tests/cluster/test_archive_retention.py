@@ -141,7 +141,7 @@ def test_finished_jobs_are_archived_then_deleted(cluster, namespace, start_opera
     assert all(records[n]["attempts"] for n in names), records
     samples = scrape(op.http_url)
     assert value(samples, "sextant_archive_records_written_total") >= 5
-    assert value(samples, "sextant_archive_available") == 1
+    assert value(samples, "sextant_archive_unavailable") == 0
     assert "archive:" in httpx.get(f"{op.http_url}/readyz", timeout=5).text
 
 
@@ -159,7 +159,7 @@ def test_with_postgresql_stopped_jobs_run_and_nothing_unarchived_is_deleted(clus
         wait_for(lambda: value(scrape(op.http_url), "sextant_archive_write_failures_total") >= 1, 60,
                  message=lambda: op.log_tail())
         samples = scrape(op.http_url)
-        assert value(samples, "sextant_archive_available") == 0
+        assert value(samples, "sextant_archive_unavailable") == 1
         assert value(samples, "sextant_archive_pending") >= 1
         assert "ArchiveUnavailable" in httpx.get(f"{op.http_url}/readyz", timeout=5).text
         # Past their retention and past the cap, yet kept: none of their records landed.
@@ -176,7 +176,7 @@ def test_with_postgresql_stopped_jobs_run_and_nothing_unarchived_is_deleted(clus
     records = archived(dsn, namespace)
     assert set(names) <= records.keys()
     assert {records[n]["state"] for n in names} == {"succeeded"}
-    wait_for(lambda: value(scrape(op.http_url), "sextant_archive_available") == 1, 30)
+    wait_for(lambda: value(scrape(op.http_url), "sextant_archive_unavailable") == 0, 30)
 
 
 def test_killed_between_write_and_delete_the_record_lands_once(cluster, namespace, start_operator, postgres):

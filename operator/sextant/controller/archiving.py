@@ -51,6 +51,19 @@ READS = 8
 FIRST_BACKOFF, MAX_BACKOFF = 1.0, 30.0
 
 
+async def refusal(settings: ArchiveSettings, migrate: bool) -> str | None:
+    """Before the operator starts: the library's one line when the archive's schema is not this code's (older:
+    `sextant archive migrate`; newer: a newer Sextant's), else None (an archive that does not answer is no refusal:
+    jobs run while it is away)."""
+    try:
+        await (await Archive.open(settings.dsn, migrate=migrate)).close()
+    except SchemaMismatch as exc:
+        return str(exc)
+    except ArchiveUnavailable:
+        return None
+    return None
+
+
 class Archiver:
     def __init__(self, settings: ArchiveSettings, kube: Kube, leading: asyncio.Event,
                  landed: Callable[[Key], None] = lambda key: None, *, migrate: bool = False) -> None:
@@ -68,7 +81,7 @@ class Archiver:
         self.unavailable_since: float | None = None  # monotonic; None while the database answers
         self.problem: str | None = None
         metrics.ARCHIVE_PENDING.set_function(lambda: len(self._pending))
-        metrics.ARCHIVE_AVAILABLE.set(1)
+        metrics.ARCHIVE_UNAVAILABLE.set(0)
 
     # --- what retention asks --------------------------------------------------------------------------------
     def landed(self, uid: str, version: int) -> bool:
@@ -142,14 +155,14 @@ class Archiver:
         if self.unavailable_since is None:
             self.unavailable_since = time.monotonic()
         self.problem = message
-        metrics.ARCHIVE_AVAILABLE.set(0)
+        metrics.ARCHIVE_UNAVAILABLE.set(1)
         metrics.ARCHIVE_WRITE_FAILURES.inc()
 
     def _recovered(self) -> None:
         if self.problem is not None:
             log.warning("the archive answers again: %d records waiting", len(self._pending))
         self.unavailable_since, self.problem = None, None
-        metrics.ARCHIVE_AVAILABLE.set(1)
+        metrics.ARCHIVE_UNAVAILABLE.set(0)
 
     # --- the writer ---------------------------------------------------------------------------------------------
     async def run(self) -> None:

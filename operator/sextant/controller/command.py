@@ -178,7 +178,16 @@ def run(args: argparse.Namespace, conn: kubeconfig.Connection) -> None:
     kopf (controller/kopfapp.py; imported here, so that the flags' help does not load kopf)."""
     from .kopfapp import run as run_on_kopf
 
-    run_on_kopf(conn, settings(args, conn))
+    told = settings(args, conn)
+    if told.archive is not None:
+        import asyncio
+
+        from .archiving import refusal
+
+        problem = asyncio.run(refusal(told.archive, told.archive_migrate))
+        if problem:
+            raise SystemExit(f"sextant operator: {problem}")
+    run_on_kopf(conn, told)
 
 
 def _operator(args: argparse.Namespace) -> int:

@@ -45,9 +45,9 @@ JOBS_DELETED = Counter("sextant_jobs_deleted_total", "Finished jobs deleted, by 
                        "--max-finished-jobs).", ["namespace", "queue", "reason"], registry=REGISTRY)
 ARCHIVE_PENDING = Gauge("sextant_archive_pending", "Finished jobs whose record waits to be written to the archive.",
                         registry=REGISTRY)
-ARCHIVE_AVAILABLE = Gauge("sextant_archive_available", "1 while the archive's database answers (or no write failed "
-                          "yet), 0 after a write failed until one succeeds; retention deletes nothing unarchived.",
-                          registry=REGISTRY)
+ARCHIVE_UNAVAILABLE = Gauge("sextant_archive_unavailable", "1 from a failed write to the archive until one succeeds "
+                            "(records wait, retention deletes nothing unarchived); 0 otherwise, and without an "
+                            "archive.", registry=REGISTRY)
 ARCHIVE_WRITE_FAILURES = Counter("sextant_archive_write_failures_total", "Batches of records the archive could not "
                                  "take (database down, slow or refusing); each is written again after a backoff.",
                                  registry=REGISTRY)
