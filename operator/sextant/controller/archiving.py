@@ -17,14 +17,16 @@ write and the delete, a new leader) is still one row per job. Only the leader wr
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from ..archive.migrations import SchemaMismatch
 from ..archive.record import Record, record_of
-from ..archive.settings import ArchiveSettings
+from ..archive.settings import ENV_DSN, ArchiveSettings
 from ..archive.store import Archive, ArchiveUnavailable, shown
 from ..kube import metrics
 from ..kube.client import Kube, NotFound
@@ -49,6 +51,8 @@ LANDED_MAX = 200_000
 READS = 8
 # The wait after the database could not be reached: doubling from FIRST_BACKOFF up to MAX_BACKOFF.
 FIRST_BACKOFF, MAX_BACKOFF = 1.0, 30.0
+# How often the leader deletes the records older than the archive's own retention (in batches: Archive.prune).
+PRUNE_EVERY = 3600.0
 
 
 async def refusal(settings: ArchiveSettings, migrate: bool) -> str | None:
@@ -61,6 +65,10 @@ async def refusal(settings: ArchiveSettings, migrate: bool) -> str | None:
         return str(exc)
     except ArchiveUnavailable:
         return None
+    except ValueError as exc:  # a DSN the library cannot read (its message leaves the password out)
+        return f"{ENV_DSN}: {exc}"
+    except OSError as exc:  # the SQLite file's directory cannot be made: a setting to fix, not an outage to wait out
+        return f"the archive at {shown(settings.dsn)} cannot be created: {exc.strerror or exc}: {exc.filename}"
     return None
 
 
@@ -176,7 +184,7 @@ class Archiver:
             await self.leading.wait()
             if len(self._pending) < BATCH:
                 await asyncio.sleep(LINGER)  # let a burst fill the batch
-            batch = list(self._pending.items())[:BATCH]
+            batch = list(itertools.islice(self._pending.items(), BATCH))
             try:
                 await self._write(batch)
             except ArchiveUnavailable as exc:
@@ -187,6 +195,19 @@ class Archiver:
             else:
                 backoff = FIRST_BACKOFF
                 self._recovered()
+
+    async def prune(self, now: Callable[[], datetime]) -> None:
+        """The archive's own retention (ArchiveSettings.retention, 30 days by default): the leader deletes older
+        records once an hour, in short transactions; an outage skips a round."""
+        while True:
+            await self.leading.wait()
+            try:
+                gone = await (await self._open()).prune(now() - self.settings.retention)
+                if gone:
+                    log.info("archive: %d records older than %s pruned", gone, self.settings.retention)
+            except ArchiveUnavailable as exc:
+                log.warning("archive: pruning skipped: %s", exc)
+            await asyncio.sleep(PRUNE_EVERY)
 
     async def _write(self, batch: list[tuple[Key, tuple[str, int, Record | None]]]) -> None:
         archive = await self._open()

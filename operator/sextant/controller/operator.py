@@ -199,7 +199,8 @@ class Operator:
             ("schedules", lambda: self.schedules.run([i.synced for i in self.informers])),
             ("worker pools", lambda: self.pools.run([i.synced for i in self.informers])),
             ("retention cap", self._cap),
-            *((("archive", self.archiver.run),) if self.archiver is not None else ()),
+            *((("archive", self.archiver.run), ("archive prune", lambda: self.archiver.prune(utcnow)))
+              if self.archiver is not None else ()),
         ]
         self._tasks = [asyncio.create_task(supervise(name, loop), name=name) for name, loop in loops]
 
