@@ -205,3 +205,25 @@ def test_a_schema_older_than_the_code_is_refused_at_start_in_one_line(cluster, n
     assert op.proc.returncode != 0
     assert "sextant archive migrate" in op.log_tail(), op.log_tail()
     assert get_json(cluster, namespace, "jobs.sextant.dev")["items"] == []
+
+
+def test_a_schedules_history_limit_archives_before_it_deletes(cluster, namespace, start_operator, tmp_path: Path):
+    dsn = migrated(f"sqlite:///{tmp_path / 'archive.sqlite'}")
+    op = start_operator(env={"SEXTANT_ARCHIVE_DSN": dsn})
+    apply(cluster, namespace, queue("q", concurrency=20, retention=LONG), handler("h"),
+          {"apiVersion": "sextant.dev/v1alpha1", "kind": "Schedule", "metadata": {"name": "every-second"},
+           "spec": {"interval": "1s", "successfulJobsHistoryLimit": 1,
+                    "jobTemplate": {"queue": "q", "handler": "h"}}})
+    gone: set[str] = set()
+    seen: set[str] = set()
+
+    def some_deleted() -> bool:
+        now = live_names(cluster, namespace)
+        gone.update(seen - now)
+        seen.update(now)
+        return len(gone) >= 3
+
+    wait_for(some_deleted, 60, interval=0.3, message=lambda: f"seen {sorted(seen)}\n{op.log_tail()}")
+    cluster.kubectl("delete", "-n", namespace, "schedules.sextant.dev", "every-second", "--wait=false")
+    records = archived(dsn, namespace)
+    assert gone <= records.keys(), (sorted(gone), sorted(records))

@@ -62,7 +62,7 @@ class Operator:
                                   pending_pods=self.settings.pending_pods,
                                   record_queued_after=self.settings.record_queued_after, archiver=self.archiver,
                                   max_finished_jobs=self.settings.max_finished_jobs, leading=leading)
-        self.schedules = ScheduleController(self.kube, self.view, self.events, self.timers)
+        self.schedules = ScheduleController(self.kube, self.view, self.events, self.timers, archiver=self.archiver)
         # WorkerPools: the replicas of Deployments of workers, from the slots their queues need (pools.py).
         self.pools = PoolController(self.kube, self.view, self.events, self.timers, self.jobs.leading,
                                     busy=self.jobs.slots.busy, reopen=self.jobs.slots.pump_worker)
@@ -119,9 +119,12 @@ class Operator:
         return f"{role}; {self.archiver.status()}" if self.archiver is not None else role
 
     def _landed(self, key: tuple[str, str]) -> None:
-        """A job's record landed in the archive: retention may look at it again now."""
+        """A job's record landed in the archive: retention (and its schedule's history limits) may look again now."""
         if self.jobs.started.is_set():
             self.jobs.queue.add(key)
+        record = self.view.jobs.get(key)
+        if record is not None and record.schedule and self.schedules.started.is_set():
+            self.schedules.queue.add((key[0], record.schedule))
 
     def _on_leadership(self, leading: bool) -> None:
         for controller in (self.jobs, self.schedules):
