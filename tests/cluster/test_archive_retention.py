@@ -227,3 +227,35 @@ def test_a_schedules_history_limit_archives_before_it_deletes(cluster, namespace
     cluster.kubectl("delete", "-n", namespace, "schedules.sextant.dev", "every-second", "--wait=false")
     records = archived(dsn, namespace)
     assert gone <= records.keys(), (sorted(gone), sorted(records))
+
+
+def test_a_failover_the_new_leader_archives_and_deletes_what_the_old_one_left(cluster, namespace, crds, postgres,
+                                                                              tmp_path_factory):
+    """Two replicas on one PostgreSQL archive; the leader killed while its finished jobs wait for their retention:
+    the new leader (its landed set empty) reads each job, writes its record again (one row still) and deletes it."""
+    dsn = migrated(postgres.create_database())
+    logs = tmp_path_factory.mktemp("replicas")
+    timing = ("--leader-elect", "--leader-election-namespace", namespace, "--leader-election-lease-duration", "3s",
+              "--leader-election-renew-deadline", "2s", "--leader-election-retry-period", "500ms")
+    ops = [Operator(cluster.kubeconfig, namespace, logs, *timing, env={"SEXTANT_ARCHIVE_DSN": dsn})
+           for _ in range(2)]
+    for i, op in enumerate(ops):
+        op.log_path = logs / f"operator-{i}.log"
+        op.start()
+    try:
+        apply(cluster, namespace, queue("q", retention={"succeeded": "15s"}), handler("h"),
+              *(job(f"job-fo{i}") for i in range(6)))
+        names = {f"job-fo{i}" for i in range(6)}
+        for name in names:
+            wait_state(cluster, namespace, name, "succeeded")
+        identity = get_json(cluster, namespace, "lease", "sextant-operator")["spec"]["holderIdentity"]
+        leader = next(op for op in ops if f"_{op.proc.pid}_" in identity)
+        leader.kill()
+        wait_for(lambda: not live_names(cluster, namespace) & names, 90,
+                 message=lambda: f"{sorted(live_names(cluster, namespace))}\n"
+                                 + "\n".join(op.log_tail(20) for op in ops))
+        records = archived(dsn, namespace)
+        assert names <= records.keys() and {records[n]["state"] for n in names} == {"succeeded"}
+    finally:
+        for op in ops:
+            op.stop()

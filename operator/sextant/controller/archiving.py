@@ -51,6 +51,9 @@ LANDED_MAX = 200_000
 READS = 8
 # The wait after the database could not be reached: doubling from FIRST_BACKOFF up to MAX_BACKOFF.
 FIRST_BACKOFF, MAX_BACKOFF = 1.0, 30.0
+# Seconds one batch's write may take; past it the batch counts as failed (it may have landed: written again, the
+# upsert keeps one row).
+WRITE_TIMEOUT = 60.0
 # How often the leader deletes the records older than the archive's own retention (in batches: Archive.prune).
 PRUNE_EVERY = 3600.0
 
@@ -129,12 +132,14 @@ class Archiver:
         self._wake.set()
 
     def status(self) -> str:
-        """One line for the readiness detail (/readyz): whether records land."""
+        """One line for the readiness detail (/readyz, which answers without a token: the backend only, never the
+        DSN's host or user; the error itself is in the log): whether records land."""
+        backend = self.settings.dsn.split(":", 1)[0]
         if self.problem is None:
-            return f"archive: {shown(self.settings.dsn)}, {len(self._pending)} records waiting"
+            return f"archive: {backend}, {len(self._pending)} records waiting"
         since = f" for {time.monotonic() - self.unavailable_since:.0f} s" if self.unavailable_since else ""
-        return (f"archive: ArchiveUnavailable{since}, {len(self._pending)} records waiting, retention deletes "
-                f"nothing unarchived: {self.problem}")
+        return (f"archive: {backend} ArchiveUnavailable{since}, {len(self._pending)} records waiting, retention "
+                "deletes nothing unarchived (the operator's log says why)")
 
     # --- opening ----------------------------------------------------------------------------------------------
     async def check(self) -> None:
@@ -238,7 +243,11 @@ class Archiver:
                 record, version = got  # the version read is the one written (retention deletes only it)
             records.append((key, uid, version, record))
         if records:
-            await archive.write(r for _, _, _, r in records)
+            try:  # a database that accepts the connection but does not answer is as good as down: try again later
+                await asyncio.wait_for(archive.write([r for _, _, _, r in records]), WRITE_TIMEOUT)
+            except asyncio.TimeoutError:
+                raise ArchiveUnavailable(f"the archive did not take {len(records)} records within "
+                                         f"{WRITE_TIMEOUT:.0f} s") from None
             metrics.ARCHIVE_WRITTEN.inc(len(records))
         for key, uid, version, _ in records:
             self._landed[(uid, version)] = None
