@@ -70,8 +70,10 @@ class JobController(WorkerActuation, PodActuation, Retention):
         self.timers = timers
         # Our writes not yet seen from the watch: the job is not acted on again before (its answers are not stored).
         self.expectations = Expectations(now)
-        self.runtime = Runtime("job", self.reconcile, workers=workers, log=log, leading=leading, report=lambda key, message: self._report(
-            key, T.Event("ReconcileFailed", f"the operator failed to reconcile this job: {message}", "Warning")))
+        self.runtime = Runtime("job", self.reconcile, workers=workers, log=log, leading=leading,
+                               report=lambda key, message: self._report(key, T.Event(
+                                   "ReconcileFailed", f"the operator failed to reconcile this job: {message}",
+                                   "Warning")))
         self.queue, self.started = self.runtime.queue, self.runtime.started
         self.leading = self.runtime.leading  # only the leader reconciles; set at once without leader election
         # Admission: who holds a slot, who is next; pending_pods per queue limits pods waiting for a node while the
