@@ -96,3 +96,25 @@ def test_a_schema_mismatch_or_a_file_that_cannot_be_made_is_refused_in_one_line(
         assert line is not None and "cannot be created" in line and "under/a" in line and "\n" not in line
 
     asyncio.run(go())
+
+
+def test_which_archive_the_operator_uses():
+    """$SEXTANT_ARCHIVE_DSN when set (never migrated by the operator); else `sextant dev`'s embedded SQLite file
+    (migrated: its own); else none. A bad value is refused naming its variable."""
+    import argparse
+
+    import pytest
+
+    from sextant.archive.settings import SettingsError
+    from sextant.controller.command import archive_settings
+
+    operator, dev = argparse.Namespace(embedded_archive=False), argparse.Namespace(embedded_archive=True)
+    assert archive_settings(operator, {}) == (None, False)
+    told, migrate = archive_settings(dev, {})
+    assert told is not None and told.dsn.startswith("sqlite:///") and told.dsn.endswith("archive.sqlite") and migrate
+    told, migrate = archive_settings(dev, {"SEXTANT_ARCHIVE_DSN": "postgresql://u@db/sx"})
+    assert told is not None and told.dsn == "postgresql://u@db/sx" and not migrate
+    with pytest.raises(SettingsError, match="not an archive's DSN"):
+        archive_settings(operator, {"SEXTANT_ARCHIVE_DSN": "mysql://u@h/db"})
+    with pytest.raises(SettingsError, match="SEXTANT_ARCHIVE_RETENTION"):
+        archive_settings(operator, {"SEXTANT_ARCHIVE_DSN": "sqlite:////tmp/a.sqlite", "SEXTANT_ARCHIVE_RETENTION": "x"})

@@ -20,7 +20,10 @@ DESCRIPTION = (
     "(start-up, clean-up, login with this kubeconfig, probes, signals) and watches nothing; every kind (Jobs, the "
     "Pods and Leases of jobs, Queue, Handler and Schedule) is watched once, by a lean informer in the same process "
     "and event loop (docs/operator.md). A malformed watch line, a watch answered 410 or an object nested too deep "
-    "fails one watch, never the process: it lists again. kopf writes nothing to Sextant's objects.")
+    "fails one watch, never the process: it lists again. kopf writes nothing to Sextant's objects. With "
+    "SEXTANT_ARCHIVE_DSN set (postgresql://... or sqlite:///PATH, migrated by `sextant archive migrate`), every "
+    "finished job's record is written there before retention deletes it; without it, a job's history ends with its "
+    "retention (docs/archive.md).")
 
 
 def _seconds(seconds: float) -> str:
@@ -90,7 +93,7 @@ def flags(op: argparse.ArgumentParser) -> None:
                          "ones are deleted before their retention (archived first when there is an archive), with a "
                          "Warning Event RetentionCapped on their Queue; a Queue's spec.retention.maxJobs caps it "
                          f"per queue (default {Settings.max_finished_jobs}, ~3.1 KB of etcd each: docs/archive.md; "
-                         "none: no cluster-wide cap). The archive is $SEXTANT_ARCHIVE_DSN (docs/archive.md)")
+                         "none: no cluster-wide cap)")
     op.add_argument("--no-events", action="store_true", help="post no Kubernetes Events")
     op.add_argument("--log-level", default="warning", help="debug, info, warning (default) or error")
     op.add_argument("--http-port", type=int, default=Settings.http_port,
@@ -158,7 +161,8 @@ def settings(args: argparse.Namespace, conn: kubeconfig.Connection) -> Settings:
     try:
         archive, migrate = archive_settings(args)
     except SettingsError as exc:
-        raise SystemExit(f"sextant operator: {exc}") from None
+        named = str(exc) if str(exc).startswith("SEXTANT_") else f"{ENV_DSN}: {exc}"  # always name the variable
+        raise SystemExit(f"sextant operator: {named}") from None
     return Settings(namespaces=args.watch_namespace or [], workers=args.workers, pending_pods=args.max_pending_pods,
                     record_queued_after=parse_duration(args.record_queued_after),
                     max_worker_slots=args.max_worker_slots,
