@@ -162,7 +162,11 @@ class Capper:
         record = self.view.jobs.get(key)
         if not isinstance(record, FinishedJob):
             return None  # gone, or finished but not yet settled: the rules still act on it
-        return await self.delete(key, record)
+        try:
+            return await self.delete(key, record)
+        except Exception as exc:  # noqa: BLE001 - one refused delete (or a deposed leader) must not stop the pass
+            log.warning("job %s/%s: not deleted by the cap: %s: %s", *key, type(exc).__name__, exc)
+            return None
 
     def _warn(self, queue: Key, deleted: int, count: int, cap: int | None) -> None:
         now = self.now()
