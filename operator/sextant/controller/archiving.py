@@ -191,15 +191,18 @@ class Archiver:
                 await asyncio.sleep(LINGER)  # let a burst fill the batch
             batch = list(itertools.islice(self._pending.items(), BATCH))
             try:
-                await self._write(batch)
+                progress = await self._write(batch)
             except ArchiveUnavailable as exc:
                 self._failed(str(exc))
                 log.warning("%s; %d records wait, next try in %.0f s", exc, len(self._pending), backoff)
+                progress = False
+            else:
+                self._recovered()
+            if progress:
+                backoff = FIRST_BACKOFF
+            else:  # the database, or the API server for the jobs to read, is away: wait before trying again
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF)
-            else:
-                backoff = FIRST_BACKOFF
-                self._recovered()
 
     async def prune(self, now: Callable[[], datetime]) -> None:
         """The archive's own retention (ArchiveSettings.retention, 30 days by default): the leader deletes older
@@ -214,16 +217,20 @@ class Archiver:
                 log.warning("archive: pruning skipped: %s", exc)
             await asyncio.sleep(PRUNE_EVERY)
 
-    async def _write(self, batch: list[tuple[Key, tuple[str, int, Record | None]]]) -> None:
+    async def _write(self, batch: list[tuple[Key, tuple[str, int, Record | None]]]) -> bool:
+        """Write a batch; False when none of it could be read from the API server (then the writer waits too)."""
         archive = await self._open()
         sem = asyncio.Semaphore(READS)
 
-        async def read(key: Key, uid: str, version: int) -> tuple[Record, int] | None:
+        async def read(key: Key, uid: str, version: int) -> tuple[Record, int] | None | bool:
             async with sem:
                 try:
                     obj = await self.kube.get(contract.jobs_path(*key))
                 except NotFound:
                     return None  # gone already: nothing left to archive or delete
+                except Exception as exc:  # noqa: BLE001 - the API server's trouble: it stays waiting, read again later
+                    log.warning("job %s/%s: cannot read it to archive it: %s: %s", *key, type(exc).__name__, exc)
+                    return False
             if obj["metadata"].get("uid") != uid:
                 return None  # another job of that name: the one retention judged is gone
             try:
@@ -234,9 +241,13 @@ class Archiver:
         to_read = [(key, uid, version) for key, (uid, version, record) in batch if record is None]
         read_back = dict(zip([k for k, _, _ in to_read], await asyncio.gather(*(read(*t) for t in to_read))))
         records: list[tuple[Key, str, int, Record]] = []
+        unread: set[Key] = set()
         for key, (uid, version, record) in batch:
             if record is None:
                 got = read_back.get(key)
+                if got is False:
+                    unread.add(key)
+                    continue
                 if got is None:
                     self._done(key, uid, version)
                     continue
@@ -254,9 +265,13 @@ class Archiver:
             if len(self._landed) > LANDED_MAX:
                 del self._landed[next(iter(self._landed))]  # the oldest: its job is long gone, most likely
         for key, (uid, version, _) in batch:
-            self._done(key, uid, version)
+            if key not in unread:
+                self._done(key, uid, version)
+            else:
+                self._put(key, self._pending.pop(key))  # to the end of the line: the others go first
         for key, _, _, _ in records:
             self.on_landed(key)
+        return len(unread) < len(batch)
 
     def _done(self, key: Key, uid: str, version: int) -> None:
         """Take a written (or vanished) job off the waiting list, unless a newer version took its place."""
