@@ -36,8 +36,10 @@ def free_port() -> int:
 class Operator:
     """`sextant operator` as its own process, watching one namespace, so a test may kill -9 it."""
 
-    def __init__(self, kubeconfig: Path, namespace: str, log_dir: Path, *extra: str) -> None:
+    def __init__(self, kubeconfig: Path, namespace: str, log_dir: Path, *extra: str,
+                 env: dict[str, str] | None = None) -> None:
         self.kubeconfig, self.namespace, self.extra = kubeconfig, namespace, extra
+        self.env = env or {}  # added to the test's environment (e.g. SEXTANT_ARCHIVE_DSN)
         self.log_path = log_dir / f"operator-{namespace}.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
@@ -53,7 +55,7 @@ class Operator:
             [sys.executable, "-m", "sextant", "--kubeconfig", str(self.kubeconfig), "operator",
              "--watch-namespace", self.namespace, "--log-level", "info", "--http-host", "127.0.0.1",
              "--http-port", str(self.http_port), *self.extra],
-            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
         )
 
     def kill(self) -> None:

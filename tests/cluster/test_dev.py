@@ -6,6 +6,7 @@ Ctrl-C stops it."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -22,6 +23,21 @@ from tests.harness import wait_for
 from .support import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def archived_state(path: Path, name: str) -> str | None:
+    """The state of the job's record in the SQLite archive at path (None: not there yet)."""
+    from sextant.archive.store import Archive
+
+    async def read() -> str | None:
+        archive = await Archive.open(f"sqlite:///{path}")
+        try:
+            record = await archive.get("default", name)
+            return record.state if record else None
+        finally:
+            await archive.close()
+
+    return asyncio.run(read()) if path.exists() else None
 
 
 def test_run_command_without_a_cluster_runs_the_first_example(tmp_path):
@@ -59,6 +75,10 @@ def test_run_command_without_a_cluster_runs_the_first_example(tmp_path):
         wait_for(lambda: state() == "succeeded", 120, message=lambda: f"job-hello succeeded (is {state()!r})")
         logs = subprocess.run([*kubectl, "logs", "job-hello-1"], capture_output=True, text=True, check=True)
         assert "hello, world!" in logs.stdout
+        # The embedded archive (docs/archive.md, "The operator"): its record is written as it finishes.
+        archive_file = tmp_path / ".cache" / "sextant" / "archive.sqlite"
+        wait_for(lambda: archived_state(archive_file, "job-hello") == "succeeded", 30,
+                 message=lambda: f"job-hello's record in {archive_file}")
         assert " ERROR " not in "".join(output), "".join(output)  # no 429 "storage is (re)initializing" as a failure
         the_readme_api_recipe_works(kubeconfig, path_line.group(1), tmp_path, port)
     finally:

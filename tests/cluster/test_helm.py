@@ -226,7 +226,8 @@ def test_default_values_render_a_two_replica_restricted_operator_with_cluster_wi
     assert spec["replicas"] == 2
     (container,) = pod["containers"]
     assert container["image"] == f"ghcr.io/sextant-dev/sextant:{APP_VERSION}"
-    assert container["args"] == ["--http-host=0.0.0.0", "--http-port=8080", "--log-level=warning", "--workers=64", *TLS_ARGS,
+    assert container["args"] == ["--http-host=0.0.0.0", "--http-port=8080", "--log-level=warning", "--workers=64",
+                                 "--max-finished-jobs=50000", *TLS_ARGS,
                                  *LEADER_ELECTION]
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http", "scheme": "HTTPS"}
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http", "scheme": "HTTPS"}
@@ -297,7 +298,8 @@ def test_custom_values_render_roles_per_watched_namespace_a_service_monitor_and_
     deployment = one(docs, "Deployment")
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     assert deployment["spec"]["replicas"] == 1
-    assert container["args"] == ["--http-host=0.0.0.0", "--http-port=8080", "--log-level=info", "--workers=64", *TLS_ARGS,
+    assert container["args"] == ["--http-host=0.0.0.0", "--http-port=8080", "--log-level=info", "--workers=64",
+                                 "--max-finished-jobs=50000", *TLS_ARGS,
                                  "--watch-namespace=shop", "--watch-namespace=billing", "--no-events",
                                  *LEADER_ELECTION]
     assert "affinity" not in deployment["spec"]["template"]["spec"]
@@ -1461,3 +1463,31 @@ def test_a_node_worker_takes_its_image_and_command_and_understands_every_argumen
     assert parsed == {"namespace": "shop", "name": "payments-7c9f-x2k4q", "concurrency": 32, "drainGraceSeconds": 25,
                       "wantQueues": ["payments"], "allowCommands": ["resize"], "commandEnv": {"MODE": "prod"},
                       "modules": ["./handlers/charge-card.js"], "logLevel": "debug", "metrics": ["0.0.0.0", 9090]}
+
+
+def test_the_archive_dsn_comes_from_a_secret_and_the_notes_say_history_ends_without_one(helm, cluster,
+                                                                                      tmp_path: Path):
+    """docs/archive.md: archive.dsnSecret (name, key) → SEXTANT_ARCHIVE_DSN from that Secret; the cluster-wide cap is
+    --max-finished-jobs; without an archive NOTES.txt says plainly that history ends with retention."""
+    def operator_container(docs: list[dict[str, Any]]) -> dict[str, Any]:
+        return one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+
+    default = operator_container(helm.template())
+    assert "--max-finished-jobs=50000" in default["args"]
+    assert "SEXTANT_ARCHIVE_DSN" not in {e["name"] for e in default["env"]}
+    archived = operator_container(helm.template({"archive": {"dsnSecret": {"name": "sextant-archive"}},
+                                                 "operator": {"maxFinishedJobs": 20000}}))
+    assert "--max-finished-jobs=20000" in archived["args"]
+    env = {e["name"]: e for e in archived["env"]}
+    assert env["SEXTANT_ARCHIVE_DSN"]["valueFrom"] == {"secretKeyRef": {"name": "sextant-archive", "key": "dsn"}}
+    assert env["SEXTANT_ARCHIVE_RETENTION"]["value"] == "720h"
+    assert env["SEXTANT_ARCHIVE_PAYLOAD_MAX_BYTES"]["value"] == "65536"
+    # Bad input names the field.
+    refused = helm("template", "sx", str(CHART), values={"operator": {"maxFinishedJobs": 0}}, check=False)
+    assert refused.returncode != 0 and "maxFinishedJobs" in refused.stderr
+    on_cluster = Helm(helm.tools, tmp_path, cluster.kubeconfig)  # NOTES.txt renders only in an install (dry run)
+    notes = on_cluster("install", "sx", str(CHART), "--namespace", "sextant-system", "--dry-run=client").stdout
+    assert "NO ARCHIVE is configured" in notes and "history ends with its retention" in notes
+    notes = on_cluster("install", "sx", str(CHART), "--namespace", "sextant-system", "--dry-run=client",
+                       values={"archive": {"dsnSecret": {"name": "sextant-archive"}}}).stdout
+    assert "NO ARCHIVE" not in notes and "Secret sextant-archive" in notes

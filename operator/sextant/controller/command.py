@@ -8,6 +8,7 @@ import argparse
 import logging
 import os
 
+from ..archive.settings import ENV_DSN, ArchiveSettings, SettingsError, default_dsn
 from ..kube import kubeconfig
 from ..resources import inputs
 from ..resources.common import parse_duration
@@ -19,7 +20,10 @@ DESCRIPTION = (
     "(start-up, clean-up, login with this kubeconfig, probes, signals) and watches nothing; every kind (Jobs, the "
     "Pods and Leases of jobs, Queue, Handler and Schedule) is watched once, by a lean informer in the same process "
     "and event loop (docs/operator.md). A malformed watch line, a watch answered 410 or an object nested too deep "
-    "fails one watch, never the process: it lists again. kopf writes nothing to Sextant's objects.")
+    "fails one watch, never the process: it lists again. kopf writes nothing to Sextant's objects. With "
+    "SEXTANT_ARCHIVE_DSN set (postgresql://... or sqlite:///PATH, migrated by `sextant archive migrate`), every "
+    "finished job's record is written there before retention deletes it; without it, a job's history ends with its "
+    "retention (docs/archive.md).")
 
 
 def _seconds(seconds: float) -> str:
@@ -44,6 +48,27 @@ def _slots(text: str) -> int:
     return int(text)
 
 
+def _cap(text: str) -> int | None:
+    """--max-finished-jobs: a whole number from 1, or `none`."""
+    if text.strip().lower() == "none":
+        return None
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number of jobs from 1, or none (no cluster-wide cap)")
+    return int(text)
+
+
+def archive_settings(args: argparse.Namespace, environ: dict[str, str] | os._Environ[str] = os.environ
+                     ) -> tuple[ArchiveSettings | None, bool]:
+    """The archive the operator writes to, and whether it may create or migrate its schema: $SEXTANT_ARCHIVE_DSN
+    when set (never migrated: `sextant archive migrate` does it); else, for `sextant dev` only, the embedded SQLite
+    file (its own: migrated at start); else none."""
+    if environ.get(ENV_DSN):
+        return ArchiveSettings.from_env(environ), False
+    if getattr(args, "embedded_archive", False):
+        return ArchiveSettings.from_env({**environ, ENV_DSN: default_dsn()}), True
+    return None, False
+
+
 def flags(op: argparse.ArgumentParser) -> None:
     """The operator's flags, on `sextant operator` and `sextant dev`."""
     op.add_argument("--watch-namespace", action="append", help="watch only this namespace (repeatable)")
@@ -61,6 +86,12 @@ def flags(op: argparse.ArgumentParser) -> None:
     op.add_argument("--max-worker-slots", type=_slots, default=Settings.max_worker_slots,
                     help="the most slots the operator believes one Worker has, whatever it announces; a Worker "
                          f"announcing more gets a Warning Event SlotsCapped (default {Settings.max_worker_slots})")
+    op.add_argument("--max-finished-jobs", type=_cap, default=Settings.max_finished_jobs, metavar="N",
+                    help="the most finished jobs kept as objects across the cluster: past it the oldest finished "
+                         "ones are deleted before their retention (archived first when there is an archive), with a "
+                         "Warning Event RetentionCapped on their Queue; a Queue's spec.retention.maxJobs caps it "
+                         f"per queue (default {Settings.max_finished_jobs}, ~3.1 KB of etcd each: docs/archive.md; "
+                         "none: no cluster-wide cap)")
     op.add_argument("--no-events", action="store_true", help="post no Kubernetes Events")
     op.add_argument("--log-level", default="warning", help="debug, info, warning (default) or error")
     op.add_argument("--http-port", type=int, default=Settings.http_port,
@@ -95,7 +126,7 @@ def flags(op: argparse.ArgumentParser) -> None:
     op.add_argument("--kopf-liveness", metavar="URL",
                     help="also serve kopf's liveness endpoint, with the probes ready and role, e.g. "
                          "http://0.0.0.0:8081/healthz (default: none; /healthz and /readyz are on --http-port)")
-    op.set_defaults(usage_problem=_tls_problem)
+    op.set_defaults(usage_problem=_tls_problem, embedded_archive=False)
 
 
 def _tls_problem(args: argparse.Namespace) -> str | None:
@@ -125,6 +156,11 @@ def settings(args: argparse.Namespace, conn: kubeconfig.Connection) -> Settings:
                                     lease_duration=parse_duration(args.leader_election_lease_duration).total_seconds(),
                                     renew_deadline=parse_duration(args.leader_election_renew_deadline).total_seconds(),
                                     retry_period=parse_duration(args.leader_election_retry_period).total_seconds())
+    try:
+        archive, migrate = archive_settings(args)
+    except SettingsError as exc:
+        named = str(exc) if str(exc).startswith("SEXTANT_") else f"{ENV_DSN}: {exc}"  # always name the variable
+        raise SystemExit(f"sextant operator: {named}") from None
     return Settings(namespaces=args.watch_namespace or [], workers=args.workers, pending_pods=args.max_pending_pods,
                     record_queued_after=parse_duration(args.record_queued_after) if args.record_queued_after else None,
                     max_worker_slots=args.max_worker_slots,
@@ -135,7 +171,8 @@ def settings(args: argparse.Namespace, conn: kubeconfig.Connection) -> Settings:
                     http_max_in_flight=args.http_max_in_flight,
                     http_request_timeout=parse_duration(args.http_request_timeout).total_seconds(),
                     http_user_rate=float(args.http_user_rate), http_user_burst=args.http_user_burst,
-                    leader_election=election, kopf_liveness=args.kopf_liveness)
+                    leader_election=election, kopf_liveness=args.kopf_liveness,
+                    max_finished_jobs=args.max_finished_jobs, archive=archive, archive_migrate=migrate)
 
 
 def run(args: argparse.Namespace, conn: kubeconfig.Connection) -> None:
@@ -143,7 +180,16 @@ def run(args: argparse.Namespace, conn: kubeconfig.Connection) -> None:
     kopf (controller/kopfapp.py; imported here, so that the flags' help does not load kopf)."""
     from .kopfapp import run as run_on_kopf
 
-    run_on_kopf(conn, settings(args, conn))
+    told = settings(args, conn)
+    if told.archive is not None:
+        import asyncio
+
+        from .archiving import refusal
+
+        problem = asyncio.run(refusal(told.archive, told.archive_migrate))
+        if problem:
+            raise SystemExit(f"sextant operator: {problem}")
+    run_on_kopf(conn, told)
 
 
 def _operator(args: argparse.Namespace) -> int:

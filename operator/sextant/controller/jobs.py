@@ -21,7 +21,7 @@ from ..kube.client import Conflict, Kube, NotFound
 from ..kube.clock import utcnow
 from ..kube.events import EventRecorder
 from ..kube.informer import Key, key_of
-from ..lifecycle import transitions as T
+from ..lifecycle import retention, transitions as T
 from ..lifecycle.reading import InvalidJob, invalid_conditions, read_spec, valid_again
 from ..lifecycle.states import FINISHED, State
 from ..resources import API_VERSION, contract
@@ -29,6 +29,8 @@ from ..resources.common import parse_time
 from ..resources.handler import HandlerSpec
 from ..resources.job import JobStatus
 from ..resources.queue import QueueSpec
+from .archiving import Archiver
+from .capping import Capper, FinishedIndex
 from .expectations import Expectations
 from .podactuation import RETRY_AFTER_ERROR, PodActuation
 from .queuestatus import QueueStatusWriter
@@ -57,7 +59,9 @@ class _PodNotCreated(Exception):
 class JobController(WorkerActuation, PodActuation, Retention):
     def __init__(self, kube: Kube, view: View, events: EventRecorder, timers: Timers, *,
                  workers: int, pending_pods: int, record_queued_after: timedelta | None = writes.RECORD_QUEUED_AFTER,
-                 now: Callable[[], datetime] = utcnow) -> None:
+                 now: Callable[[], datetime] = utcnow, archiver: Archiver | None = None,
+                 max_finished_jobs: int | None = retention.MAX_FINISHED_JOBS,
+                 leading: asyncio.Event | None = None) -> None:
         self.kube = kube
         self.record_queued_after = record_queued_after
         self.view = view
@@ -66,8 +70,10 @@ class JobController(WorkerActuation, PodActuation, Retention):
         self.timers = timers
         # Our writes not yet seen from the watch: the job is not acted on again before (its answers are not stored).
         self.expectations = Expectations(now)
-        self.runtime = Runtime("job", self.reconcile, workers=workers, log=log, report=lambda key, message: self._report(
-            key, T.Event("ReconcileFailed", f"the operator failed to reconcile this job: {message}", "Warning")))
+        self.runtime = Runtime("job", self.reconcile, workers=workers, log=log, leading=leading,
+                               report=lambda key, message: self._report(key, T.Event(
+                                   "ReconcileFailed", f"the operator failed to reconcile this job: {message}",
+                                   "Warning")))
         self.queue, self.started = self.runtime.queue, self.runtime.started
         self.leading = self.runtime.leading  # only the leader reconciles; set at once without leader election
         # Admission: who holds a slot, who is next; pending_pods per queue limits pods waiting for a node while the
@@ -80,6 +86,11 @@ class JobController(WorkerActuation, PodActuation, Retention):
         self._write_budget = ByteBudget(WRITE_PAYLOAD_BUDGET)
         # The Queues' status (their live numbers): the leader writes it, through the same fenced client.
         self.queue_status = QueueStatusWriter(kube, view, timers, now, self.leading, rate=self.slots.rate)
+        # Finished jobs: archived before they are deleted (when there is an archive), and no more of them kept than
+        # the caps allow (controller/capping.py).
+        self.archiver = archiver
+        self.finished = FinishedIndex(view)
+        self.capper = Capper(view, self.finished, events, self.leading, now, max_finished_jobs, self._delete_capped)
         # The Workers' status (assignments, stops, removals, state): one batched writer per worker.
         self.worker_status = WorkerStatusWriter(kube, view, now, self.leading,
                                                 landed=lambda obj: self.on_worker_object("update", obj),
@@ -94,7 +105,13 @@ class JobController(WorkerActuation, PodActuation, Retention):
             if self.started.is_set():
                 self._unassign_all(key)
         else:
-            self.view.upsert_job(obj)
+            before = self.view.jobs.get(key)
+            record = self.view.upsert_job(obj)
+            if self.finished.observe(key, before, record):
+                self.capper.kick()
+            if self.archiver is not None and not record.unfinished \
+                    and (before is None or before.version != record.version):
+                self.archiver.offer(obj)  # its record while the whole object is at hand (dropped when too many wait)
             echo = self.expectations.saw_job(key, version_of(obj))
             if not echo and key not in self._acting:
                 # A change not of our making: into line at once. The echo of our own write (or a change that comes
@@ -118,6 +135,7 @@ class JobController(WorkerActuation, PodActuation, Retention):
     def on_queue(self, kind: str, obj: dict[str, Any]) -> None:
         key = key_of(obj)
         self.queue_status.on_queue(kind, obj)
+        self.capper.on_queue(kind, obj)
         if kind == "delete":
             self.view.queues.pop(key, None)
         else:  # an unreadable spec raises: the informer reports it; the last readable one stays in force

@@ -14,6 +14,7 @@ from ..kube.kubeconfig import Connection
 from ..resources import contract
 from ..kube.events import EventRecorder
 from ..kube.informer import Informer
+from .archiving import Archiver
 from .leader import LeaderElector, default_identity
 from .jobs import JobController
 from ..kube.client import Kube
@@ -52,10 +53,16 @@ class Operator:
                          max_worker_slots=self.settings.max_worker_slots)
         self.events = EventRecorder(self.kube, utcnow, enabled=self.settings.events)
         self.timers = Timers(utcnow)
+        leading = asyncio.Event()
+        leading.set()  # cleared below under leader election, until this replica leads
+        # The archive: every finished job's record written before retention deletes its object (archiving.py).
+        self.archiver = Archiver(self.settings.archive, self.kube, leading, landed=self._landed,
+                                 migrate=self.settings.archive_migrate) if self.settings.archive else None
         self.jobs = JobController(self.kube, self.view, self.events, self.timers, workers=self.settings.workers,
                                   pending_pods=self.settings.pending_pods,
-                                  record_queued_after=self.settings.record_queued_after)
-        self.schedules = ScheduleController(self.kube, self.view, self.events, self.timers)
+                                  record_queued_after=self.settings.record_queued_after, archiver=self.archiver,
+                                  max_finished_jobs=self.settings.max_finished_jobs, leading=leading)
+        self.schedules = ScheduleController(self.kube, self.view, self.events, self.timers, archiver=self.archiver)
         # WorkerPools: the replicas of Deployments of workers, from the slots their queues need (pools.py).
         self.pools = PoolController(self.kube, self.view, self.events, self.timers, self.jobs.leading,
                                     busy=self.jobs.slots.busy, reopen=self.jobs.slots.pump_worker)
@@ -102,11 +109,22 @@ class Operator:
         return self.elector is None or self.elector.is_leader()
 
     def role(self) -> str:
+        """Who this replica is, and (with an archive) whether records land: /readyz's detail."""
         if self.elector is None:
-            return "leader (no leader election)"
-        if self.elector.is_leader():
-            return f"leader ({self.identity})"
-        return f"standby ({self.identity}; the leader is {self.elector.leader_identity or 'unknown'})"
+            role = "leader (no leader election)"
+        elif self.elector.is_leader():
+            role = f"leader ({self.identity})"
+        else:
+            role = f"standby ({self.identity}; the leader is {self.elector.leader_identity or 'unknown'})"
+        return f"{role}; {self.archiver.status()}" if self.archiver is not None else role
+
+    def _landed(self, key: tuple[str, str]) -> None:
+        """A job's record landed in the archive: retention (and its schedule's history limits) may look again now."""
+        if self.jobs.started.is_set():
+            self.jobs.queue.add(key)
+        record = self.view.jobs.get(key)
+        if record is not None and record.schedule and self.schedules.started.is_set():
+            self.schedules.queue.add((key[0], record.schedule))
 
     def _on_leadership(self, leading: bool) -> None:
         for controller in (self.jobs, self.schedules):
@@ -135,6 +153,11 @@ class Operator:
         if retried:
             log.info("connected again: retrying %d objects at once", retried)
 
+    async def _cap(self) -> None:
+        """The count cap acts on a complete view only: before, a queue's count is partial."""
+        await self.jobs.started.wait()
+        await self.jobs.capper.run()
+
     @property
     def ready(self) -> bool:
         return (self.jobs.started.is_set() and self.schedules.started.is_set()
@@ -159,6 +182,8 @@ class Operator:
 
     async def start(self) -> None:
         """Start the HTTP server and every loop as tasks of the running event loop (kopf's start-up calls this)."""
+        if self.archiver is not None:
+            await self.archiver.check()  # a schema this code cannot use ends the start here, in one line
         metrics.REGISTRY.register(self.collector)
         self._registered = True
         if self.settings.http_port is not None:
@@ -176,6 +201,9 @@ class Operator:
             ("jobs", lambda: self.jobs.run([i.synced for i in self.informers])),
             ("schedules", lambda: self.schedules.run([i.synced for i in self.informers])),
             ("worker pools", lambda: self.pools.run([i.synced for i in self.informers])),
+            ("retention cap", self._cap),
+            *((("archive", self.archiver.run), ("archive prune", lambda: self.archiver.prune(utcnow)))
+              if self.archiver is not None else ()),
         ]
         self._tasks = [asyncio.create_task(supervise(name, loop), name=name) for name, loop in loops]
 
@@ -185,6 +213,8 @@ class Operator:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self.archiver is not None:
+            await self.archiver.close()
         if self._web_runner is not None:
             await self._web_runner.cleanup()
             self._web_runner = None

@@ -1,9 +1,13 @@
 """The job controller's retention: a finished job, or its pods, deleted once the retention of its queue is over
-(lifecycle/retention.py decides when). A part of JobController (controller/jobs.py), which holds the state."""
+(lifecycle/retention.py decides when), or once its queue or the cluster holds too many (controller/capping.py). A
+part of JobController (controller/jobs.py), which holds the state.
+
+With an archive (controller/archiving.py) no job is deleted before the record of the very version deleted has
+landed: the delete's preconditions (uid and resourceVersion) are that version's."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from ..kube import metrics
 from ..kube.client import Conflict, NotFound
@@ -12,7 +16,12 @@ from ..lifecycle import idempotency, retention
 from ..lifecycle.states import FINISHED
 from ..resources import contract
 from ..resources.queue import QueueSpec
+from .archiving import Archiver
 from .records import JobRecord
+
+# A job whose record waits for the archive is looked at again after this at the latest (its record's landing
+# brings the look sooner).
+ARCHIVE_RECHECK = timedelta(seconds=30)
 
 
 def earliest(*moments: datetime | None) -> datetime | None:
@@ -21,6 +30,8 @@ def earliest(*moments: datetime | None) -> datetime | None:
 
 
 class Retention:
+    archiver: Archiver | None
+
     def _expiry(self, key: Key, record: JobRecord) -> retention.Expiry:
         queue = self.view.queues.get((key[0], record.queue))
         return retention.expiry(record.state, record.finished_at, queue.retention if queue else QueueSpec().retention,
@@ -34,12 +45,8 @@ class Retention:
             return None
         due = self._expiry(key, record)
         if due.job_at is not None and now >= due.job_at:
-            try:  # only the version we judged: a job retried meanwhile is not deleted
-                await self.kube.delete(contract.jobs_path(*key), None, {"uid": record.uid,
-                                                                        "resourceVersion": record.resource_version})
-                metrics.JOBS_DELETED.labels(key[0], record.queue).inc()
-            except (NotFound, Conflict):
-                pass  # gone, or changed since it was judged: the watch brings another look
+            if await self._delete_finished(key, record, "retention") is False:
+                return now + ARCHIVE_RECHECK
             return None
         pods = self.view.pods_of(key)  # never someone else's pod that merely carries the job's labels
         if due.pods_at is not None and pods:
@@ -52,6 +59,26 @@ class Retention:
                     except NotFound:
                         pass  # gone already
         return due.job_at
+
+    async def _delete_finished(self, key: Key, record: JobRecord, reason: str) -> bool | None:
+        """Delete this version of a finished job once its record landed: True when deleted, False when it waits for
+        the archive (asked to write it), None when it was gone or had changed (the watch brings another look)."""
+        if self.archiver is not None and not self.archiver.landed(record.uid, record.version):
+            self.archiver.request(key, record.uid, record.version)
+            return False
+        try:  # only the version we judged (and archived): a job retried meanwhile is not deleted
+            await self.kube.delete(contract.jobs_path(*key), None, {"uid": record.uid,
+                                                                    "resourceVersion": record.resource_version})
+        except (NotFound, Conflict):
+            return None
+        metrics.JOBS_DELETED.labels(key[0], record.queue, reason).inc()
+        return True
+
+    async def _delete_capped(self, key: Key, record: JobRecord) -> str | None:
+        """The cap's delete (controller/capping.py): counted as retention's when its time was over anyway."""
+        due = self._expiry(key, record).job_at
+        reason = "retention" if due is not None and self.now() >= due else "cap"
+        return reason if await self._delete_finished(key, record, reason) else None
 
     def schedule_retention(self, key: Key) -> None:
         """A finished job that needs no reconcile still needs its retention wake-up (cheap: no parsing)."""

@@ -29,6 +29,7 @@ from ..resources.schedule import KIND, ScheduleSpec, ScheduleStatus
 from ..kube.events import EventRecorder
 from ..kube.informer import Key, key_of
 from .runtime import Runtime
+from .archiving import Archiver
 from .timers import Timers
 from .expectations import TIMEOUT
 from .records import JobRecord, LiveJob
@@ -62,8 +63,9 @@ def _version(ref: S.JobRef) -> int:
 
 class ScheduleController:
     def __init__(self, kube: Kube, view: View, events: EventRecorder, timers: Timers, *,
-                 now: Callable[[], datetime] = utcnow, workers: int = 16) -> None:
+                 now: Callable[[], datetime] = utcnow, workers: int = 16, archiver: Archiver | None = None) -> None:
         self.kube = kube
+        self.archiver = archiver  # a finished job past the history limits is archived before it is deleted
         self.view = view
         self.events = events
         self.timers = timers
@@ -318,9 +320,16 @@ class ScheduleController:
     async def _delete_job(self, key: Key, name: str) -> None:
         record = self.view.jobs.get((key[0], name))
         uid = record.uid if record is not None else None
+        preconditions = {"uid": uid} if uid else None
+        if self.archiver is not None and record is not None and uid:
+            if not self.archiver.landed(uid, record.version):
+                # Its record first (controller/archiving.py); its landing brings this schedule another look.
+                self.archiver.request((key[0], name), uid, record.version)
+                return
+            preconditions = {"uid": uid, "resourceVersion": record.resource_version}  # the version archived
         self._written.get(key, {}).pop(name, None)
         try:  # the uid guards against deleting a newer job that took the name meanwhile
-            await self.kube.delete(contract.jobs_path(key[0], name), preconditions={"uid": uid} if uid else None)
+            await self.kube.delete(contract.jobs_path(key[0], name), preconditions=preconditions)
         except (NotFound, Conflict):
             pass  # gone already, or a newer job holds the name
         except ApiError as exc:

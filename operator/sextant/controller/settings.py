@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from ..archive.settings import ArchiveSettings
+from ..lifecycle.retention import MAX_FINISHED_JOBS
 from ..lifecycle.workers import MAX_WORKER_SLOTS
 from ..resources.job import IDEMPOTENCY_WINDOW
 from .writes import RECORD_QUEUED_AFTER
@@ -39,4 +41,8 @@ class Settings:
     http_user_rate: float = 20.0  # /v2 requests per second per user, on average; beyond, 429 with Retry-After
     http_user_burst: int = 100  # of which this many at once
     leader_election: ElectionSettings | None = None  # None: this replica acts alone
+    # The most finished Job objects kept across the cluster (oldest deleted first; docs/archive.md); None: no cap.
+    max_finished_jobs: int | None = MAX_FINISHED_JOBS
+    archive: ArchiveSettings | None = None  # None: no archive, a job's history ends with its retention
+    archive_migrate: bool = False  # create or migrate its schema at start (the embedded SQLite file of `sextant dev`)
     kopf_liveness: str | None = None  # kopf's liveness endpoint with its probes (ready, role), e.g. :8081/healthz

@@ -154,6 +154,9 @@ def register(sub: argparse._SubParsersAction, operator_flags: Callable[[argparse
                                     "no cluster is configured")
     dv.add_argument("--keep", action="store_true", help="leave the local control plane running afterwards")
     operator_flags(dv)
+    # The operator's embedded archive (SQLite in the local cache) unless $SEXTANT_ARCHIVE_DSN names one: one process
+    # owns it here (docs/archive.md).
+    dv.set_defaults(embedded_archive=True)
 
     def run(args: argparse.Namespace) -> int:
         logging.basicConfig(level=getattr(logging, args.log_level.upper()),

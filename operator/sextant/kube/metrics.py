@@ -40,8 +40,19 @@ LOOP_RESTARTS = Counter("sextant_loop_restarts_total", "Long-running loops of th
 SCHEDULE_FIRE_LAG = Histogram("sextant_schedule_fire_lag_seconds", "From a schedule's tick to its job's creation.",
                               ["namespace", "schedule"], buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 60),
                               registry=REGISTRY)
-JOBS_DELETED = Counter("sextant_jobs_deleted_total", "Finished jobs deleted by retention.", ["namespace", "queue"],
-                       registry=REGISTRY)
+JOBS_DELETED = Counter("sextant_jobs_deleted_total", "Finished jobs deleted, by reason: retention (their time was "
+                       "over) or cap (too many finished jobs kept: the queue's retention.maxJobs or the operator's "
+                       "--max-finished-jobs).", ["namespace", "queue", "reason"], registry=REGISTRY)
+ARCHIVE_PENDING = Gauge("sextant_archive_pending", "Finished jobs whose record waits to be written to the archive.",
+                        registry=REGISTRY)
+ARCHIVE_UNAVAILABLE = Gauge("sextant_archive_unavailable", "1 from a failed write to the archive until one succeeds "
+                            "(records wait, retention deletes nothing unarchived); 0 otherwise, and without an "
+                            "archive.", registry=REGISTRY)
+ARCHIVE_WRITE_FAILURES = Counter("sextant_archive_write_failures_total", "Batches of records the archive could not "
+                                 "take (database down, slow or refusing); each is written again after a backoff.",
+                                 registry=REGISTRY)
+ARCHIVE_WRITTEN = Counter("sextant_archive_records_written_total", "Records of finished jobs written to the archive.",
+                          registry=REGISTRY)
 EVENTS_DROPPED = Counter("sextant_events_dropped_total", "Events not posted: over their budget (Normal) or "
                          "beyond the backlog.", ["type"], registry=REGISTRY)
 TOKEN_REVIEWS = Counter("sextant_http_token_reviews_total", "TokenReviews the /v2 API sent, by result (accepted, "

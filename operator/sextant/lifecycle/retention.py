@@ -3,12 +3,17 @@ Pure; the operator's central timer acts on it."""
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TypeVar
 
 from ..resources.common import parse_duration, parse_time
 from ..resources.job import State
 from ..resources.queue import Retention
+
+K = TypeVar("K", bound=Hashable)
+Q = TypeVar("Q", bound=Hashable)
 
 
 @dataclass(frozen=True)
@@ -43,3 +48,37 @@ def expiry(state: State | None, finished_at: str | datetime | None, retention: R
     if job_at is not None and pods_at is not None and pods_at >= job_at:
         pods_at = None  # the job's deletion takes them anyway
     return Expiry(pods_at, job_at)
+
+
+# The finished Job objects kept across the cluster when the operator is told no other number (`--max-finished-jobs`):
+# measured, each costs etcd ~3.1 KB and the API server ~40 KB of memory (docs/archive.md, "How many finished jobs
+# stay objects"); 50,000 is ~155 MB of etcd's 2 GiB quota and the API server's RSS measured with them (2.3 GB).
+MAX_FINISHED_JOBS = 50_000
+
+
+def over_cap(oldest: Iterable[tuple[K, Q]], counts: Mapping[Q, int], caps: Mapping[Q, int | None],
+             cluster_cap: int | None, limit: int) -> list[tuple[K, Q]]:
+    """Which finished jobs go because there are too many, not because their time is over: oldest first (`oldest`
+    walks every finished job oldest first, with its queue), until each queue holds at most its cap and the cluster
+    at most cluster_cap; at most `limit` of them (the caller comes back for the rest). A cap of None is no cap.
+
+    A job of a queue over its cap goes; so does any job while the cluster is over its cap. The walk stops as soon
+    as nothing is over: with only the cluster's cap passed it costs what it deletes, not what is kept."""
+    excess = {q: n - cap for q, n in counts.items() if (cap := caps.get(q)) is not None and n > cap}
+    cluster_excess = sum(counts.values()) - cluster_cap if cluster_cap is not None else 0
+    chosen: list[tuple[K, Q]] = []
+    if limit <= 0:
+        return chosen
+    for key, queue in oldest:
+        if cluster_excess <= 0 and not excess:
+            break
+        if cluster_excess > 0 or excess.get(queue, 0) > 0:
+            chosen.append((key, queue))
+            cluster_excess -= 1
+            if queue in excess:
+                excess[queue] -= 1
+                if excess[queue] <= 0:
+                    del excess[queue]
+            if len(chosen) >= limit:
+                break
+    return chosen

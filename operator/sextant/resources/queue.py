@@ -21,6 +21,8 @@ MIN_TIMEOUT = timedelta(milliseconds=1)
 # day; at most MAX_RATE_STARTS starts per window, since the operator remembers each start of the window.
 MIN_RATE_PER, MAX_RATE_PER = timedelta(seconds=1), timedelta(hours=24)
 MAX_RATE_STARTS = 100_000
+# retention.maxJobs: beyond a million finished objects of one queue etcd is past its quota anyway (~3.1 KB each).
+MAX_KEPT_JOBS = 1_000_000
 
 
 class Backoff(Model):
@@ -66,6 +68,13 @@ class Retention(Model):
         default=None,
         description="Delete a finished job's pods this long after it finished, before the job itself goes "
         "(the timeline stays in the job's status; `kubectl logs` needs the pod). Unset: they go with the job.",
+    )
+    max_jobs: int | None = Field(
+        default=None, ge=0, le=MAX_KEPT_JOBS,
+        description="The most finished jobs of this queue kept as objects: past it the oldest finished ones are "
+        "deleted before their time (archived first when the operator has an archive), with a Warning Event "
+        "RetentionCapped on the queue. Unset: only the operator's cluster-wide cap (--max-finished-jobs) applies. "
+        f"0 keeps none; at most {MAX_KEPT_JOBS}.",
     )
 
 

@@ -383,6 +383,12 @@ export interface Retention {
    * job's status; `kubectl logs` needs the pod). Unset: they go with the job.
    */
   pods?: string;
+  /**
+   * The most finished jobs of this queue kept as objects: past it the oldest finished ones are deleted before their
+   * time (archived first when the operator has an archive), with a Warning Event RetentionCapped on the queue.
+   * Unset: only the operator's cluster-wide cap (--max-finished-jobs) applies. 0 keeps none; at most 1000000.
+   */
+  maxJobs?: number;
 }
 
 /** The workload whose replicas the operator sets (its `scale` subresource only, as an HPA). */
