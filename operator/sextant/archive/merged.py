@@ -24,12 +24,14 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol
 
-from ..resources.common import format_time, parse_time
+from ..resources import inputs
+from ..resources.common import format_time, parse_duration, parse_time
 from ..resources.job import is_finished, sequence_of
 from .objects import object_of
 from .query import Filters, Page
@@ -103,6 +105,54 @@ def decode(text: str) -> Cursor:
         raise BadListCursor("not a cursor from a previous page of this list") from None
     seen = frozenset(marks[i:i + MARK_BYTES] for i in range(0, len(marks), MARK_BYTES))
     return Cursor(phase, moment, token, seen)
+
+
+# A label as `key=value`, both as Kubernetes takes them (an optional DNS prefix and a name; a value of at most 63).
+_LABEL_KEY = r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+_LABEL_RE = re.compile(rf"^(?P<key>{_LABEL_KEY})=(?P<value>(([A-Za-z0-9][-A-Za-z0-9_.]{{0,61}})?[A-Za-z0-9])?)$")
+
+
+def label(field: str, text: str) -> tuple[str, str]:
+    match = _LABEL_RE.match(text)
+    if match is None or len(match["key"]) > 316:
+        raise inputs.InputError(field, f"{text[:80]!r} is not a label: use key=value, e.g. team=mail")
+    return match["key"], match["value"]
+
+
+def moment(field: str, text: str, now: datetime) -> datetime:
+    """A time range's end: an RFC 3339 time, or a duration meaning that long before now (1h, 30m)."""
+    try:
+        return now - parse_duration(text)
+    except ValueError:
+        pass
+    try:
+        return inputs.run_at(field, text)
+    except inputs.InputError:
+        raise inputs.InputError(field, f"{text[:80]!r} is neither an RFC 3339 time (2026-12-01T10:00:00Z) nor a "
+                                       "duration before now (1h, 30m)") from None
+
+
+def list_filters(values: Mapping[str, str | None], now: datetime, names: Mapping[str, str] = {}) -> ListFilters:
+    """A reader's filters from its inputs by name (queue, state, handler, label, since, until; absent: None),
+    checked; an InputError names the input (as `names` calls it: the CLI's --queue) and its rule."""
+    def named(key: str) -> str:
+        return names.get(key, key)
+
+    def given(key: str) -> str | None:
+        return values.get(key)
+
+    queue, handler, state = given("queue"), given("handler"), given("state")
+    since = moment(named("since"), given("since") or "", now) if given("since") else None
+    until = moment(named("until"), given("until") or "", now) if given("until") else None
+    if since is not None and until is not None and until <= since:
+        raise inputs.InputError(named("until"), f"must be after {named('since')} ({format_time(since)}), "
+                                                f"got {format_time(until)}")
+    return ListFilters(
+        queue=inputs.object_name(named("queue"), queue, "queue name") if queue is not None else None,
+        state=inputs.state(named("state"), state) if state is not None else None,
+        handler=inputs.object_name(named("handler"), handler, "handler name") if handler is not None else None,
+        label=label(named("label"), given("label") or "") if given("label") is not None else None,
+        since=since, until=until)
 
 
 def finished_at(job: Mapping[str, Any]) -> datetime | None:
