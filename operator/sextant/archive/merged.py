@@ -41,6 +41,8 @@ from .query import Filters, Page
 # keep the cursor under 4 KiB, well within a URL. More means the writer is far behind: the caller is told to wait.
 MARK_BYTES = 6
 SEEN_MAX = 400
+# A page's size when none is asked, and the most one page holds (the HTTP API's and the archive's own).
+DEFAULT_PAGE, MAX_PAGE = 100, 1000
 CURSOR_VERSION = 1
 # t0 is taken this much before the snapshot: a job's finishedAt (whole seconds) is stamped a moment before its write
 # lands, so a job shown unfinished in the snapshot must not have a finish time before t0.
@@ -185,7 +187,7 @@ def live_matches(job: Mapping[str, Any], filters: ListFilters) -> bool:
             and in_time_range(finished_at(job), filters))
 
 
-def archive_filters(namespace: str, filters: ListFilters, t0: datetime) -> Filters:
+def archive_filters(namespace: str | None, filters: ListFilters, t0: datetime) -> Filters:
     """The archive part's filters: the reader's, and only jobs that finished before the walk began."""
     until = t0 if filters.until is None else min(filters.until, t0)
     return Filters(namespace=namespace, queue=filters.queue, state=filters.state, handler=filters.handler,
@@ -228,17 +230,17 @@ class Source(Protocol):
 
     async def list(self, filters: Filters = ..., cursor: str | None = ..., limit: int = ...) -> Page: ...
 
-    async def recorded(self, namespace: str, uids: list[str]) -> dict[str, tuple[datetime, int]]: ...
+    async def recorded(self, namespace: str | None, uids: list[str]) -> dict[str, tuple[datetime, int]]: ...
 
 
 # (token, limit) → a page of live jobs already filtered, and the next page's token (None after the last).
 LiveFetch = Callable[[str | None, int], Awaitable[tuple[list[dict[str, Any]], str | None]]]
 
 
-async def merged_page(fetch_live: LiveFetch, archive: Source | None, namespace: str, filters: ListFilters,
+async def merged_page(fetch_live: LiveFetch, archive: Source | None, namespace: str | None, filters: ListFilters,
                       cursor: Cursor | None, limit: int, now: datetime) -> tuple[list[dict[str, Any]], str | None]:
     """One page: at most one live page read, and, once the live part has ended, the archive's records to fill it
-    (rebuilt as Job objects, marked archived). Returns the jobs and the next cursor (None after the last page). A
+    (rebuilt as Job objects, marked archived); namespace None: every namespace. Returns the jobs and the next cursor (None after the last page). A
     page may hold fewer than `limit` jobs (filtered, or skipped) while more follow: only None ends the list."""
     at = cursor or Cursor("live", now - SNAPSHOT_MARGIN)
     seen, out = set(at.seen), []
