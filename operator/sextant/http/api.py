@@ -354,12 +354,13 @@ class Api:
             spec = CreateJob.model_validate_json(raw_body)  # JSON mode: strict types, RFC 3339 strings
         except ValidationError as exc:
             raise _from_validation(exc) from None
+        holder = self.history.key_holder()  # made here, on the event loop that the archive's calls run on
         try:
             job, created = await self.as_caller(request, lambda client: client.create_job(
                 ns, queue=spec.queue, handler=spec.handler, payload=spec.payload, run_at=spec.run_at,
                 idempotency_key=spec.idempotency_key, priority=spec.priority, concurrency_key=spec.concurrency_key,
                 annotations={ANNOTATION_REQUESTED_BY: request["user"].username[:4096]},
-                archived=self.history.key_holder()))
+                archived=holder))
         except HistoryUnavailable as exc:
             raise unavailable(exc) from None
         except KeyConflict as exc:
