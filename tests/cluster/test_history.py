@@ -33,6 +33,7 @@ from tests.harness.postgres import Postgres, PostgresUnavailable
 
 from .plugin_support import grant, sextant
 from .support import free_port, get_json
+from .test_dashboard import DashboardProcess
 
 FINISHED_AT = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(minutes=30)
 
@@ -218,6 +219,29 @@ def test_live_and_archived_jobs_read_back_through_api_client_and_cli(cluster, na
     assert made.returncode == 0 and made.stdout.strip() == old["id"], made.stderr
     bad = sextant(cluster, "jobs", "list", "-n", namespace, "--archive", dsn, "--since", "soon")
     assert bad.returncode == 2 and "--since" in bad.stderr
+
+    # The dashboard: an Archived section in the jobs view, and an archived job's page, marked, without actions.
+    board = DashboardProcess(cluster.kubeconfig, namespace, tmp_path, "--archive", dsn)
+    try:
+        with httpx.Client(timeout=30, follow_redirects=True) as browser:
+            browser.get(board.printed)  # the secret becomes a cookie
+            view = browser.get(board.url + "jobs").text
+            archived_part = view.split("<h2>Archived</h2>")[1]
+            assert old["id"] in archived_part and gone["id"] in archived_part and done["id"] not in archived_part
+            assert "succeeded (archived)" in archived_part
+            dead = browser.get(board.url + "jobs", params={"state": "dead"}).text.split("<h2>Archived</h2>")[1]
+            assert gone["id"] in dead and old["id"] not in dead
+            one = browser.get(board.url + f"jobs/{namespace}/{old['id']}").text
+            assert 'id="job-archived"' in one and "/retry" not in one and "order-1" in one
+    finally:
+        board.stop()
+    plain_board = DashboardProcess(cluster.kubeconfig, namespace, tmp_path)
+    try:
+        with httpx.Client(timeout=30, follow_redirects=True) as browser:
+            browser.get(plain_board.printed)
+            assert "archive is not configured" in browser.get(plain_board.url + "jobs").text
+    finally:
+        plain_board.stop()
 
     # Without an archive: live jobs only, and a job that left etcd is not found, saying why.
     plain = sextant(cluster, "inspect", old["id"], "-n", namespace)
