@@ -22,15 +22,15 @@ def is_archived(job: dict[str, Any]) -> bool:
 
 def object_of(record: Record) -> dict[str, Any]:
     """The Job object a record was made from, as far as the record keeps it (a payload over the archive's cap is
-    {} with status.payloadNote saying why), marked archived."""
+    {} with status.payloadNote saying why; status.queuedAt is not kept, only the wait it made), marked archived."""
     spec: dict[str, Any] = {"queue": record.queue, "handler": record.handler, "payload": record.payload or {},
                             "priority": record.priority}
     for key, value in (("idempotencyKey", record.idempotency_key), ("concurrencyKey", record.concurrency_key),
                        ("runAt", format_time(record.run_at, precise=False) if record.run_at else None)):
         if value is not None:
             spec[key] = value
-    status: dict[str, Any] = {"state": record.state or None, "attempt": record.attempt, "attempts": record.attempts,
-                              "conditions": record.conditions}
+    status: dict[str, Any] = {"state": record.state or None, "attempt": record.attempt, "sequence": record.sequence,
+                              "attempts": record.attempts, "conditions": record.conditions}
     for key, value in (("finishedAt", format_time(record.finished_at, precise=False) if record.finished_at else None),
                        ("duplicateOf", record.duplicate_of), ("message", record.message), ("output", record.output),
                        ("outputNote", record.output_note), ("payloadNote", record.payload_note),
