@@ -16,15 +16,18 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from typing import TYPE_CHECKING
+
 from .archive import merged
-from .archive.migrations import SchemaMismatch
 from .archive.objects import object_of
 from .archive.settings import ENV_DSN, SettingsError, check_dsn
-from .archive.store import Archive, ArchiveUnavailable
 from .client import ArchivedHolder, Client, HistoryUnavailable
 from .kube.client import NotFound
 from .resources import contract
 from .resources.job import object_name
+
+if TYPE_CHECKING:
+    from .archive.store import Archive
 
 NOT_CONFIGURED = (f"the archive is not configured (set {ENV_DSN} or pass --archive DSN): only live jobs are shown, "
                   "and a job's history ends with its retention")
@@ -59,7 +62,11 @@ class History:
         return self.dsn is not None
 
     def _run(self, call: Any) -> Any:
-        """Run one of the archive's coroutines (made by `call(archive)`) to its end."""
+        """Run one of the archive's coroutines (made by `call(archive)`) to its end. The database's libraries are
+        imported here, when the archive is first read: every other command starts without them."""
+        from .archive.migrations import SchemaMismatch
+        from .archive.store import Archive, ArchiveUnavailable
+
         if self._runner is None:
             self._runner = asyncio.Runner()
         try:
