@@ -21,6 +21,7 @@ from ..resources.common import age, parse_time, precise_duration, time_or_none, 
 from ..resources.job import is_finished, job_id
 from . import bulk, output
 from .context import CliError, Context, archive_flag
+from .listing import list_filters, pages, sort_key
 
 EXIT_TIMEOUT = 124  # as timeout(1)
 
@@ -157,11 +158,6 @@ def headers(with_namespace: bool) -> list[str]:
     return ["NAMESPACE", *HEADERS] if with_namespace else HEADERS
 
 
-def _sort_key(job: dict[str, Any]) -> tuple[str, str, str]:
-    meta = job["metadata"]
-    return meta.get("namespace", ""), meta.get("creationTimestamp", ""), meta["name"]
-
-
 def job_list(items: list[dict[str, Any]]) -> dict[str, Any]:
     return {"apiVersion": "sextant.dev/v1alpha1", "kind": "JobList", "items": items}
 
@@ -221,44 +217,9 @@ def create_cmd(ctx: Context) -> int:
     return 0
 
 
-# The list's filters by name, and the flags that give them (merged.list_filters' error names the flag).
-LIST_FLAGS = {"queue": "--queue", "state": "--state", "handler": "--handler", "label": "--label", "since": "--since",
-              "until": "--until"}
-PAGE = 500  # jobs per request while walking the whole list
-
-
-def _list_filters(ctx: Context) -> merged.ListFilters:
-    return merged.list_filters({k: getattr(ctx.args, k, None) for k in LIST_FLAGS}, ctx.now(), LIST_FLAGS)
-
-
-def _pages(ctx: Context, ns: str | None, filters: merged.ListFilters) -> tuple[list[dict[str, Any]], str | None]:
-    """The jobs to show and the cursor of what follows (None: nothing). With --limit or --continue, one page;
-    else every page, the live jobs sorted as the table always was (by namespace, age), the archived ones after
-    them, newest first."""
-    a = ctx.args
-    if a.limit is not None and not 1 <= a.limit <= merged.MAX_PAGE:
-        raise inputs.InputError("--limit", f"must be between 1 and {merged.MAX_PAGE}, got {a.limit}")
-    try:
-        if a.limit is not None or a.cursor:
-            return ctx.history.list_page(ns, filters, a.cursor, a.limit or merged.DEFAULT_PAGE, ctx.now())
-        found: list[dict[str, Any]] = []
-        cursor = None
-        while True:
-            items, cursor = ctx.history.list_page(ns, filters, cursor, PAGE, ctx.now())
-            found.extend(items)
-            if cursor is None:
-                break
-    except merged.BadListCursor as exc:
-        raise inputs.InputError("--continue", str(exc)) from None
-    except merged.WriterBehind as exc:
-        raise CliError(f"{exc}: the archive's writer is catching up; list again in a few seconds") from None
-    live = sorted((j for j in found if not is_archived(j)), key=_sort_key)
-    return live + [j for j in found if is_archived(j)], None
-
-
 def list_cmd(ctx: Context) -> int:
     a = ctx.args
-    filters = _list_filters(ctx)
+    filters = list_filters(ctx)
     if a.output and a.watch:
         raise CliError("-w/--watch prints a table; it cannot be combined with -o", 2)
     if a.watch and (a.limit is not None or a.cursor):
@@ -269,9 +230,9 @@ def list_cmd(ctx: Context) -> int:
         ctx.note(f"Note: {NOT_CONFIGURED}.")
     if a.watch:  # a watch follows what is live: the list it continues is the live one
         items, version = ctx.client.list_jobs(ns)
-        shown = sorted((j for j in items if merged.live_matches(j, filters)), key=_sort_key)
+        shown = sorted((j for j in items if merged.live_matches(j, filters)), key=sort_key)
     else:
-        shown, more = _pages(ctx, ns, filters)
+        shown, more = pages(ctx, ns, filters)
     if a.output:
         output.dump(job_list(shown), a.output, ctx.out)
     else:
@@ -314,7 +275,7 @@ def _watch(ctx: Context, ns: str | None, version: str, table: output.Table, keep
                     ctx.say(table.line(row(job, ctx.now(), wide)))
         except Gone:
             items, version = ctx.client.list_jobs(ns)  # too old to resume: list again, print what changed
-            for job in sorted(items, key=_sort_key):
+            for job in sorted(items, key=sort_key):
                 key = (job["metadata"].get("namespace"), job["metadata"]["name"])
                 if seen.get(key) != job["metadata"].get("resourceVersion"):
                     seen[key] = job["metadata"].get("resourceVersion")
