@@ -57,6 +57,17 @@ def _raise_for(resp: httpx.Response) -> None:
     raise ApiError(resp.status_code, status, resp.request.method, resp.request.url.path)
 
 
+class HistoryUnavailable(RuntimeError):
+    """The archive could not be asked whether an idempotency key names a job that left etcd: nothing is created,
+    since creating could make a second job for the key; try again."""
+
+
+# (namespace, key, since) → the archived Job object (marked archived) of the first job created with the key since
+# `since`, or None: what create_job asks once no live job holds the key (the HTTP API and the CLI pass one when an
+# archive is configured). Raises HistoryUnavailable when the archive cannot be reached.
+ArchivedHolder = Callable[[str, str, datetime], "dict[str, Any] | None"]
+
+
 class JobRequest(TypedDict, total=False):
     """One job of create_many: create_job's keyword arguments (the HTTP API's CreateJob fields, by name)."""
 
@@ -192,10 +203,12 @@ class Client:
     def create_job(self, namespace: str, *, queue: str, handler: str, payload: dict[str, Any] | None = None,
                    run_at: datetime | None = None, idempotency_key: str | None = None, priority: int = 0,
                    labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None,
-                   now: datetime | None = None, concurrency_key: str | None = None) -> tuple[dict[str, Any], bool]:
+                   now: datetime | None = None, concurrency_key: str | None = None,
+                   archived: ArchivedHolder | None = None) -> tuple[dict[str, Any], bool]:
         """Create a job; returns (job, created). With a key already used within 24 h: (that job, False), whoever
-        created it under whatever name (a job applied with kubectl too); KeyConflict when that job has another
-        queue, handler or payload (lifecycle/idempotency.SAME_JOB), and nothing is created."""
+        created it under whatever name (a job applied with kubectl too), and, given `archived`, after that job left
+        etcd (the archive's Job object, marked archived); KeyConflict when that job has another queue, handler or
+        payload (lifecycle/idempotency.SAME_JOB), and nothing is created."""
         spec: dict[str, Any] = {"queue": queue, "handler": handler, "payload": payload or {}, "priority": priority}
         if run_at is not None:
             spec["runAt"] = format_time(run_at, precise=False)
@@ -203,7 +216,12 @@ class Client:
             spec["concurrencyKey"] = concurrency_key
         if idempotency_key is not None:
             spec["idempotencyKey"] = idempotency_key
-            held = self.key_holder(namespace, idempotency_key, now or utcnow())
+            moment = now or utcnow()
+            held = self.key_holder(namespace, idempotency_key, moment)
+            if held is None and archived is not None:
+                # Asked after the live list, never before: a job is deleted only once its record has landed, so a
+                # holder gone from the list is in the archive by then.
+                held = archived(namespace, idempotency_key, moment - self.idempotency_window)
             if held is not None:
                 return _replayed(held, idempotency_key, spec), False
         for generation in range(1000):
@@ -229,7 +247,7 @@ class Client:
                        contract.jobs_path(namespace))
 
     def create_many(self, namespace: str, jobs: Sequence[JobRequest], *, annotations: dict[str, str] | None = None,
-                    concurrency: int = CONCURRENCY) -> list[CreateResult]:
+                    concurrency: int = CONCURRENCY, archived: ArchivedHolder | None = None) -> list[CreateResult]:
         """Create many jobs: one CreateResult per item, in order. Each item is created exactly as create_job creates
         one (its idempotency rule included), `concurrency` at a time. A later item with a key that an earlier item
         of the batch uses is created after it, so the first one is created and the later ones return it (or are
@@ -240,10 +258,11 @@ class Client:
         def one(index: int) -> None:
             for attempt in range(1, TOO_MANY_TRIES + 1):
                 try:
-                    job, created = self.create_job(namespace, **jobs[index], annotations=annotations)
+                    job, created = self.create_job(namespace, **jobs[index], annotations=annotations,
+                                                   archived=archived)
                     results[index] = CreateResult(job, created)
                     return
-                except (KeyConflict, ApiError) as exc:
+                except (KeyConflict, ApiError, HistoryUnavailable) as exc:
                     results[index] = CreateResult(None, error=exc)
                     if not (isinstance(exc, ApiError) and exc.status == 429 and attempt < TOO_MANY_TRIES):
                         return

@@ -196,6 +196,17 @@ class Archive:
         rows = await self._all(query)
         return _record(rows[0]) if rows else None
 
+    async def recorded(self, namespace: str | None, uids: Sequence[str]) -> dict[str, tuple[datetime, int]]:
+        """Of these uids (of one namespace, or None: of any), those the archive holds a record of, with its
+        (recorded_at, sequence): what a list of live and archived jobs asks of each page of live jobs, in one query
+        (the uid is the primary key)."""
+        if not uids:
+            return {}
+        query = select(jobs.c.uid, jobs.c.recorded_at, jobs.c.sequence).where(jobs.c.uid.in_(list(uids)))
+        if namespace is not None:
+            query = query.where(jobs.c.namespace == namespace)
+        return {uid: (at, sequence) for uid, at, sequence in await self._all(query)}
+
     async def by_idempotency_key(self, namespace: str, key: str, since: datetime) -> Record | None:
         """The first job created with this key since `since` (the start of the key's window), that is, the job
         the key names; a duplicate (status.duplicateOf) never is."""

@@ -12,7 +12,15 @@ from typing import TextIO
 from ..resources import inputs
 from ..kube import kubeconfig
 from ..client import Client
+from ..history import History, HistoryError, archive_dsn
 from ..kube.clock import utcnow
+
+
+def archive_flag(parser: argparse.ArgumentParser) -> None:
+    """--archive DSN: the commands that read jobs show archived ones too (docs/archive.md, "Readers")."""
+    parser.add_argument("--archive", metavar="DSN", default=None,
+                        help="also read finished jobs' history from this archive (postgresql://... or "
+                             "sqlite:///PATH; default: $SEXTANT_ARCHIVE_DSN; without either, live jobs only)")
 
 
 class CliError(Exception):
@@ -36,6 +44,14 @@ class Context:
     @cached_property
     def client(self) -> Client:
         return Client(self.conn)
+
+    @cached_property
+    def history(self) -> History:
+        """Live jobs, and archived ones when an archive is configured (--archive, SEXTANT_ARCHIVE_DSN)."""
+        try:
+            return History(self.client, archive_dsn(getattr(self.args, "archive", None)))
+        except HistoryError as exc:
+            raise CliError(str(exc)) from None
 
     @property
     def all_namespaces(self) -> bool:
@@ -70,5 +86,7 @@ class Context:
         print(text, file=self.err, flush=True)
 
     def close(self) -> None:
+        if "history" in self.__dict__:
+            self.history.close()
         if "client" in self.__dict__:
             self.client.close()

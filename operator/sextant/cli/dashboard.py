@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 
 from ..resources.inputs import port_or_zero
-from .context import CliError, Context
+from ..history import HistoryError, archive_dsn
+from .context import CliError, Context, archive_flag
 
 
 def _problem(args: argparse.Namespace) -> str | None:
@@ -31,7 +32,11 @@ def _run(ctx: Context) -> int:
     conn, namespace = ctx.conn, None if ctx.all_namespaces else ctx.namespace
     tls = (a.tls_cert, a.tls_key) if a.tls_cert else None
     try:
-        run(conn, namespace, a.address, a.port, ctx.say, ctx.note, tls)
+        dsn = archive_dsn(a.archive)
+    except HistoryError as exc:
+        raise CliError(str(exc)) from None
+    try:
+        run(conn, namespace, a.address, a.port, ctx.say, ctx.note, tls, dsn)
     except TlsFiles as exc:
         raise CliError(str(exc)) from None
     except OSError as exc:
@@ -54,5 +59,6 @@ def register(sub: argparse._SubParsersAction, flags: argparse.ArgumentParser) ->
                      help="serve a non-loopback --address over plain HTTP (the secret and your data travel "
                           "unencrypted)")
     cmd.add_argument("--port", type=port_or_zero, default=8800, help="the port (default 8800; 0 picks a free one)")
+    archive_flag(cmd)
     cmd.set_defaults(func=_run, cli=True, usage_problem=_problem)
 

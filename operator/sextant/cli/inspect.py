@@ -14,7 +14,8 @@ from ..resources.common import age, parse_time, precise_duration, until
 from ..resources.job import job_id, sequence_of
 from ..resources.report import report_facts
 from . import output
-from .context import CliError, Context
+from ..archive.objects import is_archived
+from .context import CliError, Context, archive_flag
 from .jobs import attempt_text, error_text, fetch, state_text
 from .queues import holding_back, read_queue
 
@@ -25,8 +26,10 @@ def register(sub: argparse._SubParsersAction, flags: argparse.ArgumentParser) ->
     ins = sub.add_parser("inspect", parents=[flags], help="a job and its timeline of attempts",
                          description="The job and its timeline: for each attempt where it ran (its pod, or "
                                      "worker/NAME for a worker's attempt, and the node), start, end, duration, "
-                                     "result and error.")
+                                     "result and error. A job no longer live is read from the archive, when one "
+                                     "is configured (--archive, SEXTANT_ARCHIVE_DSN), and says so.")
     ins.add_argument("id", metavar="ID")
+    archive_flag(ins)
     ins.add_argument("-o", "--output", choices=output.FORMATS, help="json or yaml instead of text")
     ins.set_defaults(func=inspect_cmd, cli=True)
 
@@ -90,7 +93,7 @@ def inspect_cmd(ctx: Context) -> int:
                      "duplicateOf": status.get("duplicateOf"), "message": status.get("message"),
                      "snoozes": status.get("snoozes") or 0, "output": status.get("output"),
                      "outputNote": status.get("outputNote"), "progress": status.get("progress"),
-                     "attempts": timeline(job, now)}, ctx.args.output, ctx.out)
+                     "archived": is_archived(job), "attempts": timeline(job, now)}, ctx.args.output, ctx.out)
         return 0
     created = parse_time(meta.get("creationTimestamp"))
     fields = [
@@ -112,7 +115,9 @@ def inspect_cmd(ctx: Context) -> int:
     fields.append(("Priority", str(spec.get("priority", 0))))
     if spec.get("concurrencyKey"):
         fields.append(("Concurrency key", spec["concurrencyKey"]))
-    fields.append(("Payload", json.dumps(spec.get("payload") or {}, ensure_ascii=False)))
+    fields.append(("Payload", status.get("payloadNote") or json.dumps(spec.get("payload") or {}, ensure_ascii=False)))
+    if is_archived(job):  # its object may be gone: what is shown is its record in the archive
+        fields.append(("Archived", f"yes: finished {_stamp(status.get('finishedAt'))}, read from the archive"))
     if status.get("message"):
         fields.append(("Message", status["message"]))
     fields.extend(report_facts(status))

@@ -10,6 +10,9 @@ from datetime import datetime
 from typing import Any
 
 from .. import client
+from ..archive import merged
+from ..archive.objects import is_archived
+from ..history import NOT_CONFIGURED
 from ..resources import inputs
 from ..client import create_warnings, refused
 from ..kube.client import ApiError, Gone
@@ -17,7 +20,8 @@ from ..resources import contract
 from ..resources.common import age, parse_time, precise_duration, time_or_none, until
 from ..resources.job import is_finished, job_id
 from . import bulk, output
-from .context import CliError, Context
+from .context import CliError, Context, archive_flag
+from .listing import list_filters, pages, sort_key
 
 EXIT_TIMEOUT = 124  # as timeout(1)
 
@@ -58,20 +62,33 @@ def register(sub: argparse._SubParsersAction, flags: argparse.ArgumentParser) ->
     create.add_argument("--concurrency-key", metavar="KEY",
                         help="its concurrency key (spec.concurrencyKey), e.g. a tenant: the queue's "
                              "perKeyConcurrency limits running attempts per key, and keys take turns")
+    archive_flag(create)
     create.add_argument("-o", "--output", choices=output.FORMATS,
                         help="print the whole job as json or yaml instead of its id")
     create.set_defaults(func=create_cmd, cli=True)
 
-    lst = cmds.add_parser("list", parents=[flags], help="list jobs (a table, or -o json|yaml)")
+    lst = cmds.add_parser("list", parents=[flags], help="list jobs, live and archived (a table, or -o json|yaml)",
+                          description="Live jobs, then, with an archive configured (--archive or "
+                                      "SEXTANT_ARCHIVE_DSN), archived ones, newest first, marked (archived). "
+                                      "With --limit, one page, and the command that continues it on stderr.")
     lst.add_argument("--queue", help="only jobs of this queue")
     lst.add_argument("--state", help=f"only jobs in this state ({', '.join(inputs.STATES)})")
     lst.add_argument("--handler", help="only jobs of this handler")
+    lst.add_argument("--label", metavar="KEY=VALUE", help="only jobs with this label")
+    lst.add_argument("--since", metavar="TIME", help="only jobs that finished at or after TIME (RFC 3339, or a "
+                                                     "duration before now: 1h); unfinished jobs pass")
+    lst.add_argument("--until", metavar="TIME", help="only jobs that finished before TIME (RFC 3339, or a duration "
+                                                     "before now); unfinished jobs do not pass")
+    lst.add_argument("--limit", type=int, metavar="N", help="one page of at most N jobs (1-1000)")
+    lst.add_argument("--continue", dest="cursor", metavar="CURSOR", help="the next page of a --limit list")
+    archive_flag(lst)
     lst.add_argument("-w", "--watch", action="store_true", help="after the list, print every change")
     lst.add_argument("-o", "--output", choices=output.FORMATS, help="json or yaml instead of a table")
     lst.set_defaults(func=list_cmd, cli=True)
 
-    get = cmds.add_parser("get", parents=[flags], help="show one job")
+    get = cmds.add_parser("get", parents=[flags], help="show one job (live, or else archived)")
     get.add_argument("id", metavar="ID")
+    archive_flag(get)
     get.add_argument("-o", "--output", choices=output.FORMATS, help="json or yaml instead of a table")
     get.set_defaults(func=get_cmd, cli=True)
 
@@ -113,6 +130,8 @@ def state_text(job: dict[str, Any]) -> str:
     blocked = next((c for c in status.get("conditions") or []
                     if c.get("type") == "Blocked" and c.get("status") == "True"), None)
     state = status.get("state") or "<pending>"
+    if is_archived(job):
+        return f"{state} (archived)"
     return f"{state} (blocked: {blocked.get('reason')})" if blocked else state
 
 
@@ -137,11 +156,6 @@ def row(job: dict[str, Any], now: datetime, with_namespace: bool) -> list[Any]:
 
 def headers(with_namespace: bool) -> list[str]:
     return ["NAMESPACE", *HEADERS] if with_namespace else HEADERS
-
-
-def _sort_key(job: dict[str, Any]) -> tuple[str, str, str]:
-    meta = job["metadata"]
-    return meta.get("namespace", ""), meta.get("creationTimestamp", ""), meta["name"]
 
 
 def job_list(items: list[dict[str, Any]]) -> dict[str, Any]:
@@ -186,7 +200,7 @@ def create_cmd(ctx: Context) -> int:
     try:
         job, created = ctx.client.create_job(ns, queue=queue, handler=handler, payload=payload, run_at=run_at,
                                              idempotency_key=key, priority=priority,
-                                             concurrency_key=concurrency_key)
+                                             concurrency_key=concurrency_key, archived=ctx.history.key_holder())
     except ApiError as exc:
         raise refused(exc) from None
     ident = job_id(job["metadata"]["name"])
@@ -203,41 +217,38 @@ def create_cmd(ctx: Context) -> int:
     return 0
 
 
-def _filters(ctx: Context):
-    a = ctx.args
-    queue = inputs.object_name("--queue", a.queue, "queue name") if a.queue is not None else None
-    handler = inputs.object_name("--handler", a.handler, "handler name") if a.handler is not None else None
-    state = inputs.state("--state", a.state) if a.state is not None else None
-
-    def keep(job: dict[str, Any]) -> bool:
-        spec, status = job.get("spec") or {}, job.get("status") or {}
-        return ((queue is None or spec.get("queue") == queue) and (handler is None or spec.get("handler") == handler)
-                and (state is None or status.get("state") == state))
-
-    return keep
-
-
 def list_cmd(ctx: Context) -> int:
-    keep = _filters(ctx)
-    if ctx.args.output and ctx.args.watch:
+    a = ctx.args
+    filters = list_filters(ctx)
+    if a.output and a.watch:
         raise CliError("-w/--watch prints a table; it cannot be combined with -o", 2)
+    if a.watch and (a.limit is not None or a.cursor):
+        raise CliError("-w/--watch lists every live job; it cannot be combined with --limit or --continue", 2)
     ns = ctx.list_namespace()
     wide = ns is None
-    items, version = ctx.client.list_jobs(ns)
-    shown = sorted((j for j in items if keep(j)), key=_sort_key)
-    if ctx.args.output:
-        output.dump(job_list(shown), ctx.args.output, ctx.out)
-        return 0
-    now = ctx.now()
-    table = output.Table(headers(wide))
-    rows = [row(j, now, wide) for j in shown]
-    if rows or ctx.args.watch:
-        ctx.say(table.render(rows))
+    if not ctx.history.configured and (filters.since or filters.until):
+        ctx.note(f"Note: {NOT_CONFIGURED}.")
+    if a.watch:  # a watch follows what is live: the list it continues is the live one
+        items, version = ctx.client.list_jobs(ns)
+        shown = sorted((j for j in items if merged.live_matches(j, filters)), key=sort_key)
     else:
-        ctx.note(f"No jobs found in namespace {ns}." if ns else "No jobs found.")
-    if ctx.args.watch:
-        _watch(ctx, ns, version, table, keep, wide, {(j["metadata"].get("namespace"), j["metadata"]["name"]):
-                                                    j["metadata"].get("resourceVersion") for j in items})
+        shown, more = pages(ctx, ns, filters)
+    if a.output:
+        output.dump(job_list(shown), a.output, ctx.out)
+    else:
+        now = ctx.now()
+        table = output.Table(headers(wide))
+        rows = [row(j, now, wide) for j in shown]
+        if rows or a.watch:
+            ctx.say(table.render(rows))
+        else:
+            ctx.note(f"No jobs found in namespace {ns}." if ns else "No jobs found.")
+    if not a.watch and more:
+        ctx.note(f"More jobs follow: add --continue {more}")
+    if a.watch:
+        _watch(ctx, ns, version, table, lambda j: merged.live_matches(j, filters), wide,
+               {(j["metadata"].get("namespace"), j["metadata"]["name"]): j["metadata"].get("resourceVersion")
+                for j in items})
     return 0
 
 
@@ -264,7 +275,7 @@ def _watch(ctx: Context, ns: str | None, version: str, table: output.Table, keep
                     ctx.say(table.line(row(job, ctx.now(), wide)))
         except Gone:
             items, version = ctx.client.list_jobs(ns)  # too old to resume: list again, print what changed
-            for job in sorted(items, key=_sort_key):
+            for job in sorted(items, key=sort_key):
                 key = (job["metadata"].get("namespace"), job["metadata"]["name"])
                 if seen.get(key) != job["metadata"].get("resourceVersion"):
                     seen[key] = job["metadata"].get("resourceVersion")
@@ -273,10 +284,14 @@ def _watch(ctx: Context, ns: str | None, version: str, table: output.Table, keep
 
 
 def fetch(ctx: Context, ns: str, name: str) -> dict[str, Any]:
+    """The live job, else the archived one (when an archive is configured)."""
     try:
-        return ctx.client.get_job(ns, name)
+        return ctx.history.get_job(ns, name)
     except ApiError as exc:
-        raise refused(exc, kind="job", name=job_id(name), namespace=ns) from None
+        problem = refused(exc, kind="job", name=job_id(name), namespace=ns)
+        if exc.status == 404 and not ctx.history.configured:
+            raise CliError(f"{problem} ({NOT_CONFIGURED})") from None
+        raise problem from None
 
 
 def get_cmd(ctx: Context) -> int:

@@ -20,7 +20,8 @@ import httpx
 
 from ..resources import inputs
 from ..kube import kubeconfig
-from ..client import Refused, refused
+from ..client import HistoryUnavailable, Refused, refused
+from ..history import HistoryError
 from ..kube.client import ApiError
 from . import inspect as inspect_cmd
 from ..worker import main as worker_cmd
@@ -153,6 +154,9 @@ def _run_command(args: argparse.Namespace) -> int:
         _error(str(exc))
         return 2
     except Refused as exc:
+        _error(str(exc))
+        return 1
+    except (HistoryError, HistoryUnavailable) as exc:  # the archive: its DSN, its schema, or the database down
         _error(str(exc))
         return 1
     except ApiError as exc:

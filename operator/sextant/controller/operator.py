@@ -14,6 +14,7 @@ from ..kube.kubeconfig import Connection
 from ..resources import contract
 from ..kube.events import EventRecorder
 from ..kube.informer import Informer
+from ..archive.store import Archive
 from .archiving import Archiver
 from .leader import LeaderElector, default_identity
 from .jobs import JobController
@@ -180,6 +181,10 @@ class Operator:
             fenced=lambda: self.kube.fenced,
         )
 
+    def _archive(self) -> Archive | None:
+        """The archive the HTTP API reads: the writer's, once it has opened it."""
+        return self.archiver.archive if self.archiver is not None else None
+
     async def start(self) -> None:
         """Start the HTTP server and every loop as tasks of the running event loop (kopf's start-up calls this)."""
         if self.archiver is not None:
@@ -191,7 +196,8 @@ class Operator:
             from ..http.server import ServingCertificate, build_app, serve
 
             tls = ServingCertificate(*self.settings.http_tls) if self.settings.http_tls else None
-            self._web_runner = await serve(build_app(lambda: self.ready, self.metrics, routes(self), self.role),
+            self._web_runner = await serve(build_app(lambda: self.ready, self.metrics, routes(self, self._archive),
+                                           self.role),
                                            self.settings.http_host, self.settings.http_port, tls)
         loops: list[tuple[str, Callable[[], Awaitable[None]]]] = [
             *((f"informer {i.name}", i.run) for i in self.informers),

@@ -9,6 +9,7 @@ from html import escape
 from typing import Any
 from urllib.parse import urlencode
 
+from ..archive.objects import is_archived
 from ..resources.common import age, human_duration, time_or_none, until
 from ..lifecycle.selection import question
 from ..resources.job import job_id, sequence_of
@@ -130,32 +131,54 @@ def bulk_buttons(flt: JobFilter, extra: dict[str, str], cancellable: int, retrya
     return f'<div class="actions bulk">{"".join(buttons)}</div>' if buttons else ""
 
 
+JOB_HEAD = ["id", "state", "attempt", "sequence", "queue", "handler", "schedule", "created", "error"]
+
+
+def _job_row(job: dict[str, Any], now: datetime, wide: bool) -> str:
+    """One job's row, live or archived (its state then says `(archived)`)."""
+    meta, spec, status = job["metadata"], job.get("spec") or {}, job.get("status") or {}
+    state = status.get("state") or "<pending>"
+    attempt = f'{status.get("attempt", 0)}/{status["maxAttempts"]}' if status.get("maxAttempts") \
+        else str(status.get("attempt", 0))
+    sequence = sequence_of(status)
+    marked = " (archived)" if is_archived(job) else ""
+    cells = [e(meta.get("namespace"))] if wide else []
+    cells += [f'<a href="{e(job_link(meta.get("namespace", ""), meta["name"]))}">{e(job_id(meta["name"]))}</a>',
+              f'<span class="state {e(state)}">{e(state + marked)}</span>', e(attempt), e(sequence or "—"),
+              e(spec.get("queue")), e(spec.get("handler")),
+              e((meta.get("labels") or {}).get("sextant.dev/schedule", "")),
+              f'<span title="{e(meta.get("creationTimestamp"))}">'
+              f'{e(age(time_or_none(meta.get("creationTimestamp")), now))} ago</span>',
+              f'<span class="error-text">{e(last_error(job))}</span>']
+    return f'<tr data-job="{e(job_id(meta["name"]))}">' + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
+
+
 def jobs_fragment(items: list[dict[str, Any]], next_token: str | None, flt: JobFilter, now: datetime, wide: bool,
                   total: int, extra: dict[str, str], cancellable: int = 0, retryable: int = 0) -> str:
-    head = (["namespace"] if wide else []) + ["id", "state", "attempt", "sequence", "queue", "handler", "schedule",
-                                              "created", "error"]
-    body = []
-    for job in items:
-        meta, spec, status = job["metadata"], job.get("spec") or {}, job.get("status") or {}
-        state = status.get("state") or "<pending>"
-        attempt = f'{status.get("attempt", 0)}/{status["maxAttempts"]}' if status.get("maxAttempts") \
-            else str(status.get("attempt", 0))
-        sequence = sequence_of(status)
-        cells = [e(meta.get("namespace"))] if wide else []
-        cells += [f'<a href="{e(job_link(meta.get("namespace", ""), meta["name"]))}">{e(job_id(meta["name"]))}</a>',
-                  f'<span class="state {e(state)}">{e(state)}</span>', e(attempt), e(sequence or "—"),
-                  e(spec.get("queue")), e(spec.get("handler")),
-                  e((meta.get("labels") or {}).get("sextant.dev/schedule", "")),
-                  f'<span title="{e(meta.get("creationTimestamp"))}">'
-                  f'{e(age(time_or_none(meta.get("creationTimestamp")), now))} ago</span>',
-                  f'<span class="error-text">{e(last_error(job))}</span>']
-        body.append(f'<tr data-job="{e(job_id(meta["name"]))}">' + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    head = (["namespace"] if wide else []) + JOB_HEAD
+    body = [_job_row(job, now, wide) for job in items]
     table = _table(head, body, "no jobs match", "jobs")
     more = ""
     if next_token:
         more = f'<a class="next" href="/jobs?{e(urlencode({**flt.query(), **extra, "continue": next_token}))}">next page →</a>'
     return (f'{bulk_buttons(flt, extra, cancellable, retryable)}{table}'
             f'<p class="muted">{len(items)} shown of {total} matching, newest first. {more}</p>')
+
+
+def archived_section(items: list[dict[str, Any]], next_cursor: str | None, flt: JobFilter, now: datetime,
+                     wide: bool, extra: dict[str, str], problem: str | None = None) -> str:
+    """The archive's jobs that the filter selects, newest first, a page at a time (`archived` continues it): the
+    jobs retention deleted from the cluster. `problem`: why the archive cannot be shown (not configured, down)."""
+    if problem is not None:
+        return f'<h2>Archived</h2><p class="muted" id="archived-problem">{e(problem)}</p>'
+    head = (["namespace"] if wide else []) + JOB_HEAD
+    table = _table(head, [_job_row(job, now, wide) for job in items], "no archived jobs match", "archived")
+    more = ""
+    if next_cursor:
+        query = urlencode({**flt.query(), **extra, "archived": next_cursor})
+        more = f'<a class="next" href="/jobs?{e(query)}">older archived jobs →</a>'
+    return (f'<h2>Archived</h2>{table}<p class="muted">{len(items)} shown, newest first (finished jobs whose '
+            f'objects retention deleted, read from the archive). {more}</p>')
 
 
 # --- one job -------------------------------------------------------------------------------------------------
@@ -165,10 +188,13 @@ def job_page_body(namespace: str, job: dict[str, Any], bars: list[Bar], now: dat
     ident = job_id(meta["name"])
     state = status.get("state") or "<pending>"
     buttons = []
-    if can("cancel", job):
+    archived = is_archived(job)  # its object may be gone: nothing to cancel or retry
+    if archived:
+        buttons.append('<span class="muted" id="job-archived">archived: read from the archive</span>')
+    elif can("cancel", job):
         buttons.append(f'<button data-action="/api/jobs/{e(namespace)}/{e(ident)}/cancel" '
                        f'data-confirm="Cancel job {e(ident)}?">cancel</button>')
-    if can("retry", job):
+    if can("retry", job) and not archived:
         buttons.append(f'<button data-action="/api/jobs/{e(namespace)}/{e(ident)}/retry" '
                        f'data-confirm="Retry job {e(ident)}? Its attempts start again from 1.">retry</button>')
     actions = f'<div class="actions">{"".join(buttons)}</div>'

@@ -30,6 +30,7 @@ from ..kube.kubeconfig import Connection
 from ..lifecycle.worker_view import as_dict
 from ..resources.job import job_id
 from . import pages
+from .history import ArchivedJobs
 from .views import (SECRET_PARAM, FilterError, JobFilter, allowed_hosts, bulk_targets, cookie_name, door,
                     finished_series, is_loopback, jobs_page, queue_rows, schedule_rows, timeline)
 
@@ -91,8 +92,9 @@ class JobCache:
 
 
 class Dashboard:
-    def __init__(self, conn: Connection, namespace: str | None) -> None:
+    def __init__(self, conn: Connection, namespace: str | None, archive_dsn: str | None = None) -> None:
         self.conn, self.namespace = conn, namespace
+        self.archived = ArchivedJobs(archive_dsn)
         self.kube = Kube(conn, user_agent="sextant-dashboard", attempts=3)
         self.client = Client(conn, user_agent="sextant-dashboard")
         self.cache = JobCache(self.kube, namespace)
@@ -130,9 +132,11 @@ class Dashboard:
 
     async def _start(self, app: web.Application) -> None:
         app["cache"] = asyncio.create_task(self.cache.run())
+        await self.archived.open()
 
     async def _stop(self, app: web.Application) -> None:
         app["cache"].cancel()
+        await self.archived.close()
         await self.kube.close()
         self.client.close()
 
@@ -243,13 +247,22 @@ class Dashboard:
         return pages.jobs_fragment(shown, token, flt, utcnow(), self.wide, total, extra,
                                    cancellable, retryable), flt
 
+    async def _archived(self, request: web.Request, flt: JobFilter | None) -> str:
+        if flt is None:
+            return ""
+        ns = self._jobs_ns(request)
+        extra = {"ns": ns} if ns and self.namespace is None else {}
+        return await self.archived.section(flt, ns, request.query.get("archived") or None, utcnow(), self.wide,
+                                           extra)
+
     async def jobs_page(self, request: web.Request) -> web.Response:
         version = self.cache.version
         inner, flt = await self._jobs(request)
         query = request.query_string
         form = pages.jobs_form(flt or JobFilter(), request.query.get("ns"))
         return self.html("jobs", "jobs", "<h1>Jobs</h1>" + form +
-                         pages.live("/fragment/jobs" + (f"?{query}" if query else ""), inner, version))
+                         pages.live("/fragment/jobs" + (f"?{query}" if query else ""), inner, version) +
+                         await self._archived(request, flt))
 
     async def jobs_fragment(self, request: web.Request) -> web.Response:
         if self.unchanged(request):
@@ -268,7 +281,13 @@ class Dashboard:
         try:
             job = await self.kube.get(contract.jobs_path(ns, name))
         except NotFound:
-            return pages.error(f"job {job_id(name)} not found in namespace {ns}")
+            archived = await self.archived.job(ns, name)
+            if archived is None:
+                problem = self.archived.problem
+                return pages.error(f"job {job_id(name)} not found in namespace {ns}" + (f" ({problem})" if problem
+                                                                                        else ""))
+            return pages.job_page_body(ns, archived, timeline(archived["status"]["attempts"], utcnow()), utcnow(),
+                                       set(), None)
         except ApiError as exc:
             return self.refused(exc, f"get job {job_id(name)} in namespace {ns}")
         attempts = (job.get("status") or {}).get("attempts") or []
@@ -456,7 +475,7 @@ async def serve(dashboard: Dashboard, address: str, port: int, say: Callable[[st
 
 
 def run(conn: Connection, namespace: str | None, address: str, port: int, say: Callable[[str], None],
-        note: Callable[[str], None], tls: tuple[str, str] | None = None) -> None:
+        note: Callable[[str], None], tls: tuple[str, str] | None = None, archive_dsn: str | None = None) -> None:
     """Serve the dashboard of namespace (None: every namespace) until Ctrl-C, over HTTPS with tls (certificate
     and key files); TlsFiles when it cannot read those, OSError when it cannot listen."""
     context = None
@@ -467,7 +486,7 @@ def run(conn: Connection, namespace: str | None, address: str, port: int, say: C
         except OSError as exc:  # ssl.SSLError is one
             raise TlsFiles(f"cannot read --tls-cert {tls[0]} and --tls-key {tls[1]}: "
                            f"{exc.strerror or exc}") from None
-    dashboard = Dashboard(conn, namespace)
+    dashboard = Dashboard(conn, namespace, archive_dsn)
     if not is_loopback(address):
         note(f"warning: serving on {address}: anyone who can reach it and has its URL acts with your credentials")
     asyncio.run(serve(dashboard, address, port, say, context))

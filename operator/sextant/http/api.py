@@ -3,8 +3,10 @@
     POST /v2/jobs                      create (honours idempotency_key: 201 created, 200 the existing job, 409 when
                                        that job has another queue, handler or payload); `warnings` and Warning
                                        headers when its queue or handler does not exist
-    GET  /v2/jobs?queue=&state=&handler=&limit=&continue=     list, a page at a time (the API server's pages)
-    GET  /v2/jobs/{job_id}             one job (job_8f3k2m9q or job-8f3k2m9q)
+    GET  /v2/jobs?queue=&state=&handler=&label=&since=&until=&limit=&continue=
+                                       list live and archived jobs as one list, a page at a time (history.py)
+    GET  /v2/jobs/{job_id}             one job (job_8f3k2m9q or job-8f3k2m9q); from the archive when it is not
+                                       live (`archived: true`)
     POST /v2/jobs:batch                create many ({"items": [...]}, each a POST /v2/jobs body; at most
                                        models.BATCH_MAX): every item checked first (one invalid: 422, nothing
                                        created), then one answer per item in order with its own status
@@ -31,9 +33,9 @@ Under load: at most `max_in_flight` /v2 requests are served at once (more: 429 w
 /readyz and /metrics are never refused.
 
 A job is read from the operator's in-memory view when it watches the namespace and is ready (a job not yet seen
-there is read from the API server); lists are the API server's own pages (limit and continue passed through, the
-filters as field selectors), so a request costs one page, never the whole namespace. Writes are made with the
-caller's token.
+there is read from the API server, then from the archive); lists are the API server's own pages (the filters as
+field and label selectors), then the archive's, so a request costs one page, never the whole namespace. Writes are
+made with the caller's token.
 """
 
 from __future__ import annotations
@@ -55,7 +57,10 @@ from pydantic import ValidationError
 from ..kube.clock import utcnow
 from ..resources import inputs
 from ..kube import metrics
-from ..client import Client, CreateResult, JobRequest, KeyConflict, bulk, missing_warning, refusal_message
+from ..archive import merged
+from ..archive.store import Archive
+from ..client import (Client, CreateResult, HistoryUnavailable, JobRequest, KeyConflict, bulk, missing_warning,
+                      refusal_message)
 from ..kube import jsontext
 from ..kube.client import ApiError, Gone, Kube, NotFound
 from ..lifecycle import selection
@@ -66,6 +71,7 @@ from ..resources.common import json_depth
 from ..resources.job import MAX_PAYLOAD_DEPTH, job_id
 from . import models
 from .auth import Authorizer, HttpError, User
+from .history import History, invalid, list_cursor, list_filters, not_a_continue_token, unavailable
 from .limits import TokenBuckets
 from .openapi import document
 
@@ -101,20 +107,12 @@ def error_response(exc: HttpError) -> web.Response:
     return _json(models.dump(models.Error(error=detail)), exc.status, exc.headers)
 
 
-def invalid(field: str, message: str) -> HttpError:
-    return HttpError(422, "Invalid", f"{field}: {message}", field=field)
-
-
 def _from_input_error(exc: inputs.InputError) -> HttpError:
     return invalid(exc.field, exc.message)
 
 
 def _from_validation(exc: ValidationError, fields: str = CREATE_FIELDS) -> HttpError:
     return invalid(*validation_problem(exc, fields))
-
-
-def not_a_continue_token() -> HttpError:
-    return invalid("continue", "not a continue token from a previous page of this list")
 
 
 def list_error(exc: ApiError, token: str) -> HttpError | None:
@@ -144,8 +142,10 @@ class Api:
     def __init__(self, kube: Kube, *, view: JobView | None = None, ready: Callable[[], bool] = lambda: False,
                  namespaces: list[str] | tuple[str, ...] = (), now: Callable[[], datetime] = utcnow,
                  max_in_flight: int, request_timeout: float, auth: Authorizer | None = None,
-                 user_rate: float = 20.0, user_burst: int = 100, clock: Callable[[], float] = time.monotonic) -> None:
+                 user_rate: float = 20.0, user_burst: int = 100, clock: Callable[[], float] = time.monotonic,
+                 archive: Callable[[], Archive | None] = lambda: None) -> None:
         self.kube = kube
+        self.history = History(archive)
         self.view = view
         self.ready = ready
         self.namespaces = set(namespaces)
@@ -354,11 +354,15 @@ class Api:
             spec = CreateJob.model_validate_json(raw_body)  # JSON mode: strict types, RFC 3339 strings
         except ValidationError as exc:
             raise _from_validation(exc) from None
+        holder = self.history.key_holder()  # made here, on the event loop that the archive's calls run on
         try:
             job, created = await self.as_caller(request, lambda client: client.create_job(
                 ns, queue=spec.queue, handler=spec.handler, payload=spec.payload, run_at=spec.run_at,
                 idempotency_key=spec.idempotency_key, priority=spec.priority, concurrency_key=spec.concurrency_key,
-                annotations={ANNOTATION_REQUESTED_BY: request["user"].username[:4096]}))
+                annotations={ANNOTATION_REQUESTED_BY: request["user"].username[:4096]},
+                archived=holder))
+        except HistoryUnavailable as exc:
+            raise unavailable(exc) from None
         except KeyConflict as exc:
             # The API's field names are the spec's for these (queue, handler, payload); the message names them all.
             raise HttpError(409, "Conflict", exc.words(""), field=exc.fields[0]) from None
@@ -385,8 +389,9 @@ class Api:
             raise _from_validation(exc, "items") from None
         wanted = [cast(JobRequest, spec.model_dump()) for spec in batch.items]  # create_job's keyword arguments
         annotations = {ANNOTATION_REQUESTED_BY: request["user"].username[:4096]}
-        results = await self.as_caller(request, lambda client: client.create_many(ns, wanted,
-                                                                                  annotations=annotations))
+        holder = self.history.key_holder()
+        results = await self.as_caller(request, lambda client: client.create_many(ns, wanted, annotations=annotations,
+                                                                                  archived=holder))
         warnings = {pair: await self._warnings(ns, *pair)
                     for pair in dict.fromkeys((r.job["spec"]["queue"], r.job["spec"]["handler"])
                                               for r in results if r.job is not None)}
@@ -408,6 +413,8 @@ class Api:
             error = HttpError(409, "Conflict", exc.words(""), field=exc.fields[0])
         elif isinstance(exc, ApiError):
             error = self._upstream(exc, ns)
+        elif isinstance(exc, HistoryUnavailable):
+            error = unavailable(exc)
         else:
             error = HttpError(500, "InternalError", "internal error; see the operator's log")
         return models.BatchItem(status=error.status, error=models.ErrorDetail(
@@ -458,18 +465,20 @@ class Api:
     async def get_job(self, request: web.Request) -> web.Response:
         name = self._job_name(request)
         ns = await self._allowed(request, "get", "jobs", name)
-        return _json(models.dump(models.job_out(await self._read_job(ns, name))))
+        try:
+            raw = await self._read_job(ns, name)
+        except HttpError as exc:
+            archived = await self.history.job(ns, name) if exc.status == 404 else None
+            if archived is None:
+                raise
+            raw = archived
+        return _json(models.dump(models.job_out(raw)))
 
     async def list_jobs(self, request: web.Request) -> web.Response:
         q = request.query
         ns = await self._allowed(request, "list", "jobs")
-        try:
-            wanted = {"queue": inputs.object_name("queue", q["queue"], "queue name") if "queue" in q else None,
-                      "handler": inputs.object_name("handler", q["handler"], "handler name") if "handler" in q
-                      else None,
-                      "state": inputs.state("state", q["state"]) if "state" in q else None}
-        except inputs.InputError as exc:
-            raise _from_input_error(exc) from None
+        now = self.now()
+        filters = list_filters(q, now)
         limit = DEFAULT_LIMIT
         if "limit" in q:
             try:
@@ -481,30 +490,36 @@ class Api:
         token = q.get("continue", "")
         if len(token) > CONTINUE_MAX or not _CONTINUE_RE.match(token):
             raise not_a_continue_token()
-        page, next_token = await self._page(ns, {k: v for k, v in wanted.items() if v is not None}, limit, token)
+
+        async def fetch_live(live_token: str | None, n: int) -> tuple[list[dict[str, Any]], str | None]:
+            return await self._page(ns, filters, n, live_token or "")
+
+        page, next_token = await self.history.page(fetch_live, ns, filters, list_cursor(token), limit, now)
         body = models.JobList(items=[models.job_out(j) for j in page], continue_=next_token)
         return _json(models.dump(body))
 
-    async def _page(self, ns: str, wanted: dict[str, str], limit: int,
+    async def _page(self, ns: str, filters: merged.ListFilters, limit: int,
                     token: str) -> tuple[list[dict[str, Any]], str | None]:
-        """One page of the API server's list (its order: by name), filtered by field selectors. With CRDs older
-        than this operator (no selectableFields: Helm never upgrades CRDs), the page is filtered here instead, and
-        may then hold fewer than `limit` jobs."""
+        """One page of the API server's list (its order: by name), filtered by field and label selectors, and here
+        by what they cannot say (the time range). With CRDs older than this operator (no selectableFields: Helm
+        never upgrades CRDs), the fields are filtered here too. A page may hold fewer than `limit` jobs."""
+        wanted = {k: v for k, v in (("queue", filters.queue), ("handler", filters.handler),
+                                    ("state", filters.state)) if v is not None}
         params = {"limit": str(limit), **({"continue": token} if token else {})}
+        if filters.label is not None:
+            params["labelSelector"] = "=".join(filters.label)
         selector = ",".join(f"{FIELD_SELECTORS[k]}={v}" for k, v in wanted.items())
         try:
             try:
                 body = await self.kube.request("GET", contract.jobs_path(ns),
                                                params={**params, "fieldSelector": selector} if selector else params)
-                return body.get("items") or [], (body.get("metadata") or {}).get("continue") or None
             except ApiError as exc:
                 if not (selector and exc.status == 400 and "field label not supported" in exc.message):
                     raise
-            body = await self.kube.request("GET", contract.jobs_path(ns), params=params)
+                body = await self.kube.request("GET", contract.jobs_path(ns), params=params)
         except ApiError as exc:
             raise (list_error(exc, token) or self._upstream(exc, ns)) from None
-        items = [job for job in body.get("items") or [] if all(_field(job, FIELD_SELECTORS[k]) == v
-                                                                  for k, v in wanted.items())]
+        items = [job for job in body.get("items") or [] if merged.live_matches(job, filters)]
         return items, (body.get("metadata") or {}).get("continue") or None
 
     async def _transition(self, request: web.Request, patch: dict[str, Any]) -> web.Response:
@@ -572,18 +587,11 @@ class Api:
         return await self._pause(request, False)
 
 
-def _field(job: dict[str, Any], path: str) -> Any:
-    """A field of a job by its field-selector path ("spec.queue")."""
-    value: Any = job
-    for part in path.split("."):
-        value = (value or {}).get(part) if isinstance(value, dict) else None
-    return value
-
-
-def routes(operator: Any) -> Callable[[web.Application], None]:
-    """extra_routes for http.server.build_app: the /v2 API of this operator process."""
+def routes(operator: Any, archive: Callable[[], Archive | None] = lambda: None) -> Callable[[web.Application], None]:
+    """extra_routes for http.server.build_app: the /v2 API of this operator process (with the archive the operator
+    opened, if any: its readers then show archived jobs too)."""
     settings = operator.settings
     api = Api(operator.api_kube, view=operator.view, ready=lambda: operator.ready, namespaces=settings.namespaces,
               max_in_flight=settings.http_max_in_flight, request_timeout=settings.http_request_timeout,
-              user_rate=settings.http_user_rate, user_burst=settings.http_user_burst)
+              user_rate=settings.http_user_rate, user_burst=settings.http_user_burst, archive=archive)
     return api.install

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..resources import inputs
+from ..archive.objects import is_archived
 from ..kube.clock import utcnow
 from ..lifecycle.queueing import QueueNumbers, counted_state
 from ..lifecycle.selection import BULK_MAX, LABEL_SELECTOR_MAX
@@ -118,6 +119,12 @@ class Job(Out):
     output: Any = Field(default=None, description="What the handler of the succeeded attempt returned (JSON).")
     output_note: str | None = Field(default=None, description="Why the output is not kept (over 32 KiB, not JSON).")
     progress: Progress | None = Field(default=None, description="How far the running attempt has come.")
+    archived: bool = Field(default=False, description=(
+        "true: read from the archive (docs/archive.md), not from the job's live object: the job finished and its "
+        "record is what is shown; its object may since have been deleted from Kubernetes (cancel and retry then "
+        "answer 404). false: the live Job object."))
+    payload_note: str | None = Field(default=None, description="Why an archived job's payload is {}: it was over "
+                                                               "the archive's cap, or the archive keeps none.")
 
 
 class CreatedJob(Job):
@@ -258,7 +265,7 @@ def _job_fields(raw: dict[str, Any], meta: dict[str, Any], spec: dict[str, Any],
                           message=a.get("message"))
                   for a in status.get("attempts") or []],
         snoozes=status.get("snoozes") or 0, output=status.get("output"), output_note=status.get("outputNote"),
-        progress=_progress(status.get("progress")),
+        progress=_progress(status.get("progress")), archived=is_archived(raw), payload_note=status.get("payloadNote"),
     )
 
 

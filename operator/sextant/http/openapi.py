@@ -35,8 +35,10 @@ ERRORS = {
     429: "Too many requests: the operator serves a bounded number at once and a bounded rate per user, and a client "
          "whose tokens the API server keeps refusing is slowed down. Retry after Retry-After seconds.",
     502: "The Kubernetes API failed to do what was asked.",
-    503: "Not now: the credentials could not be checked with the Kubernetes API, the operator is still starting, or "
-         "the request was not done within the operator's deadline. Retry after Retry-After seconds.",
+    503: "Not now: the credentials could not be checked with the Kubernetes API, the operator is still starting, "
+         "the request was not done within the operator's deadline, or the archive could not be reached (reason "
+         "ArchiveUnavailable; for a list, also ArchiveBehind: its writer is catching up). Retry after Retry-After "
+         "seconds.",
 }
 RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait before retrying.", "required": True,
                                "schema": {"type": "string", "pattern": "^[0-9]+$"}}}
@@ -154,7 +156,10 @@ def document() -> dict[str, Any]:
                                    "created all the same (it waits, Blocked, until they exist), and the answer says "
                                    "so: in `warnings`, and in one `Warning: 299 - \"...\"` header each (as the "
                                    "Kubernetes API server sends its warnings). `state` is the job's first state: "
-                                   "queued, or scheduled when run_at is ahead.",
+                                   "queued, or scheduled when run_at is ahead. With an archive configured, the "
+                                   "key's first job is answered for the whole window even after it left etcd "
+                                   "(`archived: true`); when the archive cannot be asked, 503 and nothing is "
+                                   "created.",
                     "parameters": [NAMESPACE],
                     "requestBody": {"required": True, "content": _content("CreateJob")},
                     "responses": _created(_responses({201: ("CreatedJob", "Created."),
@@ -165,14 +170,29 @@ def document() -> dict[str, Any]:
                                                         "field, the message all of them. Nothing is created."})),
                 },
                 "get": {
-                    "operationId": "listJobs", "summary": "List jobs",
-                    "description": "The Kubernetes API server's own pages, in its order (by id), `limit` at a time; "
-                                   "follow `continue` until it is null (within a few minutes: a token expires, "
-                                   "410). A page may hold fewer than `limit` jobs.",
+                    "operationId": "listJobs", "summary": "List live and archived jobs",
+                    "description": "One list: the live jobs first, in the Kubernetes API server's order (by id), "
+                                   "from one snapshot; then, with an archive configured, the archived ones "
+                                   "(`archived: true`), newest first, those that finished before the list began. "
+                                   "`limit` at a time; follow `continue` until it is null: each job is listed once, "
+                                   "even as jobs are archived and deleted meanwhile. A page may hold fewer than "
+                                   "`limit` jobs while more follow. In the live part a token expires within a few "
+                                   "minutes (410).",
                     "parameters": [
                         NAMESPACE, _name_param("queue", "queue"), _name_param("handler", "handler"),
                         {"name": "state", "in": "query", "required": False, "description": "Only jobs in this state.",
                          "schema": {"type": "string", "enum": inputs.STATES}},
+                        {"name": "label", "in": "query", "required": False,
+                         "description": "Only jobs with this label: key=value.",
+                         "schema": {"type": "string", "pattern": "^[^=]+=[^=]*$"}},
+                        {"name": "since", "in": "query", "required": False,
+                         "description": "Only jobs that finished at or after this time (RFC 3339, or a duration "
+                                        "before now: 1h); an unfinished job finishes after any.",
+                         "schema": {"type": "string"}},
+                        {"name": "until", "in": "query", "required": False,
+                         "description": "Only jobs that finished before this time (RFC 3339, or a duration before "
+                                        "now), after `since`; excludes unfinished jobs.",
+                         "schema": {"type": "string"}},
                         {"name": "limit", "in": "query", "required": False, "description": "Page size.",
                          "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT}},
                         {"name": "continue", "in": "query", "required": False,
@@ -208,6 +228,8 @@ def document() -> dict[str, Any]:
             "/v2/jobs/{job_id}": {
                 "get": {
                     "operationId": "getJob", "summary": "Get a job, with its timeline of attempts",
+                    "description": "The live job; when it is not live and an archive is configured, its archived "
+                                   "record (`archived: true`).",
                     "parameters": [JOB_ID, NAMESPACE],
                     "responses": _responses({200: ("Job", "The job.")}, 404, 422),
                 },
