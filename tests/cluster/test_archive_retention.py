@@ -17,6 +17,7 @@ from sextant.archive.store import Archive
 from tests.harness import wait_for
 from tests.harness.postgres import Postgres, PostgresUnavailable
 
+from .plugin_support import grant
 from .support import Operator, apply, get_json, handler, job, jobs, queue, wait_events, wait_state
 from .test_retention_metrics import scrape, value
 
@@ -143,6 +144,27 @@ def test_finished_jobs_are_archived_then_deleted(cluster, namespace, start_opera
     assert value(samples, "sextant_archive_records_written_total") >= 5
     assert value(samples, "sextant_archive_unavailable") == 0
     assert "archive:" in httpx.get(f"{op.http_url}/readyz", timeout=5).text
+    # The operator's own HTTP API reads them back from the archive it writes: one, and in its list, marked archived.
+    token = grant(cluster, namespace, "api-user")
+    with httpx.Client(timeout=30, headers={"Authorization": f"Bearer {token}"}) as http:
+        one = http.get(f"{op.http_url}/v2/jobs/job_arch0", params={"namespace": namespace})
+        assert one.status_code == 200, one.text
+        assert (one.json()["state"], one.json()["archived"]) == ("succeeded", True)
+
+        def archived_in_list() -> set[str]:
+            shown, cursor = set(), None
+            while True:  # the list's pages: the live jobs', then the archive's
+                page = http.get(f"{op.http_url}/v2/jobs", params={"namespace": namespace, "queue": "q",
+                                                                  **({"continue": cursor} if cursor else {})})
+                assert page.status_code == 200, page.text
+                shown |= {j["id"] for j in page.json()["items"] if j["archived"]}
+                cursor = page.json().get("continue")
+                if not cursor:
+                    return shown
+
+        # (the archive's part of a list holds what finished before its walk began, less a 2 s margin)
+        wait_for(lambda: archived_in_list() >= {f"job_arch{i}" for i in range(5)}, 30,
+                 message=lambda: f"the list to show the archived jobs: {sorted(archived_in_list())}")
 
 
 def test_with_postgresql_stopped_jobs_run_and_nothing_unarchived_is_deleted(cluster, namespace, start_operator,
