@@ -64,7 +64,7 @@ class History:
     def _run(self, call: Any) -> Any:
         """Run one of the archive's coroutines (made by `call(archive)`) to its end. The database's libraries are
         imported here, when the archive is first read: every other command starts without them."""
-        from .archive.migrations import SchemaMismatch
+        from .archive.errors import SchemaMismatch
         from .archive.store import Archive, ArchiveUnavailable
 
         if self._runner is None:

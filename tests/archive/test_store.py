@@ -12,7 +12,8 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import text
 
 from sextant.__main__ import main as sextant
-from sextant.archive.migrations import VERSION_TABLE, SchemaMismatch
+from sextant.archive.errors import SchemaMismatch
+from sextant.archive.migrations import VERSION_TABLE
 from sextant.archive.query import Filters
 from sextant.archive.record import Record, record_of
 from sextant.archive.schema import metadata

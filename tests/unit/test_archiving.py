@@ -5,6 +5,8 @@ of a job is not taken as landed."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -118,3 +120,11 @@ def test_which_archive_the_operator_uses():
         archive_settings(operator, {"SEXTANT_ARCHIVE_DSN": "mysql://u@h/db"})
     with pytest.raises(SettingsError, match="SEXTANT_ARCHIVE_RETENTION"):
         archive_settings(operator, {"SEXTANT_ARCHIVE_DSN": "sqlite:////tmp/a.sqlite", "SEXTANT_ARCHIVE_RETENTION": "x"})
+
+
+def test_an_operator_without_an_archive_does_not_load_the_database_libraries():
+    """SQLAlchemy and Alembic cost ~40 MB of RSS: the operator and its HTTP API load them only to open an archive."""
+    code = ("import sys, sextant.controller.operator, sextant.controller.command, sextant.http.api; "
+            "print(sorted(m for m in ('sqlalchemy', 'alembic') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

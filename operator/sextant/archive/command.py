@@ -24,7 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _migrate(args: argparse.Namespace) -> int:
-    from .migrations import SchemaMismatch, head
+    from .errors import SchemaMismatch
+    from .migrations import head
     from .store import ArchiveUnavailable, shown
 
     try:

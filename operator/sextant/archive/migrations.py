@@ -16,10 +16,6 @@ REVISIONS = Path(__file__).resolve().parent / "revisions"
 VERSION_TABLE = "sextant_archive_version"
 
 
-class SchemaMismatch(RuntimeError):
-    """The database's schema is not the one this code reads: older (migrate it) or newer (upgrade Sextant)."""
-
-
 def _config(connection: Connection | None = None) -> Config:
     config = Config()
     config.set_main_option("script_location", str(REVISIONS))

@@ -28,6 +28,7 @@ from .query import MAX_PAGE_SIZE, PAGE_SIZE, Filters, Page, Position, decode_cur
 from .record import Record
 from .schema import COLUMNS, jobs, minute_of
 from .stats import FRACTIONS, Percentiles, QueueStats, percentiles
+from .errors import ArchiveUnavailable, SchemaMismatch
 
 # Seconds to wait for PostgreSQL to answer a connection, and SQLite for a lock; after that the archive is
 # unavailable (the caller waits and tries again) rather than hanging its caller.
@@ -35,11 +36,6 @@ CONNECT_TIMEOUT = 10
 SQLITE_BUSY_MS = 10_000
 # Rows one prune statement deletes: each batch is a short transaction, so pruning never holds a long lock.
 PRUNE_BATCH = 5000
-
-
-class ArchiveUnavailable(RuntimeError):
-    """The database cannot be reached (down, refusing connections, locked): nothing of the call landed, or it
-    landed whole; try again later."""
 
 
 def _dumps(value: Any) -> str:
@@ -121,7 +117,7 @@ class Archive:
                     problem = migrations.refusal(await conn.run_sync(migrations.current), shown(dsn))
                 await conn.commit()
             if problem:
-                raise migrations.SchemaMismatch(problem)
+                raise SchemaMismatch(problem)
         except BaseException:
             await archive.close()
             raise

@@ -22,17 +22,19 @@ import logging
 import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..archive.migrations import SchemaMismatch
+from ..archive.errors import ArchiveUnavailable, SchemaMismatch
 from ..archive.record import Record, record_of
 from ..archive.settings import ENV_DSN, ArchiveSettings
-from ..archive.store import Archive, ArchiveUnavailable, shown
 from ..kube import metrics
 from ..kube.client import Kube, NotFound
 from ..kube.informer import Key, key_of
 from ..resources import contract
 from .records import version_of
+
+if TYPE_CHECKING:  # the database's modules are loaded only when an archive is configured (archive/errors.py)
+    from ..archive.store import Archive
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +64,8 @@ async def refusal(settings: ArchiveSettings, migrate: bool) -> str | None:
     """Before the operator starts: the library's one line when the archive's schema is not this code's (older:
     `sextant archive migrate`; newer: a newer Sextant's), else None (an archive that does not answer is no refusal:
     jobs run while it is away)."""
+    from ..archive.store import Archive, shown
+
     try:
         await (await Archive.open(settings.dsn, migrate=migrate)).close()
     except SchemaMismatch as exc:
@@ -145,6 +149,8 @@ class Archiver:
     async def check(self) -> None:
         """At start: refuse a schema this code cannot use (SchemaMismatch, the library's one line, ends the
         operator); an archive that cannot be reached now is opened later by the writer, jobs run meanwhile."""
+        from ..archive.store import Archive
+
         try:
             self.archive = await Archive.open(self.settings.dsn, migrate=self.migrate)
         except ArchiveUnavailable as exc:
@@ -153,6 +159,8 @@ class Archiver:
 
     async def _open(self) -> Archive:
         if self.archive is None:
+            from ..archive.store import Archive
+
             try:
                 self.archive = await Archive.open(self.settings.dsn, migrate=self.migrate)
             except SchemaMismatch as exc:

@@ -7,14 +7,13 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..kube import metrics
 from ..kube.kubeconfig import Connection
 from ..resources import contract
 from ..kube.events import EventRecorder
 from ..kube.informer import Informer
-from ..archive.store import Archive
 from .archiving import Archiver
 from .leader import LeaderElector, default_identity
 from .jobs import JobController
@@ -27,6 +26,9 @@ from .schedules import ScheduleController
 from .settings import Settings
 from .timers import Timers
 from .view import View
+
+if TYPE_CHECKING:  # loaded only with an archive configured (archive/errors.py)
+    from ..archive.store import Archive
 
 log = logging.getLogger("sextant.operator")
 

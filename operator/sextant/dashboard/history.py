@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from ..archive.migrations import SchemaMismatch
+from ..archive.errors import SchemaMismatch
 from ..archive.objects import object_of
 from ..archive.query import BadCursor, Filters
 from ..archive.store import Archive, ArchiveUnavailable

@@ -48,7 +48,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from aiohttp import web
 from multidict import CIMultiDict
@@ -58,7 +58,6 @@ from ..kube.clock import utcnow
 from ..resources import inputs
 from ..kube import metrics
 from ..archive import merged
-from ..archive.store import Archive
 from ..client import (Client, CreateResult, HistoryUnavailable, JobRequest, KeyConflict, bulk, missing_warning,
                       refusal_message)
 from ..kube import jsontext
@@ -74,6 +73,9 @@ from .auth import Authorizer, HttpError, User
 from .history import History, invalid, list_cursor, list_filters, not_a_continue_token, unavailable
 from .limits import TokenBuckets
 from .openapi import document
+
+if TYPE_CHECKING:  # loaded only with an archive configured (archive/errors.py)
+    from ..archive.store import Archive
 
 log = logging.getLogger("sextant.http.api")
 

@@ -9,15 +9,18 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..archive import merged
 from ..archive.objects import object_of
 from ..archive.query import BadCursor
-from ..archive.store import Archive, ArchiveUnavailable
+from ..archive.errors import ArchiveUnavailable
 from ..client import ArchivedHolder, HistoryUnavailable
 from ..resources import inputs
 from .auth import HttpError
+
+if TYPE_CHECKING:  # loaded only with an archive configured (archive/errors.py)
+    from ..archive.store import Archive
 
 # GET /v2/jobs' filters, by their query parameters' names.
 LIST_FILTERS = ("queue", "state", "handler", "label", "since", "until")
