@@ -18,7 +18,7 @@ from sextant.lifecycle.reading import read_job
 from sextant.resources.contract import LABEL_JOB, LABEL_SEQUENCE
 from sextant.resources.job import State
 
-PER_FINISHED_JOB = 300  # bytes of Python objects per finished job in the view, at most (~270 measured)
+PER_FINISHED_JOB = 200  # bytes of Python objects per finished job in the view, at most (~182 measured: issue 41's target)
 
 
 def job(state: str | None, *, generation: int = 1, observed: int | None = 1, rv: str = "10",

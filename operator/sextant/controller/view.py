@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import sys
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
@@ -117,7 +118,8 @@ class View(WorkerView):
     # --- feeding (the informers) ---------------------------------------------------------------------------
     def upsert_job(self, raw: dict[str, Any]) -> JobRecord:
         """Take a job in as its informer delivers it (the watch delivers each object's versions in order)."""
-        key = key_of(raw)
+        namespace, name = key_of(raw)
+        key = (sys.intern(namespace), name)  # one copy of a namespace's name for its 100k jobs, not one each
         previous = self.jobs.get(key)
         record = job_record(raw, previous, next(self._seen_order) if not isinstance(previous, LiveJob) else 0)
         if previous is not None:
