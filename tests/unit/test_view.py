@@ -102,6 +102,23 @@ def test_a_retried_job_is_live_again():
     assert isinstance(record, LiveJob) and record.raw == retried and record.version == 11
 
 
+def test_compacting_the_view_keeps_every_job_its_record_and_their_order():
+    view = View()
+    for n, state in enumerate(["succeeded", "running", "failed", "succeeded"]):
+        raw = job(state, name=f"job-{n}", rv=str(20 + n))
+        raw["metadata"]["uid"] = str(uuid.UUID(int=n + 1))
+        raw["metadata"]["namespace"] = "shop" if n % 2 == 0 else "ops"
+        view.upsert_job(raw)
+    before = [(key, type(r), r.uid, r.resource_version, r.state, r.queue, r.sequence, r.idempotency_key, r.schedule,
+               r.finished_at, r.created_at) for key, r in view.jobs.items()]
+    live = view.jobs[("ops", "job-1")]
+    view.compact()
+    after = [(key, type(r), r.uid, r.resource_version, r.state, r.queue, r.sequence, r.idempotency_key, r.schedule,
+              r.finished_at, r.created_at) for key, r in view.jobs.items()]
+    assert after == before and view.jobs[("ops", "job-1")] is live
+    assert view.by_idempotency_key[("shop", "k-1")] == {("shop", "job-0"), ("shop", "job-2")}
+
+
 def test_a_finished_job_costs_the_view_a_few_hundred_bytes():
     """What 100k finished jobs cost the operator (issue 41: 3-4 KB each before): the Python allocations of the view
     taking them in, with names and uids as the API server makes them and a label no rule reads."""

@@ -173,6 +173,7 @@ class JobController(WorkerActuation, PodActuation, Retention):
         await self.runtime.run(synced, start=self._start)
 
     def _start(self) -> None:
+        self.view.compact()  # before anything lasting is made per job (retention wake-ups)
         self.resync()
         for ns, workers in list(self.view.workers.items()):
             for name in list(workers):
@@ -199,7 +200,10 @@ class JobController(WorkerActuation, PodActuation, Retention):
                     if record is None or record.uid != a.uid:
                         self._unassign((ns, a.job), a.sequence)
                 self.worker_status.sync((ns, name))
-        for key, record in list(self.view.jobs.items()):
+        for key in list(self.view.jobs):  # keys only: no 100k pairs made among the wake-ups set here
+            record = self.view.jobs.get(key)
+            if record is None:
+                continue
             try:
                 needs_look = self._needs_look(key, record)
                 if not needs_look:
