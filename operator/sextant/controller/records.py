@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-import orjson
 from pydantic import ValidationError
 
 from ..kube.informer import Key, trim
@@ -113,7 +112,8 @@ _STATE_NUMBER = {state: n for n, state in enumerate(_STATES)}
 _QUEUES: list[str] = []
 _QUEUE_NUMBER: dict[str, int] = {}
 _QUEUE_IN_TAIL = 0xFFFF
-_SEQUENCE_MAX = 0xFFFFFFFF
+_SEQUENCE_MAX = 0xFFFFFFFF  # this or more (or less than 0): the sequence is in the tail
+_VERSION_IN_TAIL = 2**64 - 1
 
 
 def _queue_number(queue: str) -> int:
@@ -155,18 +155,20 @@ class FinishedJob(bytes):
             tail["q"] = queue
         if not 0 <= sequence < _SEQUENCE_MAX:
             tail["s"] = sequence
+        if not 0 <= version < _VERSION_IN_TAIL:
+            tail["v"] = version
         if any(field is not None for field in rare[:4]):
             tail["r"] = rare
-        fixed = _FIXED.pack(packed_uid or bytes(16), version if 0 <= version < 2**64 else 0,
-                            _NONE if finished is None else finished, min(max(sequence, 0), _SEQUENCE_MAX), number,
-                            _STATE_NUMBER[state])
-        return cls(fixed + orjson.dumps(tail) if tail else fixed)
+        fixed = _FIXED.pack(packed_uid or bytes(16), version if "v" not in tail else _VERSION_IN_TAIL,
+                            _NONE if finished is None else finished, sequence if "s" not in tail else _SEQUENCE_MAX,
+                            number, _STATE_NUMBER[state])
+        return cls(fixed + json.dumps(tail, separators=(",", ":")).encode() if tail else fixed)
 
     def _fields(self) -> tuple[bytes, int, float, int, int, int]:
         return _FIXED.unpack_from(self)
 
     def _tail(self) -> dict[str, Any]:
-        return orjson.loads(self[_FIXED.size:]) if len(self) > _FIXED.size else {}
+        return json.loads(self[_FIXED.size:]) if len(self) > _FIXED.size else {}
 
     def _rare(self, n: int) -> Any:
         rare = self._tail().get("r") if len(self) > _FIXED.size else None
@@ -180,11 +182,12 @@ class FinishedJob(bytes):
 
     @property
     def version(self) -> int:
-        return self._fields()[1]
+        version = self._fields()[1]
+        return self._tail()["v"] if version == _VERSION_IN_TAIL else version
 
     @property
     def resource_version(self) -> str:
-        version = self._fields()[1]
+        version = self.version
         return str(version) if version else ""
 
     @property
@@ -230,6 +233,8 @@ class FinishedJob(bytes):
     def __repr__(self) -> str:
         return (f"FinishedJob(uid={self.uid!r}, version={self.version}, state={self.state}, queue={self.queue!r}, "
                 f"sequence={self.sequence}, finished_at={self.finished_at})")
+
+    __str__ = __repr__  # not bytes' own
 
 
 JobRecord = LiveJob | FinishedJob
