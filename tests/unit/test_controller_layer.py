@@ -608,7 +608,7 @@ async def test_a_new_job_whose_pod_is_slow_to_start_is_not_written_until_it_star
     clock.to(300)
     await controller.reconcile(key)
     assert api.writes == [("create", pod_of("job-a"))], "no status write while the pod starts"
-    assert controller.timers._due[key] == pytest.approx(T0.timestamp() + 0.1 + 600)  # the queue's startTimeout
+    assert controller.timers.due(key) == pytest.approx(T0.timestamp() + 0.1 + 600)  # the queue's startTimeout
 
 
 async def test_the_echo_of_its_own_status_write_is_looked_at_and_the_look_sets_the_lease_wake_up():

@@ -174,6 +174,11 @@ class JobController(WorkerActuation, PodActuation, Retention):
 
     def _start(self) -> None:
         self.view.compact()  # before anything lasting is made per job (retention wake-ups)
+        # The finished index filed each job's name as the list delivered it: filed again from the compacted view, it
+        # shares the view's names instead of keeping a second, scattered copy of each alive.
+        self.finished.heaps.clear()
+        for key in list(self.view.jobs):
+            self.finished.observe(key, None, self.view.jobs[key])
         self.resync()
         for ns, workers in list(self.view.workers.items()):
             for name in list(workers):
