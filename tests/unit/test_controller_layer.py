@@ -588,7 +588,7 @@ async def test_a_new_job_whose_pod_is_slow_to_start_is_written_queued_after_reco
     clock.to(queued_at - 0.2)
     await controller.reconcile(key)
     assert api.writes == [("create", pod_of("job-a"))], "no state yet while the pod starts"
-    assert controller.timers._due[key] == pytest.approx(T0.timestamp() + queued_at)
+    assert controller.timers.due(key) == pytest.approx(T0.timestamp() + queued_at)
     clock.to(queued_at)
     await controller.reconcile(key)  # (the wake-up the reconcile set)
     assert api.writes == [("create", pod_of("job-a")), ("status", "job-a")]
@@ -608,7 +608,7 @@ async def test_a_new_job_whose_pod_is_slow_to_start_is_not_written_until_it_star
     clock.to(300)
     await controller.reconcile(key)
     assert api.writes == [("create", pod_of("job-a"))], "no status write while the pod starts"
-    assert controller.timers._due[key] == pytest.approx(T0.timestamp() + 0.1 + 600)  # the queue's startTimeout
+    assert controller.timers.due(key) == pytest.approx(T0.timestamp() + 0.1 + 600)  # the queue's startTimeout
 
 
 async def test_the_echo_of_its_own_status_write_is_looked_at_and_the_look_sets_the_lease_wake_up():
@@ -633,9 +633,9 @@ async def test_the_echo_of_its_own_status_write_is_looked_at_and_the_look_sets_t
     assert written["status"]["state"] == "running"
     assert controller.view.jobs[key].resource_version == written["metadata"]["resourceVersion"]  # its echo
     assert await drain(controller.queue) == [key], "the echo is looked at"
-    before_echo = controller.timers._due[key]
+    before_echo = controller.timers.due(key)
     await controller.reconcile(key)
-    wake = controller.timers._due[key]
+    wake = controller.timers.due(key)
     assert wake - T0.timestamp() == 1 + 30, "the lease (30 s by default) runs from the container's start"
     assert wake < before_echo
     clock.moment = datetime.fromtimestamp(wake, timezone.utc)

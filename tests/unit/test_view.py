@@ -18,7 +18,7 @@ from sextant.lifecycle.reading import read_job
 from sextant.resources.contract import LABEL_JOB, LABEL_SEQUENCE
 from sextant.resources.job import State
 
-PER_FINISHED_JOB = 300  # bytes of Python objects per finished job in the view, at most (~270 measured)
+PER_FINISHED_JOB = 200  # bytes of Python objects per finished job in the view, at most (~182 measured: issue 41's target)
 
 
 def job(state: str | None, *, generation: int = 1, observed: int | None = 1, rv: str = "10",
@@ -100,6 +100,40 @@ def test_a_retried_job_is_live_again():
     view.upsert_job(copy.deepcopy(retried))
     record = view.jobs[("shop", "job-a")]
     assert isinstance(record, LiveJob) and record.raw == retried and record.version == 11
+
+
+@pytest.mark.parametrize("uid, version, sequence, queue", [
+    ("123e4567-e89b-12d3-a456-426614174000", 10, 2, "emails"),  # packed: 39 bytes, nothing in the tail
+    ("not-a-uuid", 2**70, 2**33, "emails"),  # what the fixed fields cannot hold goes in the tail
+    ("123E4567-E89B-12D3-A456-426614174000", 0, -1, ""),  # a uid that would not read back the same: as is
+])
+def test_a_finished_jobs_packed_record_reads_back_what_it_was_given(uid, version, sequence, queue):
+    rare = ("k-1", "nightly", "2026-03-01T12:00:00Z", "job-0", 1.7e9)
+    for given in ((None,) * 5, rare):
+        record = FinishedJob.pack(uid, version, State.FAILED, queue, sequence, 1.75e9, given)
+        assert (record.uid, record.version, record.state, record.queue, record.sequence) == \
+            (uid, version, State.FAILED, queue, sequence)
+        assert (record.idempotency_key, record.schedule, record.tick, record.duplicate_of) == given[:4]
+        assert record.finished_at == datetime.fromtimestamp(1.75e9, timezone.utc)
+        assert record.created_at == (datetime.fromtimestamp(1.7e9, timezone.utc) if given[4] else None)
+        assert record != FinishedJob(record) and record == record, "compared by identity, as records were"
+
+
+def test_compacting_the_view_keeps_every_job_its_record_and_their_order():
+    view = View()
+    for n, state in enumerate(["succeeded", "running", "failed", "succeeded"]):
+        raw = job(state, name=f"job-{n}", rv=str(20 + n))
+        raw["metadata"]["uid"] = str(uuid.UUID(int=n + 1))
+        raw["metadata"]["namespace"] = "shop" if n % 2 == 0 else "ops"
+        view.upsert_job(raw)
+    before = [(key, type(r), r.uid, r.resource_version, r.state, r.queue, r.sequence, r.idempotency_key, r.schedule,
+               r.finished_at, r.created_at) for key, r in view.jobs.items()]
+    live = view.jobs[("ops", "job-1")]
+    view.compact()
+    after = [(key, type(r), r.uid, r.resource_version, r.state, r.queue, r.sequence, r.idempotency_key, r.schedule,
+              r.finished_at, r.created_at) for key, r in view.jobs.items()]
+    assert after == before and view.jobs[("ops", "job-1")] is live
+    assert view.by_idempotency_key[("shop", "k-1")] == {("shop", "job-0"), ("shop", "job-2")}
 
 
 def test_a_finished_job_costs_the_view_a_few_hundred_bytes():

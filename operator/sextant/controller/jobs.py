@@ -173,6 +173,12 @@ class JobController(WorkerActuation, PodActuation, Retention):
         await self.runtime.run(synced, start=self._start)
 
     def _start(self) -> None:
+        self.view.compact()  # before anything lasting is made per job (retention wake-ups)
+        # The finished index filed each job's name as the list delivered it: filed again from the compacted view, it
+        # shares the view's names instead of keeping a second, scattered copy of each alive.
+        self.finished.heaps.clear()
+        for key in list(self.view.jobs):
+            self.finished.observe(key, None, self.view.jobs[key])
         self.resync()
         for ns, workers in list(self.view.workers.items()):
             for name in list(workers):
@@ -199,7 +205,10 @@ class JobController(WorkerActuation, PodActuation, Retention):
                     if record is None or record.uid != a.uid:
                         self._unassign((ns, a.job), a.sequence)
                 self.worker_status.sync((ns, name))
-        for key, record in list(self.view.jobs.items()):
+        for key in list(self.view.jobs):  # keys only: no 100k pairs made among the wake-ups set here
+            record = self.view.jobs.get(key)
+            if record is None:
+                continue
             try:
                 needs_look = self._needs_look(key, record)
                 if not needs_look:

@@ -18,10 +18,21 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import sys
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-import kopf
+# kopf imports the `kubernetes` package, when installed, only to recognise its model objects (the operator hands it
+# none): ~18 MB of RSS for nothing. Hidden while kopf loads (kopf takes the package's absence as documented), unless
+# already loaded (by a kubeconfig only the package reads); importable again right after.
+_HIDE_KUBERNETES = "kubernetes" not in sys.modules
+if _HIDE_KUBERNETES:
+    sys.modules["kubernetes"] = None  # type: ignore[assignment]
+try:
+    import kopf
+finally:
+    if _HIDE_KUBERNETES:
+        del sys.modules["kubernetes"]
 
 from ..kube.kubeconfig import Connection
 from ..kube.informer import RETRY_INITIAL, RETRY_MAX, jittered

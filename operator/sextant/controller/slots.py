@@ -30,84 +30,37 @@ assignments and timelines as they are seen, so that a restarted operator counts 
 
 from __future__ import annotations
 
-import enum
 from collections import Counter, defaultdict
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any
 
 from ..lifecycle import workers as W
-from ..lifecycle.admission import NO_KEY, Limits, Line, StartLog, Wait, concurrency_key, started_attempts, take
+from ..lifecycle.admission import NO_KEY, Limits, Line, StartLog, Wait, concurrency_key, take
 from ..lifecycle.queueing import line_position
-from ..lifecycle.attempts import PodObservation
 from ..resources.job import State
 from ..resources.queue import QueueSpec
 from ..kube.informer import Key
+from .gate import UNBOUND_AFTER, Placement, Standing, behind, gate_closed, standing, unbound_since
+from .ratewindows import RateWindows
 from .timers import Timers
-from .records import JobRecord, LiveJob
+from .records import LiveJob
 from .view import View
+from .workerpicks import WorkerPicks
+
+# Also read from here (tests, callers before the split by concern): the gate's names and the line's position.
+__all__ = ["SKIP_LIMIT", "UNBOUND_AFTER", "Placement", "Slots", "Standing", "behind", "gate_closed", "line_position",
+           "standing", "unbound_since"]
 
 # How many jobs in line one take passes over that cannot start yet (a worker-mode job no worker has a free slot
 # for), so that a pod-mode job behind them still starts, without scanning a long backlog on every change.
 SKIP_LIMIT = 16
-# A pod unbound this long means the scheduler is behind (a cluster with room binds a pod in well under a second,
-# even in a burst); creationTimestamp has one-second resolution, so a pod's age is never overestimated (`since`).
-UNBOUND_AFTER = timedelta(seconds=2)
-_TIMESTAMP_RESOLUTION = timedelta(seconds=1)
 
 
-class Placement(enum.Enum):
-    BOUND = "bound"  # on a node, or no live pod
-    PENDING = "pending"  # waiting for the scheduler
-    UNSCHEDULABLE = "unschedulable"  # the scheduler found no node for it (yet)
+class Slots(RateWindows, WorkerPicks):
+    """Holders, lines and grants; the rate limits' windows (controller/ratewindows.py), the worker picks
+    (controller/workerpicks.py) and the gate's reading of a job (controller/gate.py) are their own modules."""
 
-
-class Standing(NamedTuple):  # a tuple: made on every watch event of a job or its pods
-    """What a job's own objects say about its slot."""
-
-    holds: bool  # running, or a pod of it is alive
-    placement: Placement
-    waiting_since: datetime | None = None  # the earliest creation of its pods waiting for a node, if known
-
-
-def standing(running: bool, pods: Iterable[PodObservation]) -> Standing:
-    """A job holds a slot while it runs or a pod of it is alive; its pod waits for a node while alive and unbound."""
-    holds, placement, since = running, Placement.BOUND, None
-    for pod in pods:
-        if not pod.alive:
-            continue
-        holds = True
-        if pod.node is None and not pod.finished and not pod.deleting:
-            if pod.unschedulable:
-                placement = Placement.UNSCHEDULABLE
-            elif placement is Placement.BOUND:
-                placement = Placement.PENDING
-            if pod.created_at is not None and (since is None or pod.created_at < since):
-                since = pod.created_at
-    return Standing(holds, placement, since)
-
-
-def unbound_since(first_seen: datetime, created_at: datetime | None) -> datetime:
-    """When a pod began to wait for a node, as late as it can have been: it was created before the operator first
-    saw it unbound, and within a second of its (truncated) creationTimestamp. After a restart the latter counts."""
-    return first_seen if created_at is None else min(first_seen, created_at + _TIMESTAMP_RESOLUTION)
-
-
-def behind(placement: Placement, since: datetime | None, now: datetime, unbound_after: timedelta) -> bool:
-    """A holder's pod shows the scheduler is behind: it reported the pod Unschedulable, or the pod has waited for a
-    node (since `since`) for unbound_after or longer."""
-    if placement is Placement.UNSCHEDULABLE:
-        return True
-    return placement is Placement.PENDING and since is not None and now - since >= unbound_after
-
-
-def gate_closed(pending_limit: int | None, waiting: int, scheduler_behind: bool) -> bool:
-    """The full-cluster gate: while the scheduler is behind (for one of the queue's pods), at most pending_limit of
-    the queue's holders wait for a node. None: no limit."""
-    return pending_limit is not None and scheduler_behind and waiting >= pending_limit
-
-
-class Slots:
     def __init__(self, view: View, timers: Timers, now: Callable[[], datetime], *, pending_limit: int | None,
                  granted: Callable[[Key], None] = lambda job: None, active: Callable[[], bool] = lambda: True,
                  written: Callable[[Key], bool] = lambda job: False, unbound_after: timedelta = UNBOUND_AFTER) -> None:
@@ -162,34 +115,8 @@ class Slots:
         """job waits in its queue's line for a slot."""
         return job in self._in_line
 
-    def rate(self, queue: Key) -> tuple[int, bool] | None:
-        """A rate-limited queue's starts in its window now, and whether jobs wait for it (RateLimited); None
-        without a rate limit."""
-        spec = self.view.queues.get(queue)
-        if spec is None or spec.rate_limit is None:
-            return None
-        starts = self._start_log(queue, self._limits_of(queue, spec))
-        if starts is None:
-            return None
-        starts.prune(self.now())
-        return len(starts), len(starts) >= spec.rate_limit.starts and bool(self._lines.get(queue))
-
     def reserved(self, job: Key) -> bool:
         return job in self._reserved
-
-    def worker_of(self, job: Key) -> str | None:
-        """The worker (<name>/<incarnation>) picked for a granted worker-mode job, if any."""
-        picked = self._picked.get(job)
-        return picked[1].holder if picked else None
-
-    def busy(self, ns: str) -> dict[str, int]:
-        """Per worker of the namespace: its assignments not yet reported, and the jobs granted to it not yet
-        assigned."""
-        busy = self.view.worker_busy(ns)
-        for (namespace, worker), count in self._inflight.items():
-            if namespace == ns:
-                busy[worker] = busy.get(worker, 0) + count
-        return busy
 
     # --- being told -----------------------------------------------------------------------------------------
     def update(self, key: Key, pump: bool = True) -> None:
@@ -208,19 +135,6 @@ class Slots:
             concurrency = concurrency_key(record.raw) if isinstance(record, LiveJob) else NO_KEY
             if self._hold(key, queue, standing(held, self.view.pods_of(key).values()), concurrency) and pump:
                 self.pump(queue)
-
-    def _note_starts(self, job: Key, record: JobRecord, starts: StartLog) -> None:
-        """The starts of job's attempts its objects show, into its rate-limited queue's window (only those not
-        counted yet are read)."""
-        now = self.now()
-        assigned = [(sequence, placed.assignment.assigned_at) for sequence, placed in self.view.assignments_of(job).items()]
-        pending = self.view.pending.get(job)
-        if pending is not None:
-            assigned.append((pending.assignment.sequence, pending.assignment.assigned_at))
-        pods = [(pod.sequence, pod.created_at) for pod in self.view.pods_of(job).values()]
-        raw, last = (record.raw, None) if isinstance(record, LiveJob) else ({}, (record.sequence, record.finished_at))
-        for sequence, at in started_attempts(raw, pods, assigned, lambda sequence: starts.wanted(job, sequence), last):
-            starts.note(job, sequence, at, now)
 
     def _hold(self, job: Key, queue: Key, seen: Standing, key: str = NO_KEY) -> bool:
         """Record whether job holds a slot in queue (under its concurrency key) and whether its pod waits for a node.
@@ -323,12 +237,6 @@ class Slots:
         if queue is not None:
             self._lines[queue].withdraw(job)
 
-    def started(self, job: Key, at: datetime) -> None:
-        """The reconcile acting on job's grant made its pod or its assignment at `at`: the start its queue's rate
-        limit counts, from then (not from the reconcile's end: a slow status write after it would move it later)."""
-        for starts in self._starts.values():
-            starts.settle(job, at)
-
     def release(self, job: Key) -> bool:
         """The reconcile that acted on a grant ends: job now holds its slot by its pod or status, or not at all, and
         its worker's slot by its status.worker. Called on every path of a reconcile. True when job had a grant
@@ -343,11 +251,6 @@ class Slots:
         if picked is not None:
             self._drop_inflight((picked[0], picked[1].name))
         return had or picked is not None
-
-    def _drop_inflight(self, worker: Key) -> None:
-        self._inflight[worker] -= 1
-        if self._inflight[worker] <= 0:
-            del self._inflight[worker]
 
     def forget(self, job: Key, pump: bool = True) -> None:
         """job is gone, or will not run (invalid): it neither holds nor waits."""
@@ -372,13 +275,6 @@ class Slots:
         if self.active():
             for job in self._take(queue):
                 self.granted(job)
-
-    def pump_worker(self, worker: Key) -> None:
-        """A worker may have room: offer it to every queue it serves."""
-        believed = self.view.worker(worker)
-        if believed is not None:
-            for queue in believed.queues:
-                self.pump((worker[0], queue))
 
     def _take(self, queue: Key) -> list[Key]:
         """Grant free slots to those whose turn it is and that can start (lifecycle/admission.take); those passed
@@ -406,62 +302,3 @@ class Slots:
             self.timers.schedule(("rate", *queue), taken.retry_at, self._rate_wake)
         return [job for job, _ in taken.granted]
 
-    def _rate_wake(self, timer: Any) -> None:
-        """A rate-limited queue's window has room again."""
-        self.pump((timer[1], timer[2]))
-
-    def _limits_of(self, queue: Key, spec: QueueSpec) -> Limits:
-        cached = self._limits.get(queue)
-        if cached is not None and cached[0] is spec:
-            return cached[1]
-        limits = Limits.of(spec)
-        self._limits[queue] = (spec, limits)
-        return limits
-
-    def _start_log(self, queue: Key, limits: Limits) -> StartLog | None:
-        """The rate-limited queue's window of starts. Made when the queue gets its rate limit (or the operator
-        starts): from every job of the queue in the view, once; then kept up to date as grants are made and jobs
-        are seen."""
-        if limits.per is None:
-            self._starts.pop(queue, None)
-            return None
-        starts = self._starts.get(queue)
-        if starts is not None:
-            starts.per = limits.per
-            return starts
-        starts = self._starts[queue] = StartLog(limits.per)
-        for job, record in self.view.jobs_of_queue(queue):
-            self._note_starts(job, record, starts)
-        return starts
-
-    def _startable_in(self, ns: str) -> Callable[[Key], bool]:
-        """Whether a job of the namespace can start now, as admission.take asks of each job it looks at: a pod-mode
-        job can once it has a slot; a worker-mode job needs a worker with room (picked now, held until release).
-        The workers and their load are read once per take, not once per job looked at: take runs without a pause,
-        so only its own picks change them (counted here too), and a queue and handler no worker had room for is not
-        looked for again in the same take (a full pool would otherwise cost SKIP_LIMIT reads per take)."""
-        workers: list[tuple[W.Believed, bool]] | None = None
-        busy: dict[str, int] = {}
-        full: set[tuple[str, str]] = set()
-
-        def startable(job: Key) -> bool:
-            nonlocal workers, busy
-            record = self.view.live_job(job)
-            queue, name = (record.queue, record.handler) if record is not None else ("", "")
-            handler = self.view.handlers.get((ns, name))
-            if handler is None or not handler.on_workers or job in self._picked:
-                return True
-            if (queue, name) in full:
-                return False
-            if workers is None:
-                workers, busy = self.view.assignable_workers(ns), self.busy(ns)
-            chosen = W.pick_worker(workers, queue, name, busy)
-            if chosen is None:
-                full.add((queue, name))
-                return False
-            self._picked[job] = (ns, chosen)
-            self._inflight[(ns, chosen.name)] += 1
-            busy[chosen.name] = busy.get(chosen.name, 0) + 1
-            return True
-
-        return startable

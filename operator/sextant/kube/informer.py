@@ -21,6 +21,8 @@ Nothing stops it but cancellation:
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
 import logging
 import random
 import time
@@ -53,6 +55,27 @@ LIST_PAGE_BYTES = 8 * 1024 * 1024
 
 
 _LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's malloc_trim, where the C library is glibc (None elsewhere: musl, macOS)."""
+    try:
+        trim_ = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+    trim_.argtypes, trim_.restype = [ctypes.c_size_t], ctypes.c_int
+    return trim_
+
+
+_TRIM = _malloc_trim()
+
+
+def give_back_memory() -> None:
+    """Return the C heap's free pages to the OS (glibc's public malloc_trim(0)). A list of 100k jobs passes ~100 MB
+    of JSON and parsed pages through the heap; freed, glibc keeps those pages (its trim threshold only ever returns
+    the heap's top, and the view's records sit above them), so the operator would carry its start-up peak for life."""
+    if _TRIM is not None:
+        _TRIM(0)
 
 
 def key_of(obj: dict[str, Any]) -> Key:
@@ -175,6 +198,7 @@ class Informer:
             self._deliver("delete", {"metadata": {"namespace": namespace, "name": name}}, key)
         self._versions = versions
         self.resource_version = resource_version
+        give_back_memory()
         self._set_healthy()
         self.synced.set()
 
