@@ -4,6 +4,8 @@
   (unit tests never do); SEXTANT_TEST_KUBECONFIG points the tests at an existing cluster instead.
 - `namespace` (function): a fresh namespace per test, deleted afterwards without waiting.
 - tests under tests/cluster/ are marked `cluster` (deselect them with `-m "not cluster"`).
+- `postgres` (session): one PostgreSQL server of its own (tests/harness/postgres.py), started only if a test asks
+  for it (the archive's suite, the cluster tests of the archive), each test making its own database in it.
 - a failing cluster test gets the tail of every component's log in its report.
 """
 
@@ -21,6 +23,7 @@ if str(ROOT) not in sys.path:  # `from tests.harness import ...` in any import m
 
 from sextant.dev.localcluster import ControlPlaneUnavailable, LocalCluster, LocalClusterError, new_name  # noqa: E402
 from tests.harness import Cluster, namespace_name  # noqa: E402
+from tests.harness.postgres import Postgres, PostgresUnavailable  # noqa: E402
 
 CLUSTER_DIR = Path(__file__).resolve().parent / "cluster"
 LOG_LINES = 40
@@ -63,3 +66,16 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         for component, text in _session_cluster.component_logs(LOG_LINES).items():
             report.sections.append((f"{component} log (last {LOG_LINES} lines)", text))
     return report
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Postgres]:
+    try:
+        server = Postgres()
+        server.start()
+    except PostgresUnavailable as exc:
+        pytest.fail(f"no PostgreSQL: {exc}", pytrace=False)
+    try:
+        yield server
+    finally:
+        server.destroy()

@@ -3,28 +3,15 @@ session's own PostgreSQL server (tests/harness/postgres.py, started only if a Po
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from sextant.archive.store import Archive
-from tests.harness.postgres import Postgres, PostgresUnavailable
 
 BACKENDS = ["sqlite", "postgresql"]
 
-
-@pytest.fixture(scope="session")
-def postgres() -> Iterator[Postgres]:
-    try:
-        server = Postgres()
-        server.start()
-    except PostgresUnavailable as exc:
-        pytest.fail(f"no PostgreSQL: {exc}", pytrace=False)
-    try:
-        yield server
-    finally:
-        server.destroy()
 
 
 @pytest.fixture(params=BACKENDS)

@@ -6,7 +6,6 @@ record lands and the jobs go, none lost."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -15,7 +14,6 @@ import pytest
 from sextant.archive.query import Filters
 from sextant.archive.store import Archive
 from tests.harness import wait_for
-from tests.harness.postgres import Postgres, PostgresUnavailable
 
 from .plugin_support import grant
 from .support import Operator, apply, get_json, handler, job, jobs, queue, wait_events, wait_state
@@ -24,18 +22,6 @@ from .test_retention_metrics import scrape, value
 LONG = {"succeeded": "24h", "dead": "24h", "cancelled": "24h"}
 SHORT = {"succeeded": "1s", "dead": "1s", "cancelled": "1s"}
 
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[Postgres]:
-    try:
-        server = Postgres()
-        server.start()
-    except PostgresUnavailable as exc:
-        pytest.fail(f"no PostgreSQL: {exc}", pytrace=False)
-    try:
-        yield server
-    finally:
-        server.destroy()
 
 
 def migrated(dsn: str) -> str:

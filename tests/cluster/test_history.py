@@ -29,7 +29,6 @@ from sextant.kube import kubeconfig
 from sextant.kube.client import Kube
 from sextant.resources.common import format_time
 from tests.harness import wait_for
-from tests.harness.postgres import Postgres, PostgresUnavailable
 
 from .plugin_support import grant, sextant
 from .support import free_port, get_json
@@ -37,18 +36,6 @@ from .test_dashboard import DashboardProcess
 
 FINISHED_AT = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(minutes=30)
 
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[Postgres]:
-    try:
-        server = Postgres()
-        server.start()
-    except PostgresUnavailable as exc:
-        pytest.fail(f"no PostgreSQL: {exc}", pytrace=False)
-    try:
-        yield server
-    finally:
-        server.destroy()
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
