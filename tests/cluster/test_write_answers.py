@@ -40,13 +40,15 @@ conditions = st.fixed_dictionaries(
     {"type": st.sampled_from(["Succeeded", "Running", "Ready", "Blocked"]),
      "status": st.sampled_from(["True", "False", "Unknown"]), "reason": st.sampled_from(["Started", "Waiting"])},
     optional={"message": words, "lastTransitionTime": times, "observedGeneration": st.integers(1, 5)})
+# Every status the operator writes says its state and the generation it acted on (transitions.reconcile), so the
+# CRD's status defaults (state queued, observedGeneration 0: resources/job.py UNWRITTEN_STATUS) never fill one in.
 statuses = st.fixed_dictionaries(
     {"state": st.sampled_from([s.value for s in State]), "attempt": st.integers(0, 9),
-     "sequence": st.integers(0, 99)},
+     "sequence": st.integers(0, 99), "observedGeneration": st.integers(1, 5)},
     optional={"maxAttempts": st.integers(1, 25), "queuedAt": times, "finishedAt": times, "nextAttemptAt": times,
               "message": words, "attempts": st.lists(attempts, max_size=3),
               "conditions": st.lists(conditions, max_size=3, unique_by=lambda c: c["type"]),
-              "observedGeneration": st.integers(1, 5), "output": json_values, "outputNote": words,
+              "output": json_values, "outputNote": words,
               "progress": st.fixed_dictionaries({"fraction": st.floats(0, 1)},
                                                 optional={"message": words, "sequence": st.integers(1, 99),
                                                           "updatedAt": times})})
