@@ -573,10 +573,9 @@ async def test_the_attempts_pod_is_created_before_the_status_records_it():
     assert api.objects[f"{JOBS}/job-a"]["status"]["state"] == "running"
 
 
-@pytest.mark.parametrize("settings, queued_at", [({"record_queued_after": timedelta(seconds=5)}, 5.1),
-                                                ({"record_queued_after": timedelta(minutes=5)}, 300.1)])
-async def test_a_new_job_whose_pod_is_slow_to_start_is_written_queued_after_record_queued_after(settings, queued_at):
-    """`--record-queued-after`: how long a new job whose pod is starting goes unwritten before `queued` is."""
+async def new_job_admitted(**settings: Any) -> tuple[Clock, JobsApi, tuple[str, str], Any]:
+    """job-a created at T0 and first reconciled 0.1 s later (its pod created): the clock, the API, its key, the
+    controller."""
     clock = Clock()
     api = JobsApi(clock)
     api.job("job-a")
@@ -584,6 +583,14 @@ async def test_a_new_job_whose_pod_is_slow_to_start_is_written_queued_after_reco
     controller = job_controller(api, clock, **settings)
     clock.to(0.1)
     await controller.reconcile(key)
+    return clock, api, key, controller
+
+
+@pytest.mark.parametrize("settings, queued_at", [({"record_queued_after": timedelta(seconds=5)}, 5.1),
+                                                ({"record_queued_after": timedelta(minutes=5)}, 300.1)])
+async def test_a_new_job_whose_pod_is_slow_to_start_is_written_queued_after_record_queued_after(settings, queued_at):
+    """`--record-queued-after`: how long a new job whose pod is starting goes unwritten before `queued` is."""
+    clock, api, key, controller = await new_job_admitted(**settings)
     assert api.writes == [("create", pod_of("job-a"))]
     clock.to(queued_at - 0.2)
     await controller.reconcile(key)
@@ -598,13 +605,7 @@ async def test_a_new_job_whose_pod_is_slow_to_start_is_written_queued_after_reco
 async def test_a_new_job_whose_pod_is_slow_to_start_is_not_written_until_it_starts():
     """By default a new job whose pod is starting is not written queued at all (the API server shows the CRD's
     default, `queued`); no wake-up is set for it but the start timeout's."""
-    clock = Clock()
-    api = JobsApi(clock)
-    api.job("job-a")
-    key = (NS, "job-a")
-    controller = job_controller(api, clock)
-    clock.to(0.1)
-    await controller.reconcile(key)
+    clock, api, key, controller = await new_job_admitted()
     clock.to(300)
     await controller.reconcile(key)
     assert api.writes == [("create", pod_of("job-a"))], "no status write while the pod starts"
@@ -617,13 +618,7 @@ async def test_the_echo_of_its_own_status_write_is_looked_at_and_the_look_sets_t
     whose expiry wakes the job)."""
     from sextant.lifecycle.transitions import pod_name
 
-    clock = Clock()
-    api = JobsApi(clock)
-    api.job("job-a")
-    key = (NS, "job-a")
-    controller = job_controller(api, clock)
-    clock.to(0.1)
-    await controller.reconcile(key)
+    clock, api, key, controller = await new_job_admitted()
     clock.to(1)
     controller.on_pod("modify", api.start_pod(pod_name("job-a", 1)))
     clock.to(2.5)
